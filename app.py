@@ -1,0 +1,36 @@
+#!/usr/bin/env python3
+"""CDK entry point: read the settings once, stop on a bad one with one line, then build the stacks."""
+
+from __future__ import annotations
+
+import os
+import sys
+
+from aws_cdk import App
+
+from settings import SettingError, load_settings
+from stacks.application import build_stacks
+
+
+def main() -> int:
+    # Built-in CloudFormation validation off: `make test` runs cfn-lint over every template, which
+    # checks the same schema and more, without adding seconds to every synth.
+    app = App(builtin_cloud_formation_validation=False)
+    try:
+        settings = load_settings(os.environ, app.node.get_all_context())
+    except SettingError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    if settings.gpu_az_source == "built-in default":
+        print(
+            f"notice: GPU_AZ={settings.gpu_az} is the built-in default (no GPU_AZ given, no cached look-up); "
+            f"run `make lookup` with AWS credentials to find an AZ of {settings.region} that offers {settings.gpu_node.name}",
+            file=sys.stderr,
+        )
+    build_stacks(app, settings)
+    app.synth()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,42 @@
+"""Typed values of the KubeRay operator Helm release."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from settings import versions
+
+RELEASE_NAME = "kuberay-operator"
+RELEASE_NAMESPACE = "kuberay-operator"
+
+
+@dataclass(frozen=True)
+class KubeRayOperatorValues:
+    """The chart values we set; everything else keeps the chart's default."""
+
+    # On the system nodes: the GPU nodes are for inference (and are tainted anyway).
+    node_selector: dict[str, str] = field(default_factory=lambda: {"role": "system"})
+    cpu_request: str = "100m"
+    memory_request: str = "512Mi"
+    cpu_limit: str = "500m"
+    memory_limit: str = "512Mi"
+
+    def to_values(self) -> dict[str, Any]:
+        return {
+            "nodeSelector": dict(self.node_selector),
+            "resources": {
+                "requests": {"cpu": self.cpu_request, "memory": self.memory_request},
+                "limits": {"cpu": self.cpu_limit, "memory": self.memory_limit},
+            },
+        }
+
+
+@dataclass(frozen=True)
+class KubeRayRelease:
+    version: str = versions.KUBERAY_VERSION
+    chart: str = versions.KUBERAY_CHART
+    repository: str = versions.KUBERAY_CHART_REPOSITORY
+    release: str = RELEASE_NAME
+    namespace: str = RELEASE_NAMESPACE
+    values: KubeRayOperatorValues = field(default_factory=KubeRayOperatorValues)

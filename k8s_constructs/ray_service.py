@@ -1,0 +1,248 @@
+"""The prefill/decode RayService and its Namespace, as a cdk8s Chart of typed objects.
+
+The RayService classes are generated from KubeRay's own CRD (imports/, `make imports`), so a field
+KubeRay does not know is a Python error here, not a rejected apply 30 minutes into a deploy.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import cdk8s
+import cdk8s_plus_28 as kplus
+from constructs import Construct
+
+from imports.io.ray import (
+    RayService,
+    RayServiceSpec,
+    RayServiceSpecRayClusterConfig,
+    RayServiceSpecRayClusterConfigHeadGroupSpec,
+    RayServiceSpecRayClusterConfigHeadGroupSpecTemplate,
+    RayServiceSpecRayClusterConfigHeadGroupSpecTemplateSpec,
+    RayServiceSpecRayClusterConfigHeadGroupSpecTemplateSpecContainers,
+    RayServiceSpecRayClusterConfigHeadGroupSpecTemplateSpecContainersLifecycle,
+    RayServiceSpecRayClusterConfigHeadGroupSpecTemplateSpecContainersLifecyclePreStop,
+    RayServiceSpecRayClusterConfigHeadGroupSpecTemplateSpecContainersLifecyclePreStopExec,
+    RayServiceSpecRayClusterConfigHeadGroupSpecTemplateSpecContainersPorts,
+    RayServiceSpecRayClusterConfigHeadGroupSpecTemplateSpecContainersResources,
+    RayServiceSpecRayClusterConfigHeadGroupSpecTemplateSpecContainersResourcesLimits,
+    RayServiceSpecRayClusterConfigHeadGroupSpecTemplateSpecContainersResourcesRequests,
+    RayServiceSpecRayClusterConfigWorkerGroupSpecs,
+    RayServiceSpecRayClusterConfigWorkerGroupSpecsTemplate,
+    RayServiceSpecRayClusterConfigWorkerGroupSpecsTemplateSpec,
+    RayServiceSpecRayClusterConfigWorkerGroupSpecsTemplateSpecContainers,
+    RayServiceSpecRayClusterConfigWorkerGroupSpecsTemplateSpecContainersEnv,
+    RayServiceSpecRayClusterConfigWorkerGroupSpecsTemplateSpecContainersEnvValueFrom,
+    RayServiceSpecRayClusterConfigWorkerGroupSpecsTemplateSpecContainersEnvValueFromFieldRef,
+    RayServiceSpecRayClusterConfigWorkerGroupSpecsTemplateSpecContainersLifecycle,
+    RayServiceSpecRayClusterConfigWorkerGroupSpecsTemplateSpecContainersLifecyclePreStop,
+    RayServiceSpecRayClusterConfigWorkerGroupSpecsTemplateSpecContainersLifecyclePreStopExec,
+    RayServiceSpecRayClusterConfigWorkerGroupSpecsTemplateSpecContainersResources,
+    RayServiceSpecRayClusterConfigWorkerGroupSpecsTemplateSpecContainersResourcesLimits,
+    RayServiceSpecRayClusterConfigWorkerGroupSpecsTemplateSpecContainersResourcesRequests,
+    RayServiceSpecRayClusterConfigWorkerGroupSpecsTemplateSpecContainersSecurityContext,
+    RayServiceSpecRayClusterConfigWorkerGroupSpecsTemplateSpecContainersVolumeMounts,
+    RayServiceSpecRayClusterConfigWorkerGroupSpecsTemplateSpecTolerations,
+    RayServiceSpecRayClusterConfigWorkerGroupSpecsTemplateSpecVolumes,
+    RayServiceSpecRayClusterConfigWorkerGroupSpecsTemplateSpecVolumesEmptyDir,
+    RayServiceSpecRayClusterConfigWorkerGroupSpecsTemplateSpecVolumesHostPath,
+    RayServiceSpecUpgradeStrategy,
+)
+from k8s_constructs.serve_config import pd_application
+from settings import Settings
+from settings.sizing import (
+    HEAD_LIMIT_CPU_MILLI,
+    HEAD_LIMIT_MEMORY_MIB,
+    HEAD_REQUEST_CPU_MILLI,
+    HEAD_REQUEST_MEMORY_MIB,
+    WorkerResources,
+    gpu_worker_resources,
+)
+
+SYSTEM_NODE_SELECTOR = {"role": "system"}
+GPU_NODE_SELECTOR = {"role": "gpu-worker"}
+GPU_TAINT_KEY = "nvidia.com/gpu"
+WORKER_GROUP_NAME = "gpu-workers"
+MODEL_CACHE_MOUNT = "/model-cache"
+# On types with instance-store NVMe, nodeadm mounts it (RAID0) at /mnt/k8s-disks/0; the cache lives
+# there and, being a hostPath, survives pod restarts. Without NVMe it lives on the root EBS volume.
+NVME_MODEL_CACHE = "/mnt/k8s-disks/0/model-cache"
+EBS_MODEL_CACHE = "/var/lib/model-cache"
+RAY_STOP = ["/bin/sh", "-c", "ray stop"]
+# No new RayCluster on a cluster-level change: with every GPU node held by the running cluster, the
+# default NewCluster strategy would wait forever for GPUs for its replacement. Serve config changes
+# still roll out in place; cluster-level changes are applied by re-creating the serving stack.
+UPGRADE_STRATEGY = "None"
+
+
+@dataclass(frozen=True)
+class RayServiceProps:
+    settings: Settings
+
+
+def _head_limits(cpu_milli: int, memory_mib: int) -> dict[str, RayServiceSpecRayClusterConfigHeadGroupSpecTemplateSpecContainersResourcesLimits]:
+    res = WorkerResources(cpu_milli=cpu_milli, memory_mib=memory_mib)
+    make = RayServiceSpecRayClusterConfigHeadGroupSpecTemplateSpecContainersResourcesLimits.from_string
+    return {"cpu": make(res.cpu), "memory": make(res.memory)}
+
+
+def _head_requests(cpu_milli: int, memory_mib: int) -> dict[str, RayServiceSpecRayClusterConfigHeadGroupSpecTemplateSpecContainersResourcesRequests]:
+    res = WorkerResources(cpu_milli=cpu_milli, memory_mib=memory_mib)
+    make = RayServiceSpecRayClusterConfigHeadGroupSpecTemplateSpecContainersResourcesRequests.from_string
+    return {"cpu": make(res.cpu), "memory": make(res.memory)}
+
+
+class PdRayServiceChart(cdk8s.Chart):
+    """Namespace + RayService. Exposes ``namespace_object``, ``ray_service`` and ``serve_config_yaml``."""
+
+    def __init__(self, scope: Construct, construct_id: str, *, props: RayServiceProps) -> None:
+        super().__init__(scope, construct_id, disable_resource_name_hashes=True)
+        s = props.settings
+
+        self.namespace_object = kplus.Namespace(
+            self,
+            "Namespace",
+            metadata=cdk8s.ApiObjectMetadata(
+                name=s.namespace,
+                labels={
+                    # The GPU workers are privileged (CUDA memory is registered with the EFA NIC) and
+                    # mount a hostPath model cache: the namespace must admit that, and only it.
+                    "pod-security.kubernetes.io/enforce": "privileged",
+                    "pod-security.kubernetes.io/warn": "baseline",
+                },
+            ),
+        )
+        self.serve_config_yaml = pd_application(s).to_yaml()
+
+        self.ray_service = RayService(
+            self,
+            "RayService",
+            metadata=cdk8s.ApiObjectMetadata(name=s.ray_service_name, namespace=s.namespace),
+            spec=RayServiceSpec(
+                serve_config_v2=self.serve_config_yaml,
+                upgrade_strategy=RayServiceSpecUpgradeStrategy(type=UPGRADE_STRATEGY),
+                ray_cluster_config=RayServiceSpecRayClusterConfig(
+                    ray_version=s.ray_version,
+                    head_group_spec=self._head_group(s),
+                    worker_group_specs=[self._worker_group(s)],
+                ),
+            ),
+        )
+        self.ray_service.node.add_dependency(self.namespace_object)
+
+    @staticmethod
+    def _head_group(s: Settings) -> RayServiceSpecRayClusterConfigHeadGroupSpec:
+        ports = [("gcs", 6379), ("dashboard", 8265), ("serve", 8000)]
+        return RayServiceSpecRayClusterConfigHeadGroupSpec(
+            # The head runs no model: GPUs are for the workers.
+            ray_start_params={"dashboard-host": "0.0.0.0", "num-gpus": "0"},
+            template=RayServiceSpecRayClusterConfigHeadGroupSpecTemplate(
+                spec=RayServiceSpecRayClusterConfigHeadGroupSpecTemplateSpec(
+                    node_selector=SYSTEM_NODE_SELECTOR,
+                    containers=[
+                        RayServiceSpecRayClusterConfigHeadGroupSpecTemplateSpecContainers(
+                            name="ray-head",
+                            image=s.dlc_image,
+                            ports=[
+                                RayServiceSpecRayClusterConfigHeadGroupSpecTemplateSpecContainersPorts(name=name, container_port=port)
+                                for name, port in ports
+                            ],
+                            resources=RayServiceSpecRayClusterConfigHeadGroupSpecTemplateSpecContainersResources(
+                                requests=_head_requests(HEAD_REQUEST_CPU_MILLI, HEAD_REQUEST_MEMORY_MIB),
+                                limits=_head_limits(HEAD_LIMIT_CPU_MILLI, HEAD_LIMIT_MEMORY_MIB),
+                            ),
+                            lifecycle=RayServiceSpecRayClusterConfigHeadGroupSpecTemplateSpecContainersLifecycle(
+                                pre_stop=RayServiceSpecRayClusterConfigHeadGroupSpecTemplateSpecContainersLifecyclePreStop(
+                                    exec=RayServiceSpecRayClusterConfigHeadGroupSpecTemplateSpecContainersLifecyclePreStopExec(command=RAY_STOP)
+                                )
+                            ),
+                        )
+                    ],
+                )
+            ),
+        )
+
+    @staticmethod
+    def _worker_group(s: Settings) -> RayServiceSpecRayClusterConfigWorkerGroupSpecs:
+        sized = gpu_worker_resources(s.gpu_node, s.gpu_workers_per_node)
+        limit = RayServiceSpecRayClusterConfigWorkerGroupSpecsTemplateSpecContainersResourcesLimits.from_string
+        request = RayServiceSpecRayClusterConfigWorkerGroupSpecsTemplateSpecContainersResourcesRequests.from_string
+        # One GPU and one EFA device per worker: without the EFA request the pod gets no EFA device and
+        # NIXL falls back to TCP.
+        amounts = {"cpu": sized.cpu, "memory": sized.memory, "nvidia.com/gpu": "1", "vpc.amazonaws.com/efa": "1"}
+        env = [
+            ("FI_PROVIDER", "efa"),
+            ("HF_HOME", MODEL_CACHE_MOUNT),
+            # NIXL needs this layout to transfer Qwen3.5's hybrid Mamba/DeltaNet state.
+            ("VLLM_SSM_CONV_STATE_LAYOUT", "DS"),
+        ]
+        Env = RayServiceSpecRayClusterConfigWorkerGroupSpecsTemplateSpecContainersEnv
+        return RayServiceSpecRayClusterConfigWorkerGroupSpecs(
+            group_name=WORKER_GROUP_NAME,
+            replicas=s.gpu_workers,
+            min_replicas=s.gpu_workers,
+            max_replicas=s.gpu_workers,
+            ray_start_params={"num-gpus": "1"},
+            template=RayServiceSpecRayClusterConfigWorkerGroupSpecsTemplate(
+                spec=RayServiceSpecRayClusterConfigWorkerGroupSpecsTemplateSpec(
+                    node_selector=GPU_NODE_SELECTOR,
+                    tolerations=[
+                        RayServiceSpecRayClusterConfigWorkerGroupSpecsTemplateSpecTolerations(
+                            key=GPU_TAINT_KEY, operator="Exists", effect="NoSchedule"
+                        )
+                    ],
+                    containers=[
+                        RayServiceSpecRayClusterConfigWorkerGroupSpecsTemplateSpecContainers(
+                            name="ray-worker",
+                            image=s.dlc_image,
+                            env=[Env(name=name, value=value) for name, value in env]
+                            + [
+                                # vLLM and NIXL advertise this address to the other node.
+                                Env(
+                                    name="VLLM_HOST_IP",
+                                    value_from=RayServiceSpecRayClusterConfigWorkerGroupSpecsTemplateSpecContainersEnvValueFrom(
+                                        field_ref=RayServiceSpecRayClusterConfigWorkerGroupSpecsTemplateSpecContainersEnvValueFromFieldRef(
+                                            field_path="status.podIP"
+                                        )
+                                    ),
+                                )
+                            ],
+                            resources=RayServiceSpecRayClusterConfigWorkerGroupSpecsTemplateSpecContainersResources(
+                                requests={k: request(v) for k, v in amounts.items()},
+                                limits={k: limit(v) for k, v in amounts.items()},
+                            ),
+                            # CUDA VRAM is registered with the EFA NIC for zero-copy transfers; IPC_LOCK
+                            # alone is not enough. The only privileged pod of the deployment.
+                            security_context=RayServiceSpecRayClusterConfigWorkerGroupSpecsTemplateSpecContainersSecurityContext(
+                                privileged=True
+                            ),
+                            volume_mounts=[
+                                RayServiceSpecRayClusterConfigWorkerGroupSpecsTemplateSpecContainersVolumeMounts(name="dshm", mount_path="/dev/shm"),
+                                RayServiceSpecRayClusterConfigWorkerGroupSpecsTemplateSpecContainersVolumeMounts(
+                                    name="model-cache", mount_path=MODEL_CACHE_MOUNT
+                                ),
+                            ],
+                            lifecycle=RayServiceSpecRayClusterConfigWorkerGroupSpecsTemplateSpecContainersLifecycle(
+                                pre_stop=RayServiceSpecRayClusterConfigWorkerGroupSpecsTemplateSpecContainersLifecyclePreStop(
+                                    exec=RayServiceSpecRayClusterConfigWorkerGroupSpecsTemplateSpecContainersLifecyclePreStopExec(command=RAY_STOP)
+                                )
+                            ),
+                        )
+                    ],
+                    volumes=[
+                        # Ray's object store and NCCL/NIXL use shared memory; the container default is 64 MiB.
+                        RayServiceSpecRayClusterConfigWorkerGroupSpecsTemplateSpecVolumes(
+                            name="dshm",
+                            empty_dir=RayServiceSpecRayClusterConfigWorkerGroupSpecsTemplateSpecVolumesEmptyDir(medium="Memory"),
+                        ),
+                        RayServiceSpecRayClusterConfigWorkerGroupSpecsTemplateSpecVolumes(
+                            name="model-cache",
+                            host_path=RayServiceSpecRayClusterConfigWorkerGroupSpecsTemplateSpecVolumesHostPath(
+                                path=NVME_MODEL_CACHE if s.gpu_node.local_nvme_gb else EBS_MODEL_CACHE,
+                                type="DirectoryOrCreate",
+                            ),
+                        ),
+                    ],
+                )
+            ),
+        )

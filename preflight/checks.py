@@ -1,0 +1,479 @@
+"""Pre-deploy checks: find the account problems that would otherwise fail a deploy an hour in.
+
+Every check turns its AWS error into a failed CheckResult with a one-sentence fix, so the user sees a
+table and never a traceback. Only read-only AWS calls are made.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+# boto3/botocore ship no type information and the repository pins no stubs: responses are Any here and
+# every value we keep is converted (int(), str(), float()) at the point it is read.
+import boto3  # type: ignore[import-untyped]
+from botocore.config import Config  # type: ignore[import-untyped]
+from botocore.exceptions import (  # type: ignore[import-untyped]
+    BotoCoreError,
+    ClientError,
+    EndpointConnectionError,
+    NoCredentialsError,
+)
+
+G_QUOTA_CODE = "L-DB2E81BA"
+G_QUOTA_NAME = "Running On-Demand G and VT instances"
+P_QUOTA_CODE = "L-417A185B"
+P_QUOTA_NAME = "Running On-Demand P instances"
+STANDARD_QUOTA_CODE = "L-1216C47A"
+STANDARD_QUOTA_NAME = "Running On-Demand Standard (A, C, D, H, I, M, R, T, Z) instances"
+
+# A preflight should answer in seconds: fail fast on an unreachable endpoint instead of botocore's
+# default 60 s connect timeout with legacy retries.
+_CLIENT_CONFIG = Config(
+    connect_timeout=5,
+    read_timeout=20,
+    retries={"max_attempts": 3, "mode": "standard"},
+)
+
+# Families whose first letter matches a quota class below but that have quotas of their own
+# (Inf, Trn, DL, HPC, Mac): without this, inf2 would count as "i" and trn1 as "t".
+_OWN_QUOTA_PREFIXES = ("inf", "trn", "dl", "hpc", "mac")
+_STANDARD_PREFIXES = ("a", "c", "d", "h", "i", "m", "r", "t", "z")
+_OPTED_IN = ("opt-in-not-required", "opted-in")
+_CREDENTIAL_ERROR_CODES = frozenset(
+    {
+        "ExpiredToken",
+        "ExpiredTokenException",
+        "InvalidClientTokenId",
+        "UnrecognizedClientException",
+        "AuthFailure",
+        "SignatureDoesNotMatch",
+    }
+)
+_ACCESS_DENIED_CODES = frozenset(
+    {"AccessDenied", "AccessDeniedException", "UnauthorizedOperation"}
+)
+
+
+@dataclass(frozen=True)
+class PreflightInput:
+    region: str
+    gpu_az: str
+    gpu_instance_type: str  # e.g. "g6.8xlarge"
+    gpu_vcpus: int  # vCPUs of one GPU node (32 for g6.8xlarge)
+    gpu_node_count: int
+    gpu_quota_code: str  # "L-DB2E81BA" (Running On-Demand G and VT instances) or "L-417A185B" (P instances)
+    gpu_quota_name: str  # human name of that quota
+    system_instance_type: str
+    system_vcpus: int
+    system_node_count: int
+    cluster_name: str  # used only to print; the nodes we will create
+    bootstrap_stack_name: str = "CDKToolkit"
+
+
+@dataclass(frozen=True)
+class CheckResult:
+    name: str  # short check name, e.g. "credentials"
+    ok: bool
+    detail: str  # what was found
+    fix: str  # empty when ok; otherwise one sentence telling how to fix it
+
+
+def quota_code_of(instance_type: str) -> str | None:
+    """Service Quotas code of the On-Demand vCPU quota `instance_type` counts against, if one we check."""
+    family = instance_type.split(".", 1)[0]
+    if family.startswith(_OWN_QUOTA_PREFIXES):
+        return None
+    if family.startswith(("g", "vt")):
+        return G_QUOTA_CODE
+    if family.startswith("p"):
+        return P_QUOTA_CODE
+    if family.startswith(_STANDARD_PREFIXES):
+        return STANDARD_QUOTA_CODE
+    return None  # x, u-, f, ...: quotas of their own
+
+
+def stack_status_usable(status: str) -> bool:
+    """Whether a bootstrap stack in `status` can be deployed against."""
+    return not (
+        status.endswith("_FAILED")
+        or status == "ROLLBACK_COMPLETE"
+        or status.startswith("DELETE_")
+        # A change set created but never executed: the stack exists with no resources.
+        or status == "REVIEW_IN_PROGRESS"
+    )
+
+
+def _fail(name: str, detail: str, fix: str) -> CheckResult:
+    return CheckResult(name=name, ok=False, detail=detail, fix=fix)
+
+
+def _pass(name: str, detail: str) -> CheckResult:
+    return CheckResult(name=name, ok=True, detail=detail, fix="")
+
+
+def _error_result(name: str, err: Exception) -> CheckResult:
+    """Turn a botocore error into a failed check with a fix matching its cause."""
+    if isinstance(err, NoCredentialsError):
+        return _fail(
+            name,
+            "no AWS credentials found",
+            "configure credentials (`aws configure`, `aws sso login` or AWS_PROFILE) and run the preflight again",
+        )
+    if isinstance(err, EndpointConnectionError):
+        return _fail(
+            name,
+            f"cannot reach AWS: {err}",
+            "check the network connection and that REGION names an existing Region",
+        )
+    if isinstance(err, ClientError):
+        code = str(err.response.get("Error", {}).get("Code", "Unknown"))
+        message = str(err.response.get("Error", {}).get("Message", ""))
+        operation = str(err.operation_name)
+        detail = f"{operation} failed: {code}: {message}"
+        if code in _CREDENTIAL_ERROR_CODES:
+            return _fail(name, detail, "refresh the AWS credentials (they are expired or invalid) and run the preflight again")
+        if code in _ACCESS_DENIED_CODES:
+            return _fail(name, detail, f"allow {operation} for the deploying identity in IAM and run the preflight again")
+        if code == "InvalidInstanceType":
+            return _fail(name, detail, "set GPU_NODE_TYPE / SYSTEM_NODE_TYPE to an instance type that exists")
+        return _fail(name, detail, f"resolve the {code} error from {operation} and run the preflight again")
+    return _fail(name, f"AWS configuration error: {err}", "check the AWS profile, Region and network settings and run the preflight again")
+
+
+class _Context:
+    """Clients and answers shared by the checks of one run."""
+
+    def __init__(self, inp: PreflightInput, session: Any) -> None:
+        self.inp = inp
+        self.session = session
+        self.account = "ACCOUNT"
+        self.region_usable = True  # False once the region check finds REGION disabled or unknown
+        self._clients: dict[tuple[str, str], Any] = {}
+        self._running: Counter[str] | None = None
+        self._vcpus: dict[str, int] = {}
+
+    def client(self, service: str, region: str | None = None) -> Any:
+        key = (service, region or self.inp.region)
+        if key not in self._clients:
+            self._clients[key] = self.session.client(
+                service, region_name=key[1], config=_CLIENT_CONFIG
+            )
+        return self._clients[key]
+
+    def running_vcpus(self, quota_code: str) -> int:
+        """vCPUs of pending/running On-Demand instances in the region that count against `quota_code`."""
+        if self._running is None:
+            ec2 = self.client("ec2")
+            running: Counter[str] = Counter()
+            pages = ec2.get_paginator("describe_instances").paginate(
+                Filters=[{"Name": "instance-state-name", "Values": ["pending", "running"]}]
+            )
+            for page in pages:
+                for reservation in page["Reservations"]:
+                    for instance in reservation["Instances"]:
+                        # Spot instances count against the Spot quotas, not the On-Demand ones.
+                        if instance.get("InstanceLifecycle") == "spot":
+                            continue
+                        running[str(instance["InstanceType"])] += 1
+            types = sorted(running)
+            # DescribeInstanceTypes takes at most 100 names per call.
+            for start in range(0, len(types), 100):
+                for page in ec2.get_paginator("describe_instance_types").paginate(
+                    InstanceTypes=types[start : start + 100]
+                ):
+                    for info in page["InstanceTypes"]:
+                        self._vcpus[str(info["InstanceType"])] = int(info["VCpuInfo"]["DefaultVCpus"])
+            self._running = running
+        return sum(
+            self._vcpus[t] * n
+            for t, n in self._running.items()
+            if quota_code_of(t) == quota_code
+        )
+
+
+def _home_region(region: str) -> str:
+    # Caller identity and the Region list are account-wide: ask a Region that is always enabled, so a
+    # disabled opt-in REGION shows up in the region check instead of looking like bad credentials.
+    if region.startswith("cn-"):
+        return "cn-north-1"
+    if region.startswith("us-gov-"):
+        return "us-gov-west-1"
+    return "us-east-1"
+
+
+def _check_credentials(ctx: _Context) -> CheckResult:
+    sts = ctx.client("sts", _home_region(ctx.inp.region))
+    identity = sts.get_caller_identity()
+    ctx.account = str(identity["Account"])
+    return _pass("credentials", f"account {ctx.account} as {identity['Arn']}")
+
+
+def _check_region(ctx: _Context) -> CheckResult:
+    region = ctx.inp.region
+    ec2 = ctx.client("ec2", _home_region(region))
+    regions = ec2.describe_regions(AllRegions=True)["Regions"]
+    status = next(
+        (str(r.get("OptInStatus", "")) for r in regions if r["RegionName"] == region), None
+    )
+    if status is None:
+        ctx.region_usable = False
+        return _fail(
+            "region",
+            f"{region} is not a Region of this AWS partition",
+            "set REGION to an existing AWS Region such as us-east-2",
+        )
+    if status in _OPTED_IN:
+        return _pass("region", f"{region} enabled ({status})")
+    ctx.region_usable = False
+    return _fail(
+        "region",
+        f"{region} is {status} for account {ctx.account}",
+        f"enable {region} for account {ctx.account} in the AWS console (Account > AWS Regions) and wait until it shows Enabled",
+    )
+
+
+def _offered_azs(ctx: _Context, extra_filters: list[dict[str, Any]]) -> list[str]:
+    # Filtered EC2 describes may return empty pages with a NextToken: always paginate.
+    pages = ctx.client("ec2").get_paginator("describe_instance_type_offerings").paginate(
+        LocationType="availability-zone",
+        Filters=[{"Name": "instance-type", "Values": [ctx.inp.gpu_instance_type]}, *extra_filters],
+    )
+    return sorted({str(o["Location"]) for page in pages for o in page["InstanceTypeOfferings"]})
+
+
+def _check_gpu_offering(ctx: _Context) -> CheckResult:
+    inp = ctx.inp
+    if _offered_azs(ctx, [{"Name": "location", "Values": [inp.gpu_az]}]):
+        return _pass("gpu-az-offering", f"{inp.gpu_instance_type} is offered in {inp.gpu_az}")
+    offered = _offered_azs(ctx, [])
+    if not offered:
+        return _fail(
+            "gpu-az-offering",
+            f"{inp.gpu_instance_type} is not offered in any AZ of {inp.region}",
+            f"set GPU_NODE_TYPE to a type offered in {inp.region}, or deploy to another REGION",
+        )
+    return _fail(
+        "gpu-az-offering",
+        f"{inp.gpu_instance_type} is not offered in {inp.gpu_az}",
+        f"set GPU_AZ to one of: {', '.join(offered)}",
+    )
+
+
+def _check_gpu_efa(ctx: _Context) -> CheckResult:
+    itype = ctx.inp.gpu_instance_type
+    infos = ctx.client("ec2").describe_instance_types(InstanceTypes=[itype])["InstanceTypes"]
+    network = infos[0].get("NetworkInfo", {}) if infos else {}
+    efa = network.get("EfaSupported")
+    if efa is True:
+        interfaces = network.get("EfaInfo", {}).get("MaximumEfaInterfaces")
+        suffix = f" (up to {int(interfaces)} EFA interfaces)" if interfaces is not None else ""
+        return _pass("gpu-efa", f"{itype} supports EFA{suffix}")
+    fix = (
+        "set GPU_NODE_TYPE to a type with EFA (`aws ec2 describe-instance-types "
+        "--filters Name=network-info.efa-supported,Values=true`)"
+    )
+    if efa is False:
+        return _fail("gpu-efa", f"{itype} does not support EFA", fix)
+    # Never assume EFA: the GPU nodegroup attaches EFA interfaces and would fail to launch.
+    return _fail(
+        "gpu-efa",
+        f"EFA support of {itype} unknown: DescribeInstanceTypes returned no NetworkInfo.EfaSupported",
+        fix,
+    )
+
+
+def _quota_value(ctx: _Context, code: str) -> tuple[float, bool]:
+    """(value, is_aws_default) of an EC2 quota in REGION."""
+    sq = ctx.client("service-quotas")
+    try:
+        return float(sq.get_service_quota(ServiceCode="ec2", QuotaCode=code)["Quota"]["Value"]), False
+    except ClientError as err:
+        # Accounts that never had the quota changed may have no applied value: the default applies.
+        if err.response.get("Error", {}).get("Code") != "NoSuchResourceException":
+            raise
+    default = sq.get_aws_default_service_quota(ServiceCode="ec2", QuotaCode=code)
+    return float(default["Quota"]["Value"]), True
+
+
+def _number(value: float) -> str:
+    return str(int(value)) if value.is_integer() else f"{value:g}"
+
+
+def _check_quota(
+    ctx: _Context,
+    name: str,
+    code: str,
+    quota_name: str,
+    instance_type: str,
+    node_count: int,
+    node_vcpus: int,
+) -> CheckResult:
+    actual = quota_code_of(instance_type)
+    if actual != code:
+        # Checking the wrong quota would pass or fail for reasons unrelated to the nodes we create.
+        return _fail(
+            name,
+            f"{instance_type} counts against {actual or 'a quota not checked here'}, not {quota_name} ({code})",
+            f"pass the quota code of {instance_type} ({actual or 'its family quota'}) to the preflight",
+        )
+    value, is_default = _quota_value(ctx, code)
+    new = node_count * node_vcpus
+    running = ctx.running_vcpus(code)
+    need = new + running
+    detail = (
+        f"need {new} vCPU ({node_count} x {node_vcpus}) + {running} running; "
+        f"quota {_number(value)}{' (AWS default)' if is_default else ''}"
+    )
+    if value >= need:
+        return _pass(name, detail)
+    return _fail(
+        name,
+        detail,
+        f"request an increase of {quota_name} ({code}) in {ctx.inp.region} to at least {need} in the Service Quotas console",
+    )
+
+
+def _check_gpu_quota(ctx: _Context) -> CheckResult:
+    inp = ctx.inp
+    return _check_quota(
+        ctx,
+        "gpu-vcpu-quota",
+        inp.gpu_quota_code,
+        inp.gpu_quota_name,
+        inp.gpu_instance_type,
+        inp.gpu_node_count,
+        inp.gpu_vcpus,
+    )
+
+
+def _check_standard_quota(ctx: _Context) -> CheckResult:
+    inp = ctx.inp
+    return _check_quota(
+        ctx,
+        "standard-vcpu-quota",
+        STANDARD_QUOTA_CODE,
+        STANDARD_QUOTA_NAME,
+        inp.system_instance_type,
+        inp.system_node_count,
+        inp.system_vcpus,
+    )
+
+
+def _check_bootstrap(ctx: _Context) -> CheckResult:
+    inp = ctx.inp
+    stack_name = inp.bootstrap_stack_name
+    toolkit_flag = "" if stack_name == "CDKToolkit" else f"--toolkit-stack-name {stack_name} "
+    bootstrap = f"`npx cdk bootstrap {toolkit_flag}aws://{ctx.account}/{inp.region}`"
+    try:
+        stacks = ctx.client("cloudformation").describe_stacks(StackName=stack_name)["Stacks"]
+    except ClientError as err:
+        error = err.response.get("Error", {})
+        if error.get("Code") != "ValidationError" or "does not exist" not in str(error.get("Message", "")):
+            raise
+        stacks = []
+    if not stacks:
+        return _fail("cdk-bootstrap", f"stack {stack_name} not found in {inp.region}", f"run {bootstrap}")
+    status = str(stacks[0]["StackStatus"])
+    if not stack_status_usable(status):
+        return _fail(
+            "cdk-bootstrap",
+            f"stack {stack_name} is {status}",
+            f"delete or repair {stack_name} in the CloudFormation console, then run {bootstrap}",
+        )
+    versions = [
+        str(o["OutputValue"])
+        for o in stacks[0].get("Outputs", [])
+        if o.get("OutputKey") == "BootstrapVersion"
+    ]
+    version = f", bootstrap version {versions[0]}" if versions else ""
+    return _pass("cdk-bootstrap", f"stack {stack_name} is {status}{version}")
+
+
+_Check = Callable[[_Context], CheckResult]
+
+# After credentials: (name, check) in the order they are reported.
+_AWS_CHECKS: tuple[tuple[str, _Check], ...] = (
+    ("region", _check_region),
+    ("gpu-az-offering", _check_gpu_offering),
+    ("gpu-efa", _check_gpu_efa),
+    ("gpu-vcpu-quota", _check_gpu_quota),
+    ("standard-vcpu-quota", _check_standard_quota),
+    ("cdk-bootstrap", _check_bootstrap),
+)
+
+
+def _guarded(name: str, check: _Check, ctx: _Context) -> CheckResult:
+    try:
+        return check(ctx)
+    except (ClientError, BotoCoreError) as err:
+        return _error_result(name, err)
+
+
+def _skipped(names: list[str], detail: str, fix: str) -> list[CheckResult]:
+    return [_fail(name, detail, fix) for name in names]
+
+
+def _without_credentials(credentials: CheckResult) -> list[CheckResult]:
+    # Without an identity every AWS answer would be the same error: report the cause once.
+    return [
+        credentials,
+        *_skipped([name for name, _ in _AWS_CHECKS], "skipped: no credentials", "fix the credentials check first"),
+    ]
+
+
+def run_checks(inp: PreflightInput, session: boto3.session.Session) -> list[CheckResult]:
+    """Run every check in order; each is reported, passed or failed, never raised."""
+    ctx = _Context(inp, session)
+    credentials = _guarded("credentials", _check_credentials, ctx)
+    if not credentials.ok:
+        return _without_credentials(credentials)
+    results = [credentials, _guarded("region", _check_region, ctx)]
+    if not ctx.region_usable:
+        # A disabled or unknown Region answers every call with an auth or connection error.
+        return results + _skipped(
+            [name for name, _ in _AWS_CHECKS[1:]],
+            f"skipped: region {inp.region} not usable",
+            "fix the region check first",
+        )
+    results.extend(_guarded(name, check, ctx) for name, check in _AWS_CHECKS[1:])
+    return results
+
+
+def format_table(results: list[CheckResult]) -> str:
+    """CHECK | RESULT | DETAIL, aligned, then one `fix:` line per failed check."""
+    rows = [("CHECK", "RESULT", "DETAIL")] + [
+        (r.name, "PASS" if r.ok else "FAIL", r.detail) for r in results
+    ]
+    name_width = max(len(row[0]) for row in rows)
+    result_width = max(len(row[1]) for row in rows)
+    lines = [f"{a:<{name_width}}  {b:<{result_width}}  {c}".rstrip() for a, b, c in rows]
+    lines.insert(1, f"{'-' * name_width}  {'-' * result_width}  {'-' * 6}")
+    fixes = [f"fix: {r.name}: {r.fix}" for r in results if not r.ok and r.fix]
+    if fixes:
+        lines += ["", *fixes]
+    return "\n".join(lines)
+
+
+def main(inp: PreflightInput, session: boto3.session.Session | None = None) -> int:
+    """Print the preflight table; 0 when every check passed, 1 otherwise."""
+    print(
+        f"Preflight for cluster {inp.cluster_name} in {inp.region}: "
+        f"{inp.gpu_node_count} x {inp.gpu_instance_type} in {inp.gpu_az}, "
+        f"{inp.system_node_count} x {inp.system_instance_type}"
+    )
+    results: list[CheckResult]
+    try:
+        if session is None:
+            session = boto3.session.Session(region_name=inp.region)
+    except BotoCoreError as err:
+        # e.g. AWS_PROFILE names a profile that does not exist: fails before any check can run.
+        results = _without_credentials(_error_result("credentials", err))
+    else:
+        results = run_checks(inp, session)
+    print(format_table(results))
+    failed = sum(not r.ok for r in results)
+    print("All checks passed." if not failed else f"{failed} of {len(results)} checks failed.")
+    return 0 if not failed else 1

@@ -1,0 +1,137 @@
+"""What the stacks derive from an EC2 instance type, from one place.
+
+A built-in table covers the common EFA GPU types and the usual x86 system node types, so the default
+synth needs no AWS call. Any other type is described once with boto3 (`make lookup`) and the answer is
+cached in cdk.context.json under ``instance_type_context_key(name)``, the way CDK caches its own look-ups.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import asdict, dataclass
+from typing import Any, Mapping
+
+INSTANCE_TYPE_PATTERN = re.compile(r"^[a-z][a-z0-9-]*\.[a-z0-9-]+$")
+
+
+@dataclass(frozen=True)
+class InstanceFacts:
+    """Facts about one EC2 instance type (x86_64 only: the AMIs we use are x86_64)."""
+
+    name: str
+    vcpus: int
+    memory_mib: int
+    gpus: int = 0
+    gpu_model: str = ""
+    gpu_memory_mib: int = 0  # per GPU
+    network_cards: int = 1  # one EFA interface per network card
+    efa_supported: bool = False
+    local_nvme_gb: int = 0  # total instance store; 0 = none
+    architecture: str = "x86_64"
+
+    @property
+    def family(self) -> str:
+        return self.name.split(".", 1)[0]
+
+    @property
+    def efa_interfaces(self) -> int:
+        return self.network_cards if self.efa_supported else 0
+
+    @property
+    def on_demand_quota(self) -> tuple[str, str]:
+        """(Service Quotas code, name) of the On-Demand vCPU quota this type counts against."""
+        if self.family.startswith("p"):
+            return ("L-417A185B", "Running On-Demand P instances")
+        if self.family.startswith(("g", "vt")):
+            return ("L-DB2E81BA", "Running On-Demand G and VT instances")
+        return ("L-1216C47A", "Running On-Demand Standard (A, C, D, H, I, M, R, T, Z) instances")
+
+    def to_context(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @staticmethod
+    def from_context(value: Mapping[str, Any]) -> InstanceFacts:
+        return InstanceFacts(**{k: value[k] for k in InstanceFacts.__dataclass_fields__ if k in value})
+
+    @staticmethod
+    def from_describe_instance_types(item: Mapping[str, Any]) -> InstanceFacts:
+        """Build facts from one element of ec2:DescribeInstanceTypes' ``InstanceTypes``."""
+        gpu_info = item.get("GpuInfo", {}).get("Gpus", [])
+        gpus = sum(int(g.get("Count", 0)) for g in gpu_info)
+        network = item.get("NetworkInfo", {})
+        storage = item.get("InstanceStorageInfo", {})
+        archs = item.get("ProcessorInfo", {}).get("SupportedArchitectures", ["x86_64"])
+        return InstanceFacts(
+            name=str(item["InstanceType"]),
+            vcpus=int(item["VCpuInfo"]["DefaultVCpus"]),
+            memory_mib=int(item["MemoryInfo"]["SizeInMiB"]),
+            gpus=gpus,
+            gpu_model=str(gpu_info[0].get("Name", "")) if gpu_info else "",
+            gpu_memory_mib=int(gpu_info[0].get("MemoryInfo", {}).get("SizeInMiB", 0)) if gpu_info else 0,
+            network_cards=int(network.get("MaximumNetworkCards", 1)),
+            efa_supported=bool(network.get("EfaSupported", False)),
+            local_nvme_gb=int(storage.get("TotalSizeInGB", 0)) if storage.get("NvmeSupport") in ("required", "supported") else 0,
+            architecture="x86_64" if "x86_64" in archs else str(archs[0]),
+        )
+
+
+def instance_type_context_key(name: str) -> str:
+    """The cdk.context.json key under which a looked-up type's facts are cached."""
+    return f"ray-llm:instance-type:{name}"
+
+
+def _gpu(name: str, vcpus: int, memory_gib: int, gpus: int, model: str, gpu_gib: int, cards: int, nvme_gb: int) -> InstanceFacts:
+    return InstanceFacts(
+        name=name,
+        vcpus=vcpus,
+        memory_mib=memory_gib * 1024,
+        gpus=gpus,
+        gpu_model=model,
+        gpu_memory_mib=gpu_gib * 1024,
+        network_cards=cards,
+        efa_supported=True,
+        local_nvme_gb=nvme_gb,
+    )
+
+
+# EFA-capable NVIDIA GPU types (AWS EC2 accelerated-computing specifications).
+_GPU_TYPES: tuple[InstanceFacts, ...] = (
+    _gpu("g5.8xlarge", 32, 128, 1, "A10G", 24, 1, 900),
+    _gpu("g5.12xlarge", 48, 192, 4, "A10G", 24, 1, 3800),
+    _gpu("g5.16xlarge", 64, 256, 1, "A10G", 24, 1, 1900),
+    _gpu("g5.24xlarge", 96, 384, 4, "A10G", 24, 1, 3800),
+    _gpu("g5.48xlarge", 192, 768, 8, "A10G", 24, 1, 7600),
+    _gpu("g6.8xlarge", 32, 128, 1, "L4", 24, 1, 900),
+    _gpu("g6.12xlarge", 48, 192, 4, "L4", 24, 1, 3760),
+    _gpu("g6.16xlarge", 64, 256, 1, "L4", 24, 1, 1880),
+    _gpu("g6.24xlarge", 96, 384, 4, "L4", 24, 1, 3760),
+    _gpu("g6.48xlarge", 192, 768, 8, "L4", 24, 1, 7520),
+    _gpu("g6e.8xlarge", 32, 256, 1, "L40S", 48, 1, 900),
+    _gpu("g6e.12xlarge", 48, 384, 4, "L40S", 48, 1, 3800),
+    _gpu("g6e.16xlarge", 64, 512, 1, "L40S", 48, 1, 1900),
+    _gpu("g6e.24xlarge", 96, 768, 4, "L40S", 48, 2, 3800),
+    _gpu("g6e.48xlarge", 192, 1536, 8, "L40S", 48, 4, 7600),
+    _gpu("p4d.24xlarge", 96, 1152, 8, "A100", 40, 4, 8000),
+    _gpu("p5.48xlarge", 192, 2048, 8, "H100", 80, 32, 30720),
+)
+
+# General-purpose, compute and memory x86 families for the system nodes: vCPUs follow the size and
+# memory is a fixed GiB-per-vCPU ratio in each of these families.
+_CPU_FAMILIES: dict[str, int] = {
+    "m5": 4, "m6i": 4, "m6a": 4, "m7i": 4, "m7a": 4,
+    "c5": 2, "c6i": 2, "c6a": 2, "c7i": 2, "c7a": 2,
+    "r5": 8, "r6i": 8, "r6a": 8, "r7i": 8, "r7a": 8,
+}  # fmt: skip
+_CPU_SIZES: dict[str, int] = {"large": 2, "xlarge": 4, "2xlarge": 8, "4xlarge": 16, "8xlarge": 32, "12xlarge": 48, "16xlarge": 64}
+
+
+def _cpu_types() -> tuple[InstanceFacts, ...]:
+    return tuple(
+        InstanceFacts(name=f"{family}.{size}", vcpus=vcpus, memory_mib=vcpus * gib_per_vcpu * 1024)
+        for family, gib_per_vcpu in _CPU_FAMILIES.items()
+        for size, vcpus in _CPU_SIZES.items()
+    )
+
+
+BUILT_IN: Mapping[str, InstanceFacts] = {facts.name: facts for facts in (*_GPU_TYPES, *_cpu_types())}
+BUILT_IN_GPU_TYPES: tuple[str, ...] = tuple(facts.name for facts in _GPU_TYPES)

@@ -1,0 +1,296 @@
+"""Build the Settings from environment variables, `cdk -c key=value` and cdk.json, in that order.
+
+Every setting has one name: its environment variable (the reference scripts' names). As a context key
+it is the same name in lower case (`cdk synth -c gpu_node_count=0`). Every value is checked here, before
+any construct exists, and a bad one raises SettingError naming the setting, the value and what is allowed.
+"""
+
+from __future__ import annotations
+
+import difflib
+import ipaddress
+import re
+from dataclasses import dataclass
+from functools import cache
+from typing import Any, Callable, Mapping
+
+from settings import versions
+from settings.errors import SettingError
+from settings.instance_types import (
+    BUILT_IN,
+    BUILT_IN_GPU_TYPES,
+    INSTANCE_TYPE_PATTERN,
+    InstanceFacts,
+    instance_type_context_key,
+)
+from settings.model import Settings
+from settings.sizing import check_head_fits, gpu_worker_resources
+from settings.zones import choose_zones
+
+DNS_LABEL = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
+
+
+@dataclass(frozen=True)
+class SettingSpec:
+    env: str
+    default: str
+    meaning: str
+    allowed: str
+
+    @property
+    def context_key(self) -> str:
+        return self.env.lower()
+
+
+SPECS: tuple[SettingSpec, ...] = (
+    SettingSpec("CLUSTER_NAME", "ray-llm-multinode", "EKS cluster name; also the prefix of the stack names", "DNS label, starts with a letter, at most 40 characters"),
+    SettingSpec("REGION", "sa-east-1", "AWS Region of every stack", "an AWS commercial Region, e.g. us-east-2"),
+    SettingSpec("K8S_VERSION", "1.35", "Kubernetes version of the control plane and nodes", ", ".join(versions.SUPPORTED_KUBERNETES_VERSIONS)),
+    SettingSpec("NAMESPACE", "inference", "Namespace of the RayService", "DNS label, at most 63 characters"),
+    SettingSpec("VPC_CIDR", "10.0.0.0/16", "IPv4 range of the VPC", "a private IPv4 CIDR from /16 to /20"),
+    SettingSpec("ENDPOINT_ACCESS", "public-and-private", "Where the Kubernetes API endpoint is reachable from", "public-and-private, private, public"),
+    SettingSpec("PUBLIC_ACCESS_CIDRS", "", "Allow-list for the public API endpoint (empty = anywhere)", "comma-separated IPv4 CIDRs"),
+    SettingSpec("ADMIN_PRINCIPAL_ARNS", "", "IAM roles/users given cluster-admin access entries (CI deploy role, people)", "comma-separated IAM role or user ARNs"),
+    SettingSpec("SYSTEM_NODEGROUP_NAME", "system-nodes", "Name of the CPU system nodegroup", "DNS label, at most 63 characters"),
+    SettingSpec("SYSTEM_NODE_TYPE", "m7i.xlarge", "Instance type of the system nodes (operator, Ray head, CoreDNS)", "an x86_64 EC2 type with at least 4 vCPU and 16 GiB"),
+    SettingSpec("SYSTEM_NODE_COUNT", "1", "Number of system nodes", "integer 1-10"),
+    SettingSpec("SYSTEM_ROOT_VOLUME_GIB", "50", "Encrypted gp3 root volume of each system node", "integer 20-1000"),
+    SettingSpec("GPU_NODEGROUP_NAME", "gpu-workers", "Name of the EFA GPU nodegroup", "DNS label, at most 63 characters"),
+    SettingSpec("GPU_NODE_TYPE", "g6.8xlarge", "Instance type of the GPU nodes", "an x86_64 NVIDIA GPU type with EFA: " + ", ".join(BUILT_IN_GPU_TYPES) + ", or another after `make lookup`"),
+    SettingSpec("GPU_NODE_COUNT", "2", "Number of GPU nodes; 0 parks the GPUs and keeps everything else", "0, or the nodes the replicas need"),
+    SettingSpec("GPU_ROOT_VOLUME_GIB", "200", "Encrypted gp3 root volume of each GPU node (image ~20 GB, weights ~18 GiB)", "integer 100-2000"),
+    SettingSpec("GPU_AZ", "", "AZ of the GPU nodes (EFA cannot cross AZs); empty = the cached look-up, else REGION + 'a'", "an AZ of REGION that offers GPU_NODE_TYPE"),
+    SettingSpec("DLC_IMAGE", versions.DLC_IMAGE_TEMPLATE, "Ray LLM container image of the head and workers (${REGION} is replaced)", "an image reference with a tag or digest"),
+    SettingSpec("KUBERAY_VERSION", versions.KUBERAY_VERSION, "KubeRay operator chart version", "1.7.x (the CRDs the RayService is validated against)"),
+    SettingSpec("RAY_VERSION", versions.RAY_VERSION, "Ray version inside DLC_IMAGE", "X.Y.Z, at least 2.49 (build_pd_openai_app)"),
+    SettingSpec("RAY_SERVICE_NAME", "ray-llm", "RayService name; the endpoint Service is NAME-serve-svc", "DNS label, at most 53 characters"),
+    SettingSpec("MODEL_ID", "qwen3.5-9b", "Model name clients send in requests", "letters, digits, '.', '_', '-'"),
+    SettingSpec("MODEL_SOURCE", "Qwen/Qwen3.5-9B", "Hugging Face repository (or s3:// path) of the weights", "ORG/NAME or s3://bucket/path"),
+    SettingSpec("PREFILL_REPLICAS", "1", "Prefill replicas (one GPU worker each)", "integer 1-64"),
+    SettingSpec("DECODE_REPLICAS", "1", "Decode replicas (one GPU worker each)", "integer 1-64"),
+    SettingSpec("MAX_MODEL_LEN", "4096", "vLLM max_model_len: sized to the KV cache that fits on the GPU", "integer 256-1048576"),
+    SettingSpec("HF_TOKEN_SECRET_NAME", "", "Secrets Manager secret holding a Hugging Face token (empty = none)", "a Secrets Manager secret name"),
+)
+
+SPECS_BY_CONTEXT_KEY: Mapping[str, SettingSpec] = {spec.context_key: spec for spec in SPECS}
+
+
+@cache
+def _known_instance_types() -> frozenset[str]:
+    import botocore.session  # the EC2 API model's InstanceType enum: every type AWS has, offline
+
+    model = botocore.session.get_session().get_service_model("ec2")
+    return frozenset(model.shape_for("InstanceType").enum)
+
+
+@cache
+def _known_regions() -> tuple[str, ...]:
+    import boto3
+
+    return tuple(boto3.session.Session().get_available_regions("eks"))
+
+
+def _closest(value: str, choices: list[str] | tuple[str, ...]) -> str:
+    match = difflib.get_close_matches(value, choices, n=1)
+    return f" (did you mean {match[0]}?)" if match else ""
+
+
+def check_context_keys(context: Mapping[str, Any]) -> None:
+    """Reject context keys that look like ours but are not: a typo must not be silently ignored."""
+    for key in sorted(context):
+        # CDK's own keys: feature flags (@aws-cdk/...), aws:cdk:*, look-up caches (provider:...).
+        if key.startswith("@") or ":" in key or key.startswith("aws-cdk") or key.startswith("cdk"):
+            continue
+        if key not in SPECS_BY_CONTEXT_KEY:
+            hint = _closest(key, sorted(SPECS_BY_CONTEXT_KEY))
+            raise SettingError(key, context[key], f"a known context key{hint}; see the settings table in README.md")
+
+
+def _raw_values(environ: Mapping[str, str], context: Mapping[str, Any]) -> dict[str, str]:
+    values: dict[str, str] = {}
+    for spec in SPECS:
+        if spec.env in environ:
+            values[spec.env] = environ[spec.env]
+        elif spec.context_key in context:
+            raw = context[spec.context_key]
+            values[spec.env] = ",".join(str(v) for v in raw) if isinstance(raw, list) else str(raw)
+        else:
+            values[spec.env] = spec.default
+    return values
+
+
+def _integer(env: str, raw: str, low: int, high: int) -> int:
+    text = raw.strip()
+    if not re.fullmatch(r"[+-]?\d+", text):
+        raise SettingError(env, raw, f"a whole number from {low} to {high}")
+    value = int(text)
+    if not low <= value <= high:
+        raise SettingError(env, raw, f"a whole number from {low} to {high}")
+    return value
+
+
+def _dns_label(env: str, raw: str, max_len: int = 63) -> str:
+    if not DNS_LABEL.fullmatch(raw) or len(raw) > max_len:
+        raise SettingError(env, raw, f"a DNS label: lowercase letters, digits and '-', starting with a letter, at most {max_len} characters")
+    return raw
+
+
+def _csv(raw: str) -> tuple[str, ...]:
+    return tuple(part.strip() for part in raw.split(",") if part.strip())
+
+
+def _instance_facts(env: str, name: str, context: Mapping[str, Any]) -> InstanceFacts:
+    if not INSTANCE_TYPE_PATTERN.fullmatch(name) or name not in _known_instance_types():
+        hint = _closest(name, sorted(_known_instance_types()))
+        raise SettingError(env, name, f"an EC2 instance type{hint}")
+    if name in BUILT_IN:
+        return BUILT_IN[name]
+    cached = context.get(instance_type_context_key(name))
+    if isinstance(cached, Mapping):
+        return InstanceFacts.from_context(cached)
+    return InstanceFacts(name=name, vcpus=0, memory_mib=0)  # unknown facts: the callers reject it clearly
+
+
+def _gpu_facts(name: str, context: Mapping[str, Any]) -> InstanceFacts:
+    facts = _instance_facts("GPU_NODE_TYPE", name, context)
+    supported = ", ".join(BUILT_IN_GPU_TYPES)
+    if facts.vcpus == 0:
+        if not facts.family.startswith(("g", "p")):
+            raise SettingError("GPU_NODE_TYPE", name, f"a GPU type with EFA ({name} has no GPU): {supported}")
+        raise SettingError("GPU_NODE_TYPE", name, f"a built-in GPU type ({supported}), or run `make lookup` with AWS credentials to cache {name}'s facts")
+    if facts.gpus == 0:
+        raise SettingError("GPU_NODE_TYPE", name, f"a GPU type with EFA ({name} has no GPU): {supported}")
+    if not facts.efa_supported:
+        raise SettingError("GPU_NODE_TYPE", name, f"a GPU type with EFA ({name} has no EFA): {supported}")
+    if facts.architecture != "x86_64" or facts.gpu_model.upper().startswith(("RADEON", "T4G")):
+        raise SettingError("GPU_NODE_TYPE", name, f"an x86_64 NVIDIA GPU type (the AL2023 NVIDIA AMI): {supported}")
+    return facts
+
+
+def _system_facts(name: str, context: Mapping[str, Any]) -> InstanceFacts:
+    facts = _instance_facts("SYSTEM_NODE_TYPE", name, context)
+    if facts.vcpus == 0:
+        raise SettingError("SYSTEM_NODE_TYPE", name, "a built-in x86_64 type (m5-m7i, c5-c7i, r5-r7i, large to 16xlarge), or run `make lookup` with AWS credentials to cache its facts")
+    if facts.architecture != "x86_64":
+        raise SettingError("SYSTEM_NODE_TYPE", name, "an x86_64 instance type (the nodegroup uses the AL2023 x86_64 AMI)")
+    # The Ray head (2 vCPU / 8 GiB requested, 3 / 12 GiB limit) must fit beside the operator and CoreDNS.
+    if facts.vcpus < 4 or facts.memory_mib < 16 * 1024:
+        raise SettingError("SYSTEM_NODE_TYPE", name, f"a type with at least 4 vCPU and 16 GiB ({name} has {facts.vcpus} vCPU, {facts.memory_mib // 1024} GiB)")
+    return facts
+
+
+def _region(raw: str) -> str:
+    if raw not in _known_regions():
+        raise SettingError("REGION", raw, f"an AWS Region{_closest(raw, _known_regions())}, one of {', '.join(_known_regions())}")
+    return raw
+
+
+def _cidr(env: str, raw: str, *, private: bool, prefix: tuple[int, int]) -> str:
+    try:
+        network = ipaddress.IPv4Network(raw, strict=True)
+    except ValueError:
+        raise SettingError(env, raw, f"an IPv4 CIDR such as 10.0.0.0/16 (prefix /{prefix[0]} to /{prefix[1]})") from None
+    if not prefix[0] <= network.prefixlen <= prefix[1] or (private and not network.is_private):
+        kind = "a private " if private else "an "
+        raise SettingError(env, raw, f"{kind}IPv4 CIDR with a prefix from /{prefix[0]} to /{prefix[1]}")
+    return str(network)
+
+
+def _principal_arn(raw: str) -> str:
+    if not re.fullmatch(r"arn:aws[a-z-]*:iam::\d{12}:(role|user)/[\w+=,.@/-]+", raw):
+        raise SettingError("ADMIN_PRINCIPAL_ARNS", raw, "IAM role or user ARNs such as arn:aws:iam::123456789012:role/ci-deploy")
+    return raw
+
+
+def _image(raw: str, region: str) -> str:
+    image = raw.replace("${REGION}", region)
+    if not re.fullmatch(r"[a-z0-9.-]+(:\d+)?(/[a-z0-9._-]+)+(:[\w][\w.-]{0,127}|@sha256:[a-f0-9]{64})", image) or image.endswith(":latest"):
+        raise SettingError("DLC_IMAGE", raw, "REGISTRY/REPOSITORY:TAG or @sha256:DIGEST, not :latest (the image must be reproducible)")
+    return image
+
+
+def _semver(env: str, raw: str, allowed: str, check: Callable[[tuple[int, int, int]], bool]) -> str:
+    match = re.fullmatch(r"(\d+)\.(\d+)\.(\d+)", raw)
+    if not match or not check((int(match[1]), int(match[2]), int(match[3]))):
+        raise SettingError(env, raw, allowed)
+    return raw
+
+
+def load_settings(environ: Mapping[str, str], context: Mapping[str, Any]) -> Settings:
+    """Parse and check every setting; raise SettingError on the first bad one."""
+    check_context_keys(context)
+    raw = _raw_values(environ, context)
+
+    region = _region(raw["REGION"])
+    if raw["K8S_VERSION"] not in versions.SUPPORTED_KUBERNETES_VERSIONS:
+        raise SettingError("K8S_VERSION", raw["K8S_VERSION"], ", ".join(versions.SUPPORTED_KUBERNETES_VERSIONS) + f" (the kubectl {versions.KUBECTL_LAYER_KUBERNETES_MINOR} layer's skew)")
+    endpoint_access = raw["ENDPOINT_ACCESS"]
+    if endpoint_access not in ("public-and-private", "private", "public"):
+        raise SettingError("ENDPOINT_ACCESS", endpoint_access, "public-and-private, private or public")
+    public_cidrs = tuple(_cidr("PUBLIC_ACCESS_CIDRS", c, private=False, prefix=(0, 32)) for c in _csv(raw["PUBLIC_ACCESS_CIDRS"]))
+    if public_cidrs and endpoint_access == "private":
+        raise SettingError("PUBLIC_ACCESS_CIDRS", raw["PUBLIC_ACCESS_CIDRS"], "empty when ENDPOINT_ACCESS=private (there is no public endpoint)")
+
+    gpu_node = _gpu_facts(raw["GPU_NODE_TYPE"], context)
+    zones = choose_zones(region=region, gpu_type=gpu_node.name, gpu_az=raw["GPU_AZ"].strip(), context=context)
+
+    model_id = raw["MODEL_ID"]
+    if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}", model_id):
+        raise SettingError("MODEL_ID", model_id, "letters, digits, '.', '_' and '-', at most 128 characters")
+    model_source = raw["MODEL_SOURCE"]
+    if not re.fullmatch(r"[A-Za-z0-9][\w.-]*/[\w.-]+|s3://[a-z0-9.-]{3,63}(/[\w.=/-]*)?", model_source):
+        raise SettingError("MODEL_SOURCE", model_source, "a Hugging Face repository ORG/NAME or an s3://bucket/path")
+    secret = raw["HF_TOKEN_SECRET_NAME"]
+    if secret and not re.fullmatch(r"[A-Za-z0-9/_+=.@-]{1,512}", secret):
+        raise SettingError("HF_TOKEN_SECRET_NAME", secret, "a Secrets Manager secret name (letters, digits and /_+=.@-)")
+
+    settings = Settings(
+        cluster_name=_dns_label("CLUSTER_NAME", raw["CLUSTER_NAME"], max_len=40),
+        region=region,
+        kubernetes_version=raw["K8S_VERSION"],
+        namespace=_dns_label("NAMESPACE", raw["NAMESPACE"]),
+        vpc_cidr=_cidr("VPC_CIDR", raw["VPC_CIDR"], private=True, prefix=(16, 20)),
+        availability_zones=zones.vpc_azs,
+        endpoint_access=endpoint_access,
+        public_access_cidrs=public_cidrs,
+        admin_principal_arns=tuple(_principal_arn(a) for a in _csv(raw["ADMIN_PRINCIPAL_ARNS"])),
+        system_nodegroup_name=_dns_label("SYSTEM_NODEGROUP_NAME", raw["SYSTEM_NODEGROUP_NAME"]),
+        system_node=_system_facts(raw["SYSTEM_NODE_TYPE"], context),
+        system_node_count=_integer("SYSTEM_NODE_COUNT", raw["SYSTEM_NODE_COUNT"], 1, 10),
+        system_root_volume_gib=_integer("SYSTEM_ROOT_VOLUME_GIB", raw["SYSTEM_ROOT_VOLUME_GIB"], 20, 1000),
+        gpu_nodegroup_name=_dns_label("GPU_NODEGROUP_NAME", raw["GPU_NODEGROUP_NAME"]),
+        gpu_node=gpu_node,
+        gpu_node_count=_integer("GPU_NODE_COUNT", raw["GPU_NODE_COUNT"], 0, 64),
+        gpu_root_volume_gib=_integer("GPU_ROOT_VOLUME_GIB", raw["GPU_ROOT_VOLUME_GIB"], 100, 2000),
+        gpu_az=zones.gpu_az,
+        gpu_az_source=zones.source,
+        dlc_image=_image(raw["DLC_IMAGE"], region),
+        kuberay_version=_semver("KUBERAY_VERSION", raw["KUBERAY_VERSION"], "1.7.x (the CRDs the RayService is validated against)", lambda v: v[:2] == (1, 7)),
+        ray_version=_semver("RAY_VERSION", raw["RAY_VERSION"], "X.Y.Z, at least 2.49.0 (build_pd_openai_app)", lambda v: v >= (2, 49, 0)),
+        ray_service_name=_dns_label("RAY_SERVICE_NAME", raw["RAY_SERVICE_NAME"], max_len=53),
+        model_id=model_id,
+        model_source=model_source,
+        prefill_replicas=_integer("PREFILL_REPLICAS", raw["PREFILL_REPLICAS"], 1, 64),
+        decode_replicas=_integer("DECODE_REPLICAS", raw["DECODE_REPLICAS"], 1, 64),
+        max_model_len=_integer("MAX_MODEL_LEN", raw["MAX_MODEL_LEN"], 256, 1048576),
+        hf_token_secret_name=secret,
+    )
+    if settings.gpu_node_count not in (0, settings.gpu_nodes_needed):
+        raise SettingError(
+            "GPU_NODE_COUNT",
+            raw["GPU_NODE_COUNT"],
+            f"0 (parked) or {settings.gpu_nodes_needed}: PREFILL_REPLICAS + DECODE_REPLICAS = {settings.gpu_workers} GPU workers, "
+            f"{settings.gpu_workers_per_node} per {gpu_node.name} (one GPU and one EFA device each)",
+        )
+    check_head_fits(settings.system_node)
+    gpu_worker_resources(settings.gpu_node, settings.gpu_workers_per_node)
+    return settings
+
+
+def settings_table_markdown() -> str:
+    """The README's settings table, generated from SPECS so the two cannot drift apart."""
+    rows = ["| Environment variable | Context key (`-c`) | Default | Meaning | Allowed |", "|---|---|---|---|---|"]
+    for spec in SPECS:
+        default = f"`{spec.default}`" if spec.default else "(empty)"
+        rows.append(f"| `{spec.env}` | `{spec.context_key}` | {default} | {spec.meaning} | {spec.allowed} |")
+    return "\n".join(rows)

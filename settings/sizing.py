@@ -1,0 +1,86 @@
+"""Pod resources derived from the instance facts, so that the pods fit the nodes' allocatable.
+
+Allocatable follows the EKS AL2023 bootstrap: kube-reserved memory is 255 MiB + 11 MiB per pod
+(max pods capped at 110 below 30 vCPU and 250 above), the hard eviction threshold is 100 MiB, and
+kube-reserved CPU is 6% of the first core, 1% of the second, 0.5% of the next two and 0.25% above.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from settings.errors import SettingError
+from settings.instance_types import InstanceFacts
+
+# What the DaemonSets on every node ask for, with headroom (vpc-cni, kube-proxy, pod identity agent,
+# and on GPU nodes the NVIDIA and EFA device plugins).
+DAEMONSET_CPU_MILLI = 500
+DAEMONSET_MEMORY_MIB = 1024
+# A GPU worker keeps the ~18 GiB checkpoint in the page cache (charged to its cgroup) beside vLLM's
+# host memory and Ray's object store in /dev/shm: below this it would reload weights from disk.
+MIN_WORKER_MEMORY_MIB = 48 * 1024
+MIN_WORKER_CPU_MILLI = 4000
+
+# The Ray head (CPU only) on a system node, as the reference sizes it for an m7i.xlarge.
+HEAD_REQUEST_CPU_MILLI, HEAD_REQUEST_MEMORY_MIB = 2000, 8 * 1024
+HEAD_LIMIT_CPU_MILLI, HEAD_LIMIT_MEMORY_MIB = 3000, 12 * 1024
+# The KubeRay operator and two CoreDNS replicas share the first system node with the head.
+SYSTEM_PODS_CPU_MILLI, SYSTEM_PODS_MEMORY_MIB = 300, 768
+
+
+@dataclass(frozen=True)
+class Allocatable:
+    cpu_milli: int
+    memory_mib: int
+
+
+def allocatable(instance: InstanceFacts) -> Allocatable:
+    max_pods = 250 if instance.vcpus > 30 else 110
+    memory = instance.memory_mib - (255 + 11 * max_pods) - 100
+    reserved_cpu = 60 + (10 if instance.vcpus > 1 else 0) + 5 * min(2, max(0, instance.vcpus - 2))
+    reserved_cpu += int(2.5 * max(0, instance.vcpus - 4))
+    return Allocatable(cpu_milli=instance.vcpus * 1000 - reserved_cpu, memory_mib=memory)
+
+
+@dataclass(frozen=True)
+class WorkerResources:
+    cpu_milli: int
+    memory_mib: int
+
+    @property
+    def cpu(self) -> str:
+        return f"{self.cpu_milli // 1000}" if self.cpu_milli % 1000 == 0 else f"{self.cpu_milli}m"
+
+    @property
+    def memory(self) -> str:
+        return f"{self.memory_mib // 1024}Gi" if self.memory_mib % 1024 == 0 else f"{self.memory_mib}Mi"
+
+
+def gpu_worker_resources(instance: InstanceFacts, workers_per_node: int) -> WorkerResources:
+    """Requests = limits (Guaranteed QoS) for one worker: the node's allocatable shared by its workers,
+    rounded down to whole cores and GiB. The memory limit is far above the checkpoint, so the page cache
+    keeps the weights between restarts (on g6.8xlarge: ~145 s to ~2 s to load)."""
+    node = allocatable(instance)
+    cpu = (node.cpu_milli - DAEMONSET_CPU_MILLI) // workers_per_node // 1000 * 1000
+    memory = (node.memory_mib - DAEMONSET_MEMORY_MIB) // workers_per_node // 1024 * 1024
+    if cpu < MIN_WORKER_CPU_MILLI or memory < MIN_WORKER_MEMORY_MIB:
+        raise SettingError(
+            "GPU_NODE_TYPE",
+            instance.name,
+            f"a type whose allocatable gives each of its {workers_per_node} worker(s) at least "
+            f"{MIN_WORKER_CPU_MILLI // 1000} vCPU and {MIN_WORKER_MEMORY_MIB // 1024} GiB (it gives {cpu // 1000} vCPU, {memory // 1024} GiB)",
+        )
+    return WorkerResources(cpu_milli=cpu, memory_mib=memory)
+
+
+def check_head_fits(instance: InstanceFacts) -> None:
+    node = allocatable(instance)
+    free_cpu = node.cpu_milli - DAEMONSET_CPU_MILLI - SYSTEM_PODS_CPU_MILLI
+    free_memory = node.memory_mib - DAEMONSET_MEMORY_MIB - SYSTEM_PODS_MEMORY_MIB
+    if free_cpu < HEAD_REQUEST_CPU_MILLI or free_memory < HEAD_REQUEST_MEMORY_MIB:
+        raise SettingError(
+            "SYSTEM_NODE_TYPE",
+            instance.name,
+            f"a type with room for the Ray head ({HEAD_REQUEST_CPU_MILLI // 1000} vCPU, {HEAD_REQUEST_MEMORY_MIB // 1024} GiB) "
+            f"beside the operator and CoreDNS; {instance.name} leaves {free_cpu}m CPU, {free_memory} MiB",
+        )

@@ -1,0 +1,46 @@
+"""Every external artifact this project deploys, pinned in one place.
+
+Changing a version here is the whole upgrade: the stacks, the cdk8s charts, the README table and the
+tests read these constants.
+"""
+
+from typing import Final
+
+# KubeRay operator (Helm). The CRDs in ../shared/schemas/kuberay/ (and the typed classes generated from
+# them under imports/) are of this version: the RayService is validated against exactly what runs.
+KUBERAY_CHART_REPOSITORY: Final = "https://ray-project.github.io/kuberay-helm/"
+KUBERAY_CHART: Final = "kuberay-operator"
+KUBERAY_VERSION: Final = "1.7.0"
+
+# NVIDIA Kubernetes device plugin (Helm): advertises nvidia.com/gpu. The AL2023 NVIDIA AMI has the
+# driver and container toolkit but not this plugin.
+NVIDIA_DEVICE_PLUGIN_REPOSITORY: Final = "https://nvidia.github.io/k8s-device-plugin"
+NVIDIA_DEVICE_PLUGIN_CHART: Final = "nvidia-device-plugin"
+NVIDIA_DEVICE_PLUGIN_VERSION: Final = "0.20.1"
+
+# AWS EFA Kubernetes device plugin (Helm): advertises vpc.amazonaws.com/efa. This chart's versions
+# carry a leading "v" (chart v0.5.29 ships image v0.5.20).
+EFA_DEVICE_PLUGIN_REPOSITORY: Final = "https://aws.github.io/eks-charts"
+EFA_DEVICE_PLUGIN_CHART: Final = "aws-efa-k8s-device-plugin"
+EFA_DEVICE_PLUGIN_VERSION: Final = "v0.5.29"
+
+# Ray LLM Deep Learning Container. ${REGION} is replaced with REGION. It bundles Ray 2.58.0 and vLLM
+# 0.26.0; RAY_VERSION must match the Ray inside the image.
+DLC_IMAGE_TEMPLATE: Final = "763104351884.dkr.ecr.${REGION}.amazonaws.com/ray:serve-llm-cuda-v1.0"
+RAY_VERSION: Final = "2.58.0"
+
+# The kubectl Lambda layer (kubectl 1.35 and Helm) of the CDK kubectl provider. kubectl supports one
+# minor version of skew either way, so this layer serves clusters at 1.34, 1.35 and 1.36; the
+# package version is pinned in requirements.txt (aws-cdk.lambda-layer-kubectl-v35).
+KUBECTL_LAYER_KUBERNETES_MINOR: Final = 35
+SUPPORTED_KUBERNETES_VERSIONS: Final = ("1.34", "1.35", "1.36")
+
+# EKS managed add-ons. None = the default version EKS picks for the cluster's Kubernetes version at
+# create time (explicitly "default-for-version"): EKS tests that combination, and a pinned string here
+# would go stale with every K8S_VERSION change. Set a string to pin an exact build.
+EKS_ADDON_VERSIONS: Final[dict[str, str | None]] = {
+    "vpc-cni": None,
+    "kube-proxy": None,
+    "coredns": None,
+    "eks-pod-identity-agent": None,
+}

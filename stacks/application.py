@@ -1,0 +1,59 @@
+"""Wires the stacks together: one Settings in, one CDK App out."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from aws_cdk import App, Environment, Tags
+
+from settings import Settings
+from stacks.cluster_stack import ClusterStack
+from stacks.gpu_capacity_stack import GpuCapacityStack
+from stacks.network_stack import NetworkStack
+from stacks.serving_stack import ServingStack
+
+PROJECT_TAG = "ray-llm-eks-pd"
+
+
+@dataclass(frozen=True)
+class Deployment:
+    """The stacks of one deployment, in the order `cdk deploy` creates them (destroy is the reverse)."""
+
+    network: NetworkStack
+    cluster: ClusterStack
+    gpu: GpuCapacityStack
+    serving: ServingStack
+
+    @property
+    def stacks(self) -> tuple[NetworkStack, ClusterStack, GpuCapacityStack, ServingStack]:
+        return (self.network, self.cluster, self.gpu, self.serving)
+
+
+def build_stacks(app: App, settings: Settings) -> Deployment:
+    # Region only, no account: the templates do not depend on who synthesizes them and no CDK
+    # context look-up (which would need credentials) is triggered.
+    env = Environment(region=settings.region)
+    prefix = settings.stack_prefix
+    network = NetworkStack(app, f"{prefix}-network", settings=settings, env=env)
+    cluster = ClusterStack(app, f"{prefix}-cluster", settings=settings, vpc=network.vpc, env=env)
+    gpu = GpuCapacityStack(
+        app,
+        f"{prefix}-gpu",
+        settings=settings,
+        cluster=cluster.cluster,
+        vpc=network.vpc,
+        gpu_subnet=network.private_subnet_in(settings.gpu_az),
+        env=env,
+    )
+    serving = ServingStack(
+        app,
+        f"{prefix}-serving",
+        settings=settings,
+        cluster=cluster.cluster,
+        system_nodegroup=cluster.system_nodegroup,
+        gpu_nodegroup=gpu.gpu_nodes.nodegroup,
+        env=env,
+    )
+    Tags.of(app).add("project", PROJECT_TAG)
+    Tags.of(app).add("cluster", settings.cluster_name)
+    return Deployment(network=network, cluster=cluster, gpu=gpu, serving=serving)

@@ -1,0 +1,134 @@
+"""The EKS control plane, its managed add-ons, admin access and the CPU system nodegroup."""
+
+from __future__ import annotations
+
+from aws_cdk import CfnOutput, Environment, Stack
+from aws_cdk import aws_ec2 as ec2
+from aws_cdk import aws_eks_v2 as eks
+from aws_cdk import aws_iam as iam
+from aws_cdk import aws_kms as kms
+from aws_cdk.lambda_layer_kubectl_v35 import KubectlV35Layer
+from constructs import Construct
+
+from settings import Settings, versions
+from stacks import nag
+from stacks.node_launch_template import metadata_options, root_volume
+
+SYSTEM_NODE_LABEL = {"role": "system"}
+
+_ENDPOINT_ACCESS = {
+    "public-and-private": eks.EndpointAccess.PUBLIC_AND_PRIVATE,
+    "public": eks.EndpointAccess.PUBLIC,
+    "private": eks.EndpointAccess.PRIVATE,
+}
+
+# Managed node policies every EKS node needs (kubelet registration, ENI management, image pulls).
+NODE_MANAGED_POLICIES = ("AmazonEKSWorkerNodePolicy", "AmazonEKS_CNI_Policy", "AmazonEC2ContainerRegistryReadOnly")
+
+
+def node_role(scope: Construct, construct_id: str) -> iam.Role:
+    role = iam.Role(scope, construct_id, assumed_by=iam.ServicePrincipal("ec2.amazonaws.com"))
+    for name in NODE_MANAGED_POLICIES:
+        role.add_managed_policy(iam.ManagedPolicy.from_aws_managed_policy_name(name))
+    nag.acknowledge(
+        role,
+        "AwsSolutions-IAM4",
+        "EKS managed nodes need these AWS managed policies; AWS maintains them with the EKS node bootstrap.",
+        applies_to=[f"Policy::arn:<AWS::Partition>:iam::aws:policy/{name}" for name in NODE_MANAGED_POLICIES],
+    )
+    return role
+
+
+class ClusterStack(Stack):
+    """EKS at K8S_VERSION with managed nodegroups only (no Auto Mode), KMS envelope encryption and logs."""
+
+    def __init__(self, scope: Construct, construct_id: str, *, settings: Settings, vpc: ec2.IVpc, env: Environment) -> None:
+        super().__init__(scope, construct_id, env=env, description=f"{settings.cluster_name}: EKS cluster and system nodes")
+        private = ec2.SubnetSelection(subnet_type=ec2.SubnetType.PRIVATE_WITH_EGRESS)
+
+        secrets_key = kms.Key(self, "SecretsKey", enable_key_rotation=True, description=f"EKS secrets envelope encryption for {settings.cluster_name}")
+
+        endpoint = _ENDPOINT_ACCESS[settings.endpoint_access]
+        if settings.public_access_cidrs:
+            endpoint = endpoint.only_from(*settings.public_access_cidrs)
+
+        self.cluster = eks.Cluster(
+            self,
+            "Cluster",
+            cluster_name=settings.cluster_name,
+            version=eks.KubernetesVersion.of(settings.kubernetes_version),
+            vpc=vpc,
+            vpc_subnets=[private],
+            # Managed nodegroups only: no Auto Mode compute, no default capacity.
+            default_capacity_type=eks.DefaultCapacityType.NODEGROUP,
+            default_capacity=0,
+            # The add-ons below are EKS managed ones; do not also install the self-managed copies.
+            bootstrap_self_managed_addons=False,
+            endpoint_access=endpoint,
+            secrets_encryption_key=secrets_key,
+            cluster_logging=[
+                eks.ClusterLoggingTypes.API,
+                eks.ClusterLoggingTypes.AUDIT,
+                eks.ClusterLoggingTypes.AUTHENTICATOR,
+                eks.ClusterLoggingTypes.CONTROLLER_MANAGER,
+                eks.ClusterLoggingTypes.SCHEDULER,
+            ],
+            kubectl_provider_options=eks.KubectlProviderOptions(
+                kubectl_layer=KubectlV35Layer(self, "KubectlLayer"),
+                # A private-only endpoint is reachable only from inside the VPC.
+                private_subnets=vpc.private_subnets if settings.endpoint_access == "private" else None,
+            ),
+            output_config_command=False,
+        )
+
+        for index, principal_arn in enumerate(settings.admin_principal_arns):
+            eks.AccessEntry(
+                self,
+                f"Admin{index}",
+                cluster=self.cluster,
+                principal=principal_arn,
+                access_policies=[eks.AccessPolicy.from_access_policy_name("AmazonEKSClusterAdminPolicy", access_scope_type=eks.AccessScopeType.CLUSTER)],
+            )
+
+        launch_template = ec2.CfnLaunchTemplate(
+            self,
+            "SystemNodeLaunchTemplate",
+            launch_template_data=ec2.CfnLaunchTemplate.LaunchTemplateDataProperty(
+                metadata_options=metadata_options(),
+                block_device_mappings=[root_volume(settings.system_root_volume_gib)],
+            ),
+        )
+        self.system_nodegroup = eks.Nodegroup(
+            self,
+            "SystemNodegroup",
+            cluster=self.cluster,
+            nodegroup_name=settings.system_nodegroup_name,
+            ami_type=eks.NodegroupAmiType.AL2023_X86_64_STANDARD,
+            instance_types=[ec2.InstanceType(settings.system_node.name)],
+            min_size=settings.system_node_count,
+            desired_size=settings.system_node_count,
+            max_size=settings.system_node_count,
+            labels=SYSTEM_NODE_LABEL,
+            subnets=private,
+            node_role=node_role(self, "SystemNodeRole"),
+            launch_template_spec=eks.LaunchTemplateSpec(id=launch_template.ref, version=launch_template.attr_latest_version_number),
+        )
+
+        # Node-level DaemonSets first: without the CNI no node turns Ready and the nodegroup never
+        # finishes. CoreDNS is a Deployment: it waits for the system nodes to have somewhere to run.
+        self.addons: dict[str, eks.Addon] = {}
+        for name, version in versions.EKS_ADDON_VERSIONS.items():
+            addon = eks.Addon(self, f"Addon-{name}", cluster=self.cluster, addon_name=name, addon_version=version, preserve_on_delete=False)
+            if name == "coredns":
+                addon.node.add_dependency(self.system_nodegroup)
+            else:
+                self.system_nodegroup.node.add_dependency(addon)
+            self.addons[name] = addon
+
+        CfnOutput(self, "ClusterName", value=self.cluster.cluster_name)
+        CfnOutput(self, "Region", value=settings.region)
+        CfnOutput(
+            self,
+            "UpdateKubeconfigCommand",
+            value=f"aws eks update-kubeconfig --region {settings.region} --name {settings.cluster_name}",
+        )

@@ -1,0 +1,125 @@
+"""An EFA GPU nodegroup: one AZ, one EFA interface per network card, a cluster placement group.
+
+This is what eksctl's `efaEnabled: true` does, done explicitly so every part is in the template.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from aws_cdk import Fn
+from aws_cdk import aws_ec2 as ec2
+from aws_cdk import aws_eks_v2 as eks
+from constructs import Construct
+
+from settings.instance_types import InstanceFacts
+from stacks.cluster_stack import node_role
+from stacks.node_launch_template import metadata_options, root_volume
+
+GPU_NODE_LABELS = {
+    "role": "gpu-worker",
+    # The NVIDIA device plugin chart's default node affinity selects nodes with this label (or NFD's).
+    "nvidia.com/gpu.present": "true",
+}
+# Tainted so that only pods that ask for GPUs land here: CoreDNS and the like stay on the system nodes.
+GPU_TAINT = eks.TaintSpec(key="nvidia.com/gpu", value="true", effect=eks.TaintEffect.NO_SCHEDULE)
+
+# nodeadm (AL2023) turns the instance-store NVMe disks into one RAID0 array mounted at
+# /mnt/k8s-disks/0 and moves containerd's and kubelet's state onto it: image layers and emptyDirs
+# then live on local NVMe instead of EBS. EKS merges this NodeConfig with its own.
+LOCAL_NVME_MOUNT = "/mnt/k8s-disks/0"
+_NVME_NODECONFIG = """MIME-Version: 1.0
+Content-Type: multipart/mixed; boundary="BOUNDARY"
+
+--BOUNDARY
+Content-Type: application/node.eks.aws
+
+apiVersion: node.eks.aws/v1alpha1
+kind: NodeConfig
+spec:
+  instance:
+    localStorage:
+      strategy: RAID0
+
+--BOUNDARY--
+"""
+
+
+def efa_network_interfaces(instance: InstanceFacts, security_group_ids: list[str]) -> list[ec2.CfnLaunchTemplate.NetworkInterfaceProperty]:
+    """One EFA interface per network card: card 0 is the primary (device 0), every other card's is device 1.
+
+    Security groups go on each interface (a launch template with interfaces may not carry its own) and
+    no interface names a subnet: the nodegroup's single subnet decides it.
+    """
+    return [
+        ec2.CfnLaunchTemplate.NetworkInterfaceProperty(
+            device_index=0 if card == 0 else 1,
+            network_card_index=card,
+            interface_type="efa",
+            groups=security_group_ids,
+            delete_on_termination=True,
+        )
+        for card in range(instance.network_cards)
+    ]
+
+
+@dataclass(frozen=True)
+class EfaNodegroupProps:
+    cluster: eks.ICluster
+    cluster_security_group_id: str
+    vpc: ec2.IVpc
+    subnet: ec2.ISubnet
+    nodegroup_name: str
+    instance: InstanceFacts
+    node_count: int
+    root_volume_gib: int
+
+
+class EfaNodegroup(Construct):
+    """Managed nodegroup of EFA GPU nodes; exposes ``nodegroup``, ``security_group``, ``placement_group``."""
+
+    def __init__(self, scope: Construct, construct_id: str, *, props: EfaNodegroupProps) -> None:
+        super().__init__(scope, construct_id)
+
+        # EFA's OS-bypass traffic must be allowed to and from the same security group. The cluster
+        # security group allows that today (eksctl relies on it from Kubernetes 1.33), but it is EKS's
+        # to change; this dedicated group makes the rule part of our template, and scopes it to the GPU
+        # nodes.
+        self.security_group = ec2.SecurityGroup(
+            self, "EfaSecurityGroup", vpc=props.vpc, allow_all_outbound=False, description="EFA: all traffic within the GPU nodes"
+        )
+        self.security_group.add_ingress_rule(self.security_group, ec2.Port.all_traffic(), "EFA from the GPU nodes")
+        self.security_group.add_egress_rule(self.security_group, ec2.Port.all_traffic(), "EFA to the GPU nodes")
+
+        self.placement_group = ec2.PlacementGroup(self, "PlacementGroup", strategy=ec2.PlacementGroupStrategy.CLUSTER)
+
+        data = ec2.CfnLaunchTemplate.LaunchTemplateDataProperty(
+            instance_type=props.instance.name,
+            metadata_options=metadata_options(),
+            block_device_mappings=[root_volume(props.root_volume_gib)],
+            network_interfaces=efa_network_interfaces(
+                props.instance, [props.cluster_security_group_id, self.security_group.security_group_id]
+            ),
+            placement=ec2.CfnLaunchTemplate.PlacementProperty(group_name=self.placement_group.placement_group_name),
+            user_data=Fn.base64(_NVME_NODECONFIG) if props.instance.local_nvme_gb else None,
+        )
+        self.launch_template = ec2.CfnLaunchTemplate(self, "LaunchTemplate", launch_template_data=data)
+
+        self.nodegroup = eks.Nodegroup(
+            self,
+            "Nodegroup",
+            cluster=props.cluster,
+            nodegroup_name=props.nodegroup_name,
+            ami_type=eks.NodegroupAmiType.AL2023_X86_64_NVIDIA,
+            # The instance type is in the launch template (CDK's own GPU check does not know every type).
+            min_size=props.node_count,
+            desired_size=props.node_count,
+            max_size=max(1, props.node_count),  # EKS needs max >= 1; min = desired = 0 parks the GPUs
+            labels=GPU_NODE_LABELS,
+            taints=[GPU_TAINT],
+            subnets=ec2.SubnetSelection(subnets=[props.subnet]),
+            node_role=node_role(self, "NodeRole"),
+            launch_template_spec=eks.LaunchTemplateSpec(
+                id=self.launch_template.ref, version=self.launch_template.attr_latest_version_number
+            ),
+        )

@@ -1,0 +1,46 @@
+"""The GPU capacity: EFA g6.8xlarge (by default) nodegroup in one AZ and its device plugins."""
+
+from __future__ import annotations
+
+from aws_cdk import CfnOutput, Environment, Stack
+from aws_cdk import aws_ec2 as ec2
+from aws_cdk import aws_eks_v2 as eks
+from constructs import Construct
+
+from settings import Settings
+from stacks.device_plugins import DevicePlugins
+from stacks.efa_nodegroup import EfaNodegroup, EfaNodegroupProps
+
+
+class GpuCapacityStack(Stack):
+    """Deployed and destroyed on its own: GPU_NODE_COUNT=0 parks the nodes, destroy removes them."""
+
+    def __init__(
+        self,
+        scope: Construct,
+        construct_id: str,
+        *,
+        settings: Settings,
+        cluster: eks.Cluster,
+        vpc: ec2.IVpc,
+        gpu_subnet: ec2.ISubnet,
+        env: Environment,
+    ) -> None:
+        super().__init__(scope, construct_id, env=env, description=f"{settings.cluster_name}: EFA GPU nodes in {settings.gpu_az}")
+        self.gpu_nodes = EfaNodegroup(
+            self,
+            "GpuNodes",
+            props=EfaNodegroupProps(
+                cluster=cluster,
+                cluster_security_group_id=cluster.cluster_security_group_id,
+                vpc=vpc,
+                subnet=gpu_subnet,
+                nodegroup_name=settings.gpu_nodegroup_name,
+                instance=settings.gpu_node,
+                node_count=settings.gpu_node_count,
+                root_volume_gib=settings.gpu_root_volume_gib,
+            ),
+        )
+        self.device_plugins = DevicePlugins(self, "DevicePlugins", cluster=cluster, gpu_nodegroup=self.gpu_nodes.nodegroup)
+        CfnOutput(self, "GpuAvailabilityZone", value=settings.gpu_az)
+        CfnOutput(self, "GpuNodegroupName", value=settings.gpu_nodegroup_name)

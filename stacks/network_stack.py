@@ -1,0 +1,49 @@
+"""The VPC: private subnets for the nodes, public subnets only for the NAT gateway and load balancers."""
+
+from __future__ import annotations
+
+from aws_cdk import Environment, RemovalPolicy, Stack, Tags
+from aws_cdk import aws_ec2 as ec2
+from aws_cdk import aws_logs as logs
+from constructs import Construct
+
+from settings import Settings
+
+
+class NetworkStack(Stack):
+    """VPC spanning the GPU AZ and its neighbours, with the subnet tags EKS load balancing expects."""
+
+    def __init__(self, scope: Construct, construct_id: str, *, settings: Settings, env: Environment) -> None:
+        super().__init__(scope, construct_id, env=env, description=f"{settings.cluster_name}: VPC for the EKS cluster")
+
+        self.vpc = ec2.Vpc(
+            self,
+            "Vpc",
+            ip_addresses=ec2.IpAddresses.cidr(settings.vpc_cidr),
+            availability_zones=list(settings.availability_zones),
+            # One NAT gateway, in the GPU AZ: the GPU nodes pull a ~20 GB image and the weights through
+            # it, and keeping it in their AZ avoids cross-AZ data charges. Nodes of other AZs share it.
+            nat_gateways=1,
+            nat_gateway_subnets=ec2.SubnetSelection(subnet_type=ec2.SubnetType.PUBLIC, availability_zones=[settings.gpu_az]),
+            subnet_configuration=[
+                ec2.SubnetConfiguration(name="public", subnet_type=ec2.SubnetType.PUBLIC, cidr_mask=24, map_public_ip_on_launch=False),
+                ec2.SubnetConfiguration(name="private", subnet_type=ec2.SubnetType.PRIVATE_WITH_EGRESS, cidr_mask=19),
+            ],
+            restrict_default_security_group=True,
+        )
+        for subnet in self.vpc.public_subnets:
+            Tags.of(subnet).add("kubernetes.io/role/elb", "1")
+        for subnet in self.vpc.private_subnets:
+            Tags.of(subnet).add("kubernetes.io/role/internal-elb", "1")
+
+        # Rejected flows only: enough to debug a security group, without paying to log every KV transfer.
+        flow_log_group = logs.LogGroup(self, "FlowLogs", retention=logs.RetentionDays.ONE_MONTH, removal_policy=RemovalPolicy.DESTROY)
+        self.vpc.add_flow_log(
+            "RejectedFlows",
+            destination=ec2.FlowLogDestination.to_cloud_watch_logs(flow_log_group),
+            traffic_type=ec2.FlowLogTrafficType.REJECT,
+        )
+
+    def private_subnet_in(self, availability_zone: str) -> ec2.ISubnet:
+        """The one private subnet of an AZ (the GPU nodegroup's)."""
+        return next(s for s in self.vpc.private_subnets if s.availability_zone == availability_zone)

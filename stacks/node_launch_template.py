@@ -1,0 +1,25 @@
+"""Launch template settings every nodegroup shares: IMDSv2 only and an encrypted gp3 root volume."""
+
+from __future__ import annotations
+
+from aws_cdk import aws_ec2 as ec2
+
+# Hop limit 1: IMDS answers the node itself (kubelet, hostNetwork add-ons) but not pods behind the
+# container network, so a pod cannot borrow the node role. Pods that need AWS use EKS Pod Identity.
+IMDS_HOP_LIMIT = 1
+ROOT_DEVICE = "/dev/xvda"  # the root device of the EKS AL2023 AMIs
+
+
+def metadata_options() -> ec2.CfnLaunchTemplate.MetadataOptionsProperty:
+    return ec2.CfnLaunchTemplate.MetadataOptionsProperty(
+        http_endpoint="enabled",
+        http_tokens="required",
+        http_put_response_hop_limit=IMDS_HOP_LIMIT,
+    )
+
+
+def root_volume(size_gib: int) -> ec2.CfnLaunchTemplate.BlockDeviceMappingProperty:
+    return ec2.CfnLaunchTemplate.BlockDeviceMappingProperty(
+        device_name=ROOT_DEVICE,
+        ebs=ec2.CfnLaunchTemplate.EbsProperty(volume_size=size_gib, volume_type="gp3", encrypted=True, delete_on_termination=True),
+    )

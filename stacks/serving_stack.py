@@ -1,0 +1,76 @@
+"""The serving layer: the KubeRay operator (Helm) and the prefill/decode RayService (cdk8s)."""
+
+from __future__ import annotations
+
+import cdk8s
+from aws_cdk import CfnOutput, Duration, Environment, Stack
+from aws_cdk import aws_eks_v2 as eks
+from constructs import Construct
+
+from k8s_constructs.kuberay_operator import KubeRayRelease
+from k8s_constructs.ray_service import PdRayServiceChart, RayServiceProps
+from settings import Settings
+
+HELM_TIMEOUT = Duration.minutes(10)  # below the 15-minute Lambda limit, so a failure is reported, not orphaned
+
+
+def build_rayservice_chart(settings: Settings) -> PdRayServiceChart:
+    """The cdk8s chart in an app of its own (also what `make synth` writes to dist/)."""
+    return PdRayServiceChart(cdk8s.App(), "rayservice", props=RayServiceProps(settings=settings))
+
+
+class ServingStack(Stack):
+    """Exposes ``kuberay`` (the Helm release), ``ray_service`` (its manifest) and ``chart`` (cdk8s)."""
+
+    def __init__(
+        self,
+        scope: Construct,
+        construct_id: str,
+        *,
+        settings: Settings,
+        cluster: eks.ICluster,
+        system_nodegroup: eks.Nodegroup,
+        gpu_nodegroup: eks.Nodegroup,
+        env: Environment,
+    ) -> None:
+        super().__init__(scope, construct_id, env=env, description=f"{settings.cluster_name}: KubeRay and the PD RayService")
+        release = KubeRayRelease(version=settings.kuberay_version)
+        self.kuberay = eks.HelmChart(
+            self,
+            "KubeRayOperator",
+            cluster=cluster,
+            chart=release.chart,
+            repository=release.repository,
+            version=release.version,
+            release=release.release,
+            namespace=release.namespace,
+            create_namespace=True,
+            values=release.values.to_values(),
+            wait=True,
+            atomic=True,  # a failed install rolls back instead of sticking in pending-upgrade
+            timeout=HELM_TIMEOUT,
+        )
+        # The operator runs on the system nodes: install it once they exist.
+        self.kuberay.node.add_dependency(system_nodegroup)
+
+        self.chart = build_rayservice_chart(settings)
+        self.ray_service = eks.KubernetesManifest(
+            self,
+            "PdRayService",
+            cluster=cluster,
+            manifest=self.chart.to_json(),
+            # Field ownership conflicts (someone kubectl-edited the RayService) are overwritten by the
+            # template: the stack is the source of truth.
+            overwrite=True,
+        )
+        # Create after, and so delete before, the operator (it owns the finalizers and the pods) and
+        # both nodegroups (the pods must drain while their nodes still run).
+        self.ray_service.node.add_dependency(self.kuberay)
+        self.ray_service.node.add_dependency(system_nodegroup)
+        self.ray_service.node.add_dependency(gpu_nodegroup)
+
+        CfnOutput(
+            self,
+            "PortForwardCommand",
+            value=f"kubectl port-forward -n {settings.namespace} svc/{settings.serve_service_name} 8000:8000",
+        )

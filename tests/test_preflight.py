@@ -1,0 +1,480 @@
+"""Tests of preflight.checks against moto (in-process, offline).
+
+What moto 5.2.5 answers and what these tests stub instead:
+- STS, EC2 (regions, instance type offerings, instance types incl. NetworkInfo.EfaSupported, instances)
+  and CloudFormation: real moto answers, nothing stubbed.
+- Service Quotas: moto has quota data for ServiceCode "vpc" only. For "ec2" GetServiceQuota raises
+  NoSuchResourceException and GetAWSDefaultServiceQuota is not implemented at all (NotImplementedError).
+  So the service-quotas client alone is replaced by a botocore Stubber'd client carrying the values each
+  test needs; the Stubber checks the request parameters (ServiceCode, QuotaCode) and the call order.
+- EfaSupported: moto returns it for every one of its 1395 types (True for g6.8xlarge and p5.48xlarge,
+  False for g6.xlarge). Only the "field missing" test removes it, by an after-call hook on that one
+  operation.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import boto3
+import pytest
+from botocore.stub import Stubber
+from moto import mock_aws
+
+# The repository root is not on sys.path under plain `pytest tests/...` (no conftest/pythonpath setting).
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from preflight.checks import (  # noqa: E402
+    G_QUOTA_CODE,
+    P_QUOTA_CODE,
+    STANDARD_QUOTA_CODE,
+    CheckResult,
+    PreflightInput,
+    format_table,
+    main,
+    quota_code_of,
+    run_checks,
+    stack_status_usable,
+)
+
+REGION = "sa-east-1"  # the project's default REGION
+ACCOUNT = "123456789012"  # moto's account
+ORDER = [
+    "credentials",
+    "region",
+    "gpu-az-offering",
+    "gpu-efa",
+    "gpu-vcpu-quota",
+    "standard-vcpu-quota",
+    "cdk-bootstrap",
+]
+INPUT = PreflightInput(
+    region=REGION,
+    gpu_az="sa-east-1a",
+    gpu_instance_type="g6.8xlarge",
+    gpu_vcpus=32,
+    gpu_node_count=2,
+    gpu_quota_code=G_QUOTA_CODE,
+    gpu_quota_name="Running On-Demand G and VT instances",
+    system_instance_type="m7i.xlarge",
+    system_vcpus=4,
+    system_node_count=1,
+    cluster_name="ray-llm-multinode",
+)
+
+
+@pytest.fixture
+def aws(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[None]:
+    """Fake credentials, no config files, no instance metadata, everything served by moto."""
+    for var in (
+        "AWS_PROFILE",
+        "AWS_DEFAULT_PROFILE",
+        "AWS_ROLE_ARN",
+        "AWS_WEB_IDENTITY_TOKEN_FILE",
+        "AWS_CONTAINER_CREDENTIALS_RELATIVE_URI",
+        "AWS_CONTAINER_CREDENTIALS_FULL_URI",
+    ):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
+    monkeypatch.setenv("AWS_SESSION_TOKEN", "testing")
+    monkeypatch.setenv("AWS_DEFAULT_REGION", REGION)
+    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "no-config"))
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "no-credentials"))
+    # Not needed by these tests and the slowest part of moto's EC2 start-up.
+    monkeypatch.setenv("MOTO_EC2_LOAD_DEFAULT_AMIS", "false")
+    with mock_aws():
+        yield
+
+
+class _SessionWithQuotas(boto3.session.Session):  # type: ignore[misc]
+    """A boto3 session whose service-quotas client is a Stubber'd one; every other client is moto's."""
+
+    def __init__(self, quotas_client: Any) -> None:
+        super().__init__(region_name=REGION)
+        self._quotas_client = quotas_client
+
+    def client(self, service_name: str, *args: Any, **kwargs: Any) -> Any:
+        if service_name == "service-quotas":
+            assert kwargs.get("region_name") == REGION  # quotas are per Region
+            return self._quotas_client
+        return super().client(service_name, *args, **kwargs)
+
+
+def quota_session(*quotas: tuple[str, float]) -> tuple[_SessionWithQuotas, Stubber]:
+    """Session answering GetServiceQuota with `quotas`, in that order (GPU quota first, then standard)."""
+    client = boto3.session.Session().client("service-quotas", region_name=REGION)
+    stubber = Stubber(client)
+    for code, value in quotas:
+        stubber.add_response(
+            "get_service_quota",
+            {"Quota": {"ServiceCode": "ec2", "QuotaCode": code, "Value": value}},
+            {"ServiceCode": "ec2", "QuotaCode": code},
+        )
+    stubber.activate()
+    return _SessionWithQuotas(client), stubber
+
+
+def default_quotas() -> tuple[_SessionWithQuotas, Stubber]:
+    # Exactly what INPUT needs: 2 x 32 GPU vCPU and 1 x 4 system vCPU (the comparison is >=).
+    return quota_session((G_QUOTA_CODE, 64.0), (STANDARD_QUOTA_CODE, 4.0))
+
+
+def create_bootstrap_stack(name: str = "CDKToolkit") -> None:
+    # The smallest stand-in for the CDK bootstrap stack: its version parameter and output.
+    template = {
+        "Resources": {
+            "CdkBootstrapVersion": {
+                "Type": "AWS::SSM::Parameter",
+                "Properties": {"Type": "String", "Name": "/cdk-bootstrap/hnb659fds/version", "Value": "28"},
+            }
+        },
+        "Outputs": {"BootstrapVersion": {"Value": "28"}},
+    }
+    boto3.client("cloudformation", region_name=REGION).create_stack(
+        StackName=name, TemplateBody=json.dumps(template)
+    )
+
+
+def by_name(results: list[CheckResult]) -> dict[str, CheckResult]:
+    assert [r.name for r in results] == ORDER
+    return {r.name: r for r in results}
+
+
+def test_all_checks_pass(aws: None, capsys: pytest.CaptureFixture[str]) -> None:
+    create_bootstrap_stack()
+    session, stubber = default_quotas()
+
+    results = run_checks(INPUT, session)
+
+    stubber.assert_no_pending_responses()
+    assert [(r.name, r.ok, r.detail, r.fix) for r in results] == [
+        ("credentials", True, f"account {ACCOUNT} as arn:aws:sts::{ACCOUNT}:user/moto", ""),
+        ("region", True, "sa-east-1 enabled (opt-in-not-required)", ""),
+        ("gpu-az-offering", True, "g6.8xlarge is offered in sa-east-1a", ""),
+        ("gpu-efa", True, "g6.8xlarge supports EFA (up to 1 EFA interfaces)", ""),
+        ("gpu-vcpu-quota", True, "need 64 vCPU (2 x 32) + 0 running; quota 64", ""),
+        ("standard-vcpu-quota", True, "need 4 vCPU (1 x 4) + 0 running; quota 4", ""),
+        ("cdk-bootstrap", True, "stack CDKToolkit is CREATE_COMPLETE, bootstrap version 28", ""),
+    ]
+
+    session, _ = default_quotas()
+    assert main(INPUT, session) == 0
+    out = capsys.readouterr().out
+    assert "FAIL" not in out
+    assert out.count("PASS") == 7
+    assert "fix:" not in out
+    assert out.rstrip().endswith("All checks passed.")
+
+
+def test_p5_with_p_quota_passes(aws: None) -> None:
+    # p5.48xlarge: 192 vCPU, EFA on 32 network cards, P quota; moto offers it only in sa-east-1c.
+    inp = PreflightInput(
+        **{
+            **INPUT.__dict__,
+            "gpu_az": "sa-east-1c",
+            "gpu_instance_type": "p5.48xlarge",
+            "gpu_vcpus": 192,
+            "gpu_node_count": 1,
+            "gpu_quota_code": P_QUOTA_CODE,
+            "gpu_quota_name": "Running On-Demand P instances",
+        }
+    )
+    create_bootstrap_stack()
+    session, stubber = quota_session((P_QUOTA_CODE, 192.0), (STANDARD_QUOTA_CODE, 4.0))
+
+    results = by_name(run_checks(inp, session))
+
+    stubber.assert_no_pending_responses()
+    assert all(r.ok for r in results.values()), results
+    assert results["gpu-efa"].detail == "p5.48xlarge supports EFA (up to 32 EFA interfaces)"
+    assert results["gpu-vcpu-quota"].detail == "need 192 vCPU (1 x 192) + 0 running; quota 192"
+
+
+def test_gpu_type_not_offered_in_az_names_the_azs_that_offer_it(
+    aws: None, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # moto's offering data (a snapshot of AWS): g6.8xlarge in sa-east-1a and sa-east-1b, not sa-east-1c.
+    inp = PreflightInput(**{**INPUT.__dict__, "gpu_az": "sa-east-1c"})
+    create_bootstrap_stack()
+    session, _ = default_quotas()
+
+    assert main(inp, session) == 1
+
+    out, err = capsys.readouterr()
+    line = next(line for line in out.splitlines() if line.startswith("gpu-az-offering"))
+    assert line.split() == ["gpu-az-offering", "FAIL", "g6.8xlarge", "is", "not", "offered", "in", "sa-east-1c"]
+    assert "fix: gpu-az-offering: set GPU_AZ to one of: sa-east-1a, sa-east-1b" in out.splitlines()
+    assert out.count("FAIL") == 1  # every other check still ran and passed
+    assert "Traceback" not in out + err
+
+
+def test_gpu_type_not_offered_anywhere_in_region(aws: None) -> None:
+    inp = PreflightInput(**{**INPUT.__dict__, "gpu_instance_type": "g9.imaginary"})
+    session, _ = default_quotas()
+
+    results = by_name(run_checks(inp, session))
+
+    assert results["gpu-az-offering"] == CheckResult(
+        "gpu-az-offering",
+        False,
+        "g9.imaginary is not offered in any AZ of sa-east-1",
+        "set GPU_NODE_TYPE to a type offered in sa-east-1, or deploy to another REGION",
+    )
+    # DescribeInstanceTypes rejects the name: reported, not raised.
+    assert not results["gpu-efa"].ok
+    assert results["gpu-efa"].detail.startswith("DescribeInstanceTypes failed: InvalidInstanceType:")
+    assert results["gpu-efa"].fix == "set GPU_NODE_TYPE / SYSTEM_NODE_TYPE to an instance type that exists"
+
+
+def test_gpu_type_without_efa_fails(aws: None) -> None:
+    # moto (like AWS) says g6.xlarge has no EFA; only g6.8xlarge and larger have it.
+    inp = PreflightInput(**{**INPUT.__dict__, "gpu_instance_type": "g6.xlarge", "gpu_vcpus": 4})
+    session, _ = default_quotas()
+
+    efa = by_name(run_checks(inp, session))["gpu-efa"]
+
+    assert (efa.ok, efa.detail) == (False, "g6.xlarge does not support EFA")
+    assert "network-info.efa-supported" in efa.fix
+
+
+def test_missing_efa_field_is_unknown_not_supported(aws: None) -> None:
+    # moto always returns EfaSupported, so the field is removed from that one operation's parsed
+    # response to model an answer without it; every other call is still served by moto as is.
+    session, _ = default_quotas()
+
+    def drop_efa_supported(parsed: dict[str, Any], **_: Any) -> None:
+        for info in parsed.get("InstanceTypes", []):
+            info.get("NetworkInfo", {}).pop("EfaSupported", None)
+
+    session.events.register("after-call.ec2.DescribeInstanceTypes", drop_efa_supported)
+
+    efa = by_name(run_checks(INPUT, session))["gpu-efa"]
+
+    assert efa.ok is False
+    assert efa.detail == (
+        "EFA support of g6.8xlarge unknown: DescribeInstanceTypes returned no NetworkInfo.EfaSupported"
+    )
+
+
+def test_gpu_quota_too_small(aws: None, capsys: pytest.CaptureFixture[str]) -> None:
+    inp = PreflightInput(**{**INPUT.__dict__, "gpu_node_count": 3})
+    create_bootstrap_stack()
+    session, stubber = default_quotas()
+
+    assert main(inp, session) == 1
+
+    stubber.assert_no_pending_responses()
+    out, err = capsys.readouterr()
+    assert "need 96 vCPU (3 x 32) + 0 running; quota 64" in out
+    assert (
+        "fix: gpu-vcpu-quota: request an increase of Running On-Demand G and VT instances (L-DB2E81BA) "
+        "in sa-east-1 to at least 96 in the Service Quotas console"
+    ) in out.splitlines()
+    assert out.count("FAIL") == 1
+    assert "Traceback" not in out + err
+
+
+def test_running_instances_count_against_their_own_quota_only(aws: None) -> None:
+    ec2 = boto3.client("ec2", region_name=REGION)
+
+    def launch(instance_type: str, **extra: Any) -> str:
+        reservation = ec2.run_instances(
+            ImageId="ami-12345678", MinCount=1, MaxCount=1, InstanceType=instance_type, **extra
+        )
+        return str(reservation["Instances"][0]["InstanceId"])
+
+    launch("g5.xlarge")  # 4 vCPU, G and VT: counts
+    launch("p4d.24xlarge")  # 96 vCPU, P: not the G quota
+    launch("inf1.xlarge")  # 4 vCPU, Inf quota: neither G nor standard, although it starts with "i"
+    launch("m5.large")  # 2 vCPU, standard: counts
+    launch("g6.xlarge", InstanceMarketOptions={"MarketType": "spot"})  # Spot quota: not counted
+    ec2.stop_instances(InstanceIds=[launch("g4dn.xlarge")])  # stopped: not counted
+    session, stubber = quota_session((G_QUOTA_CODE, 64.0), (STANDARD_QUOTA_CODE, 8.0))
+
+    results = by_name(run_checks(INPUT, session))
+
+    stubber.assert_no_pending_responses()
+    gpu, standard = results["gpu-vcpu-quota"], results["standard-vcpu-quota"]
+    assert (gpu.ok, gpu.detail) == (False, "need 64 vCPU (2 x 32) + 4 running; quota 64")
+    assert "to at least 68 in the Service Quotas console" in gpu.fix
+    assert (standard.ok, standard.detail) == (True, "need 4 vCPU (1 x 4) + 2 running; quota 8")
+
+
+def test_quota_falls_back_to_the_aws_default(aws: None) -> None:
+    client = boto3.session.Session().client("service-quotas", region_name=REGION)
+    stubber = Stubber(client)
+    # No applied value for the account: Service Quotas answers NoSuchResourceException.
+    stubber.add_client_error(
+        "get_service_quota",
+        service_error_code="NoSuchResourceException",
+        expected_params={"ServiceCode": "ec2", "QuotaCode": G_QUOTA_CODE},
+    )
+    stubber.add_response(
+        "get_aws_default_service_quota",
+        {"Quota": {"ServiceCode": "ec2", "QuotaCode": G_QUOTA_CODE, "Value": 0.0}},
+        {"ServiceCode": "ec2", "QuotaCode": G_QUOTA_CODE},
+    )
+    stubber.add_response(
+        "get_service_quota",
+        {"Quota": {"ServiceCode": "ec2", "QuotaCode": STANDARD_QUOTA_CODE, "Value": 5.0}},
+        {"ServiceCode": "ec2", "QuotaCode": STANDARD_QUOTA_CODE},
+    )
+    stubber.activate()
+
+    results = by_name(run_checks(INPUT, _SessionWithQuotas(client)))
+
+    stubber.assert_no_pending_responses()
+    assert results["gpu-vcpu-quota"].ok is False
+    assert results["gpu-vcpu-quota"].detail == "need 64 vCPU (2 x 32) + 0 running; quota 0 (AWS default)"
+    assert results["standard-vcpu-quota"].detail == "need 4 vCPU (1 x 4) + 0 running; quota 5"
+
+
+def test_gpu_type_and_quota_code_mismatch(aws: None) -> None:
+    inp = PreflightInput(**{**INPUT.__dict__, "gpu_quota_code": P_QUOTA_CODE, "gpu_quota_name": "Running On-Demand P instances"})
+    session, _ = quota_session((STANDARD_QUOTA_CODE, 4.0))  # the GPU quota is never asked for
+
+    gpu = by_name(run_checks(inp, session))["gpu-vcpu-quota"]
+
+    assert gpu == CheckResult(
+        "gpu-vcpu-quota",
+        False,
+        "g6.8xlarge counts against L-DB2E81BA, not Running On-Demand P instances (L-417A185B)",
+        "pass the quota code of g6.8xlarge (L-DB2E81BA) to the preflight",
+    )
+
+
+def test_missing_bootstrap_stack(aws: None, capsys: pytest.CaptureFixture[str]) -> None:
+    session, _ = default_quotas()
+
+    assert main(INPUT, session) == 1
+
+    out, err = capsys.readouterr()
+    assert "cdk-bootstrap        FAIL    stack CDKToolkit not found in sa-east-1" in out.splitlines()
+    assert f"fix: cdk-bootstrap: run `npx cdk bootstrap aws://{ACCOUNT}/sa-east-1`" in out.splitlines()
+    assert out.count("FAIL") == 1
+    assert "Traceback" not in out + err
+
+
+def test_custom_bootstrap_stack_name_in_fix(aws: None) -> None:
+    create_bootstrap_stack()  # the default name exists, the configured one does not
+    inp = PreflightInput(**{**INPUT.__dict__, "bootstrap_stack_name": "MyToolkit"})
+    session, _ = default_quotas()
+
+    bootstrap = by_name(run_checks(inp, session))["cdk-bootstrap"]
+
+    assert bootstrap.fix == f"run `npx cdk bootstrap --toolkit-stack-name MyToolkit aws://{ACCOUNT}/sa-east-1`"
+
+
+@pytest.mark.parametrize(
+    ("status", "usable"),
+    [
+        ("CREATE_COMPLETE", True),
+        ("UPDATE_COMPLETE", True),
+        ("UPDATE_ROLLBACK_COMPLETE", True),
+        ("ROLLBACK_COMPLETE", False),
+        ("CREATE_FAILED", False),
+        ("UPDATE_ROLLBACK_FAILED", False),
+        ("DELETE_IN_PROGRESS", False),
+        ("DELETE_COMPLETE", False),
+        ("REVIEW_IN_PROGRESS", False),
+    ],
+)
+def test_stack_status_usable(status: str, usable: bool) -> None:
+    assert stack_status_usable(status) is usable
+
+
+def test_region_not_enabled_skips_region_checks(aws: None) -> None:
+    # moto lists ap-east-1 as an opt-in Region this account has not opted in to.
+    inp = PreflightInput(**{**INPUT.__dict__, "region": "ap-east-1", "gpu_az": "ap-east-1a"})
+
+    results = run_checks(inp, boto3.session.Session(region_name="ap-east-1"))
+
+    assert [(r.name, r.ok) for r in results] == [("credentials", True)] + [(n, False) for n in ORDER[1:]]
+    assert results[1].detail == f"ap-east-1 is not-opted-in for account {ACCOUNT}"
+    assert results[1].fix.startswith(f"enable ap-east-1 for account {ACCOUNT} in the AWS console")
+    assert {r.detail for r in results[2:]} == {"skipped: region ap-east-1 not usable"}
+
+
+def test_no_credentials_fails_every_check(
+    aws: None, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # mock_aws stays active (nothing can reach AWS); its fake keys and ours are removed.
+    for var in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN"):
+        monkeypatch.delenv(var, raising=False)
+
+    assert main(INPUT) == 1  # main builds its own session
+
+    out, err = capsys.readouterr()
+    rows = {line.split()[0]: line.split(None, 2) for line in out.splitlines()[3:10]}
+    assert list(rows) == ORDER
+    assert rows["credentials"] == ["credentials", "FAIL", "no AWS credentials found"]
+    assert all(rows[name] == [name, "FAIL", "skipped: no credentials"] for name in ORDER[1:])
+    assert (
+        "fix: credentials: configure credentials (`aws configure`, `aws sso login` or AWS_PROFILE) "
+        "and run the preflight again"
+    ) in out.splitlines()
+    assert out.rstrip().endswith("7 of 7 checks failed.")
+    assert "Traceback" not in out + err
+
+
+def test_unknown_profile_fails_every_check(
+    aws: None, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # boto3 raises ProfileNotFound while building the session, before any check.
+    monkeypatch.setenv("AWS_PROFILE", "no-such-profile")
+
+    assert main(INPUT) == 1
+
+    out, err = capsys.readouterr()
+    assert "AWS configuration error: The config profile (no-such-profile) could not be found" in out
+    assert out.count("FAIL") == 7
+    assert "Traceback" not in out + err
+
+
+def test_format_table() -> None:
+    results = [
+        CheckResult("credentials", True, "account 123456789012 as arn:aws:iam::123456789012:user/x", ""),
+        CheckResult("gpu-vcpu-quota", False, "need 96 vCPU (3 x 32) + 0 running; quota 64", "request more"),
+        CheckResult("cdk-bootstrap", False, "stack CDKToolkit not found in sa-east-1", "run bootstrap"),
+    ]
+
+    assert format_table(results) == "\n".join(
+        [
+            "CHECK           RESULT  DETAIL",
+            "--------------  ------  ------",
+            "credentials     PASS    account 123456789012 as arn:aws:iam::123456789012:user/x",
+            "gpu-vcpu-quota  FAIL    need 96 vCPU (3 x 32) + 0 running; quota 64",
+            "cdk-bootstrap   FAIL    stack CDKToolkit not found in sa-east-1",
+            "",
+            "fix: gpu-vcpu-quota: request more",
+            "fix: cdk-bootstrap: run bootstrap",
+        ]
+    )
+    assert "fix:" not in format_table(results[:1])
+
+
+@pytest.mark.parametrize(
+    ("instance_type", "code"),
+    [
+        ("g6.8xlarge", G_QUOTA_CODE),
+        ("gr6.4xlarge", G_QUOTA_CODE),
+        ("vt1.3xlarge", G_QUOTA_CODE),
+        ("p5.48xlarge", P_QUOTA_CODE),
+        ("m7i.xlarge", STANDARD_QUOTA_CODE),
+        ("t3.micro", STANDARD_QUOTA_CODE),
+        ("i4i.large", STANDARD_QUOTA_CODE),
+        ("inf2.xlarge", None),
+        ("trn1.2xlarge", None),
+        ("dl1.24xlarge", None),
+        ("hpc7a.96xlarge", None),
+        ("x2idn.16xlarge", None),
+    ],
+)
+def test_quota_code_of(instance_type: str, code: str | None) -> None:
+    assert quota_code_of(instance_type) == code
