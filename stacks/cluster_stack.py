@@ -80,6 +80,7 @@ class ClusterStack(Stack):
             ),
             output_config_command=False,
         )
+        self._acknowledge_cdk_managed_findings()
 
         for index, principal_arn in enumerate(settings.admin_principal_arns):
             eks.AccessEntry(
@@ -131,4 +132,32 @@ class ClusterStack(Stack):
             self,
             "UpdateKubeconfigCommand",
             value=f"aws eks update-kubeconfig --region {settings.region} --name {settings.cluster_name}",
+        )
+
+    def _acknowledge_cdk_managed_findings(self) -> None:
+        """cdk-nag findings on the roles and functions aws-cdk-lib creates for EKS and its kubectl provider."""
+        nag.acknowledge(
+            self.cluster,
+            "AwsSolutions-IAM4",
+            "The EKS service role needs AmazonEKSClusterPolicy; the kubectl provider (aws-cdk-lib) uses the AWS "
+            "managed Lambda execution, VPC access and ECR read-only policies to run kubectl and Helm.",
+            applies_to=[
+                "Policy::arn:<AWS::Partition>:iam::aws:policy/AmazonEKSClusterPolicy",
+                "Policy::arn:<AWS::Partition>:iam::aws:policy/service-role/AWSLambdaBasicExecutionRole",
+                "Policy::arn:<AWS::Partition>:iam::aws:policy/service-role/AWSLambdaVPCAccessExecutionRole",
+                "Policy::arn:<AWS::Partition>:iam::aws:policy/AmazonEC2ContainerRegistryReadOnly",
+                'Policy::{"Fn::If":["ClusterKubectlProviderHandlerHasEcrPublic69E09706",{"Fn::Join":["",["arn:",'
+                '{"Ref":"AWS::Partition"},":iam::aws:policy/AmazonElasticContainerRegistryPublicReadOnly"]]},{"Ref":"AWS::NoValue"}]}',
+            ],
+        )
+        nag.acknowledge(
+            self.cluster,
+            "AwsSolutions-IAM5",
+            "The custom resource framework of aws-cdk-lib may invoke every version of its own kubectl handler.",
+            applies_to=["Resource::<ClusterKubectlProviderHandler2E05C68A.Arn>:*"],
+        )
+        nag.acknowledge(
+            self.cluster,
+            "AwsSolutions-L1",
+            "The kubectl handler's runtime is chosen by aws-cdk-lib to match its kubectl layer; it moves with the pinned aws-cdk-lib.",
         )

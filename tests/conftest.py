@@ -1,0 +1,79 @@
+"""Session-wide fixtures: each configuration is synthesized once and shared by every test."""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterator, Mapping
+
+import pytest
+
+os.environ.setdefault("JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION", "20")
+os.environ.setdefault("AWS_EC2_METADATA_DISABLED", "true")
+
+from aws_cdk import App, Validations  # noqa: E402
+from aws_cdk.assertions import Template  # noqa: E402
+from cdk_nag import AwsSolutionsChecks  # noqa: E402
+
+from settings import Settings, load_settings  # noqa: E402
+from stacks.application import Deployment, build_stacks  # noqa: E402
+
+REPO = Path(__file__).resolve().parent.parent
+SHARED = REPO.parent / "shared"
+
+
+@dataclass
+class Synth:
+    """One synthesized app: its settings, stacks, templates (as JSON and as assertions) and cdk-nag report."""
+
+    settings: Settings
+    deployment: Deployment
+    outdir: Path
+    templates: dict[str, dict[str, Any]]
+    nag_error: str
+
+    def template(self, stack: str) -> Template:
+        return Template.from_json(self.templates[stack])
+
+    def resources(self, stack: str, resource_type: str) -> dict[str, dict[str, Any]]:
+        return {k: v for k, v in self.templates[stack]["Resources"].items() if v["Type"] == resource_type}
+
+    @property
+    def nag_report(self) -> dict[str, Any]:
+        data: dict[str, Any] = json.loads((self.outdir / "validation-report.json").read_text())
+        return data
+
+
+def synthesize(settings: Settings, outdir: Path) -> Synth:
+    # No built-in CloudFormation validation here: cfn-lint (test_cfn_lint) does that job, faster.
+    app = App(builtin_cloud_formation_validation=False, outdir=str(outdir))
+    Validations.of(app).add_plugins(AwsSolutionsChecks(app))
+    deployment = build_stacks(app, settings)
+    nag_error = ""
+    try:
+        app.synth()
+    except Exception as error:  # cdk-nag findings fail the synth; test_nag reports them
+        nag_error = str(error)
+    templates = {
+        name: json.loads((outdir / f"{stack.stack_name}.template.json").read_text())
+        for name, stack in zip(("network", "cluster", "gpu", "serving"), deployment.stacks)
+    }
+    return Synth(settings=settings, deployment=deployment, outdir=outdir, templates=templates, nag_error=nag_error)
+
+
+def settings_for(env: Mapping[str, str] | None = None, context: Mapping[str, Any] | None = None) -> Settings:
+    return load_settings(env or {}, context or {})
+
+
+@pytest.fixture(scope="session")
+def default_synth(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Synth]:
+    yield synthesize(settings_for(), tmp_path_factory.mktemp("default"))
+
+
+@pytest.fixture(scope="session")
+def p5_synth(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Synth]:
+    """A multi-card type: p5.48xlarge has 32 network cards, 8 GPUs, so 8 workers per node."""
+    settings = settings_for({"GPU_NODE_TYPE": "p5.48xlarge", "GPU_NODE_COUNT": "1", "PREFILL_REPLICAS": "4", "DECODE_REPLICAS": "4", "GPU_AZ": "us-east-2b", "REGION": "us-east-2"})
+    yield synthesize(settings, tmp_path_factory.mktemp("p5"))
