@@ -15,7 +15,7 @@ HELM_TIMEOUT = Duration.minutes(10)  # below the 15-minute Lambda limit, so a fa
 
 
 def build_rayservice_chart(settings: Settings) -> PdRayServiceChart:
-    """The cdk8s chart in an app of its own (also what `make synth` writes to dist/)."""
+    """The cdk8s chart in a cdk8s app of its own (``cdk8s.App.of(chart)``); `make synth` writes it to dist/."""
     return PdRayServiceChart(cdk8s.App(), "rayservice", props=RayServiceProps(settings=settings))
 
 

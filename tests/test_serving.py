@@ -1,0 +1,254 @@
+"""Serving layer: the KubeRay release, the RayService, and their validation against KubeRay's, Ray's and
+Kubernetes' own schemas."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import kubernetes_validate
+import pytest
+import yaml
+
+from k8s_constructs.serve_config import PdApplication, pd_application
+from settings import versions
+from tests.conftest import Synth, settings_for
+from tests.validators import crd_errors, pd_serving_args_fields, ray_serve_errors
+
+
+def deployed_manifest(synth: Synth) -> list[dict[str, Any]]:
+    """The objects the serving stack applies, without the prune label CDK adds to find them later."""
+    (resource,) = synth.resources("serving", "Custom::AWSCDK-EKS-KubernetesResource").values()
+    manifest: list[dict[str, Any]] = json.loads(resource["Properties"]["Manifest"])
+    for obj in manifest:
+        labels = obj["metadata"].get("labels", {})
+        prune = [k for k in labels if k.startswith("aws.cdk.eks/prune-")]
+        assert len(prune) == 1, labels
+        del labels[prune[0]]
+        if not labels:
+            del obj["metadata"]["labels"]
+    return manifest
+
+
+_manifest = deployed_manifest
+
+
+def _ray_service(synth: Synth) -> dict[str, Any]:
+    (obj,) = [o for o in _manifest(synth) if o["kind"] == "RayService"]
+    return obj
+
+
+def _worker(synth: Synth) -> dict[str, Any]:
+    (group,) = _ray_service(synth)["spec"]["rayClusterConfig"]["workerGroupSpecs"]
+    return group
+
+
+# --- the reference's values ---------------------------------------------------------------------
+
+
+def test_rayservice_identity_and_versions(default_synth: Synth) -> None:
+    rs = _ray_service(default_synth)
+    assert rs["apiVersion"] == "ray.io/v1"
+    assert rs["metadata"] == {"name": "ray-llm", "namespace": "inference"}
+    assert rs["spec"]["rayClusterConfig"]["rayVersion"] == "2.58.0"
+    assert isinstance(rs["spec"]["serveConfigV2"], str)
+
+
+def test_upgrade_strategy_does_not_wait_for_gpus_it_cannot_get(default_synth: Synth) -> None:
+    assert _ray_service(default_synth)["spec"]["upgradeStrategy"] == {"type": "None"}
+    # The deprecated thresholds of the reference are ignored since KubeRay 1.1: not set.
+    assert "serviceUnhealthySecondThreshold" not in _ray_service(default_synth)["spec"]
+
+
+def test_head_is_cpu_only_on_system_nodes(default_synth: Synth) -> None:
+    head = _ray_service(default_synth)["spec"]["rayClusterConfig"]["headGroupSpec"]
+    assert head["rayStartParams"] == {"dashboard-host": "0.0.0.0", "num-gpus": "0"}
+    pod = head["template"]["spec"]
+    assert pod["nodeSelector"] == {"role": "system"}
+    (container,) = pod["containers"]
+    assert container["name"] == "ray-head"
+    assert container["image"] == "763104351884.dkr.ecr.sa-east-1.amazonaws.com/ray:serve-llm-cuda-v1.0"
+    assert {p["containerPort"] for p in container["ports"]} == {6379, 8265, 8000}
+    assert container["resources"] == {"requests": {"cpu": "2", "memory": "8Gi"}, "limits": {"cpu": "3", "memory": "12Gi"}}
+    assert container["lifecycle"]["preStop"]["exec"]["command"][-1] == "ray stop"
+
+
+def test_workers_one_gpu_one_efa_privileged(default_synth: Synth) -> None:
+    group = _worker(default_synth)
+    assert group["groupName"] == "gpu-workers"
+    assert group["replicas"] == group["minReplicas"] == group["maxReplicas"] == 2
+    assert group["rayStartParams"] == {"num-gpus": "1"}
+    pod = group["template"]["spec"]
+    assert pod["nodeSelector"] == {"role": "gpu-worker"}
+    assert pod["tolerations"] == [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]
+    (container,) = pod["containers"]
+    assert container["name"] == "ray-worker"
+    resources = container["resources"]
+    for kind in ("requests", "limits"):
+        assert resources[kind]["nvidia.com/gpu"] == "1"
+        assert resources[kind]["vpc.amazonaws.com/efa"] == "1"
+    assert container["securityContext"] == {"privileged": True}
+    env = {e["name"]: e for e in container["env"]}
+    assert env["FI_PROVIDER"]["value"] == "efa"
+    assert env["VLLM_HOST_IP"]["valueFrom"] == {"fieldRef": {"fieldPath": "status.podIP"}}
+    assert env["HF_HOME"]["value"] == "/model-cache"
+    assert env["VLLM_SSM_CONV_STATE_LAYOUT"]["value"] == "DS"
+    assert "FI_EFA_USE_DEVICE_RDMA" not in env  # g6 has no RDMA read
+    assert container["lifecycle"]["preStop"]["exec"]["command"][-1] == "ray stop"
+
+
+def test_worker_memory_limit_keeps_the_weights_in_page_cache_and_fits_the_node(default_synth: Synth) -> None:
+    container = _worker(default_synth)["template"]["spec"]["containers"][0]
+    memory_gi = int(container["resources"]["limits"]["memory"].removesuffix("Gi"))
+    cpu = int(container["resources"]["limits"]["cpu"])
+    assert 48 <= memory_gi < 128  # far above the ~18 GiB checkpoint, below a g6.8xlarge's 128 GiB
+    assert cpu < 32
+    assert container["resources"]["requests"] == container["resources"]["limits"]  # Guaranteed QoS
+
+
+def test_shared_memory_and_model_cache_on_local_nvme(default_synth: Synth) -> None:
+    pod = _worker(default_synth)["template"]["spec"]
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    assert volumes["dshm"]["emptyDir"] == {"medium": "Memory"}
+    assert volumes["model-cache"]["hostPath"] == {"path": "/mnt/k8s-disks/0/model-cache", "type": "DirectoryOrCreate"}
+    mounts = {m["name"]: m["mountPath"] for m in pod["containers"][0]["volumeMounts"]}
+    assert mounts == {"dshm": "/dev/shm", "model-cache": "/model-cache"}
+
+
+def test_serve_config_has_every_setting_of_the_reference(default_synth: Synth) -> None:
+    config = yaml.safe_load(_ray_service(default_synth)["spec"]["serveConfigV2"])
+    (app,) = config["applications"]
+    assert app["name"] == "qwen"
+    assert app["import_path"] == "ray.serve.llm:build_pd_openai_app"
+    assert app["route_prefix"] == "/"
+    for phase in ("prefill", "decode"):
+        llm = app["args"][f"{phase}_config"]
+        assert llm["model_loading_config"] == {"model_id": "qwen3.5-9b", "model_source": "Qwen/Qwen3.5-9B"}
+        assert llm["engine_kwargs"] == {
+            "max_model_len": 4096,
+            "dtype": "bfloat16",
+            "gpu_memory_utilization": 0.9,
+            "enforce_eager": True,
+            "kv_transfer_config": {
+                "kv_connector": "NixlConnector",
+                "kv_role": "kv_both",
+                "engine_id": phase,
+                "kv_connector_extra_config": {"backends": ["LIBFABRIC"]},
+            },
+        }
+        assert llm["deployment_config"] == {"num_replicas": 1}
+
+
+def test_namespace_admits_the_privileged_workers(default_synth: Synth) -> None:
+    (namespace,) = [o for o in _manifest(default_synth) if o["kind"] == "Namespace"]
+    assert namespace["metadata"]["name"] == "inference"
+    assert namespace["metadata"]["labels"]["pod-security.kubernetes.io/enforce"] == "privileged"
+    assert _manifest(default_synth)[0]["kind"] == "Namespace"  # applied before the RayService
+
+
+def test_kuberay_release(default_synth: Synth) -> None:
+    (release,) = [v for v in default_synth.resources("serving", "Custom::AWSCDK-EKS-HelmChart").values()]
+    props = release["Properties"]
+    assert props["Chart"] == "kuberay-operator" and props["Release"] == "kuberay-operator"
+    assert props["Namespace"] == "kuberay-operator" and props["CreateNamespace"] is True
+    assert props["Repository"] == versions.KUBERAY_CHART_REPOSITORY and props["Version"] == "1.7.0"
+    assert props["Atomic"] is True and props["Wait"] is True
+    values = json.loads(props["Values"])
+    assert values["nodeSelector"] == {"role": "system"}
+    assert set(values["resources"]) == {"requests", "limits"}
+
+
+# --- dependencies that make `cdk destroy` safe ------------------------------------------------------
+
+
+def _depends_on(synth: Synth, stack: str, resource_type: str) -> list[str]:
+    (resource,) = synth.resources(stack, resource_type).values()
+    return list(resource.get("DependsOn", []))
+
+
+def test_rayservice_depends_on_kuberay_in_its_stack(default_synth: Synth) -> None:
+    (kuberay_id,) = default_synth.resources("serving", "Custom::AWSCDK-EKS-HelmChart")
+    assert kuberay_id in _depends_on(default_synth, "serving", "Custom::AWSCDK-EKS-KubernetesResource")
+
+
+def test_serving_stack_depends_on_both_nodegroups_stacks(default_synth: Synth) -> None:
+    d = default_synth.deployment
+    serving_deps = {s.stack_name for s in d.serving.dependencies}
+    assert {d.cluster.stack_name, d.gpu.stack_name} <= serving_deps
+    # Within the app the manifest's dependencies reach both nodegroups and the operator.
+    manifest_deps = {c.node.path for c in d.serving.ray_service.node.dependencies}
+    assert d.cluster.system_nodegroup.node.path in manifest_deps
+    assert d.gpu.gpu_nodes.nodegroup.node.path in manifest_deps
+    assert d.serving.kuberay.node.path in manifest_deps
+    assert d.cluster.system_nodegroup.node.path in {c.node.path for c in d.serving.kuberay.node.dependencies}
+
+
+def test_port_forward_output(default_synth: Synth) -> None:
+    outputs = default_synth.templates["serving"]["Outputs"]
+    assert outputs["PortForwardCommand"]["Value"] == "kubectl port-forward -n inference svc/ray-llm-serve-svc 8000:8000"
+
+
+# --- validation with the real schemas ---------------------------------------------------------------
+
+
+def test_rayservice_is_valid_against_the_kuberay_1_7_crd_with_no_unknown_field(default_synth: Synth) -> None:
+    assert crd_errors(_ray_service(default_synth)) == []
+
+
+def test_crd_check_rejects_an_unknown_field(default_synth: Synth) -> None:
+    rs = json.loads(json.dumps(_ray_service(default_synth)))
+    rs["spec"]["rayClusterConfig"]["workerGroupSpecs"][0]["gpuCount"] = 1
+    rs["spec"]["serveConfigV2"] = {"not": "a string"}
+    errors = crd_errors(rs)
+    assert any("gpuCount" in e for e in errors) and any("serveConfigV2" in e for e in errors)
+
+
+def test_serve_config_passes_rays_own_schema(default_synth: Synth) -> None:
+    import ray
+
+    assert ray.__version__ == versions.RAY_VERSION  # the image's Ray, not the newest
+    config = yaml.safe_load(_ray_service(default_synth)["spec"]["serveConfigV2"])
+    assert ray_serve_errors(config) == []
+
+
+def test_rays_schema_rejects_a_broken_llm_config() -> None:
+    config = pd_application(settings_for()).to_serve_config()
+    args = config["applications"][0]["args"]
+    args["prefill_config"]["engine_kwarg"] = {}  # typo of engine_kwargs
+    args["proxy_cls_config"] = {}
+    args["bogus_config"] = {}
+    errors = ray_serve_errors(config)
+    assert any("engine_kwarg" in e for e in errors)
+    assert any("bogus_config" in e for e in errors)
+    assert {"prefill_config", "decode_config", "ingress_cls_config", "ingress_deployment_config"} <= pd_serving_args_fields()
+
+
+def test_prefill_and_decode_must_share_the_model() -> None:
+    app = pd_application(settings_for())
+    with pytest.raises(ValueError, match="same model_id"):
+        PdApplication(prefill=app.prefill, decode=type(app.decode)(model_id="other", model_source="x/y", engine=app.decode.engine, num_replicas=1))
+
+
+def test_builtin_objects_pass_strict_kubernetes_validation(default_synth: Synth) -> None:
+    builtin = [o for o in _manifest(default_synth) if o["apiVersion"] in ("v1",) or "." not in o["apiVersion"].split("/")[0]]
+    assert [o["kind"] for o in builtin] == ["Namespace"]
+    for obj in builtin:
+        kubernetes_validate.validate(obj, default_synth.settings.kubernetes_version, strict=True)
+
+
+def test_strict_kubernetes_validation_catches_a_bad_namespace(default_synth: Synth) -> None:
+    (namespace,) = [o for o in _manifest(default_synth) if o["kind"] == "Namespace"]
+    bad = json.loads(json.dumps(namespace))
+    bad["metadata"]["label"] = {}
+    with pytest.raises(kubernetes_validate.ValidationError):
+        kubernetes_validate.validate(bad, "1.35", strict=True)
+
+
+def test_replicas_follow_prefill_and_decode_counts(p5_synth: Synth) -> None:
+    group = _worker(p5_synth)
+    assert group["replicas"] == 8
+    config = yaml.safe_load(_ray_service(p5_synth)["spec"]["serveConfigV2"])
+    args = config["applications"][0]["args"]
+    assert args["prefill_config"]["deployment_config"] == {"num_replicas": 4}
+    assert args["decode_config"]["deployment_config"] == {"num_replicas": 4}
+    assert crd_errors(_ray_service(p5_synth)) == []
