@@ -13,6 +13,9 @@ from stacks.network_stack import NetworkStack
 from stacks.serving_stack import ServingStack
 
 PROJECT_TAG = "ray-llm-eks-pd"
+# No construct creation stack traces in the cloud assembly: they hold the jsii kernel's temporary
+# paths, so two synths of the same input would differ.
+DETERMINISTIC_CONTEXT = {"aws:cdk:disable-stack-trace": True, "aws:cdk:disable-creation-stack-traces": True}
 
 
 @dataclass(frozen=True)

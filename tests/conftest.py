@@ -18,7 +18,7 @@ from aws_cdk.assertions import Template  # noqa: E402
 from cdk_nag import AwsSolutionsChecks  # noqa: E402
 
 from settings import Settings, load_settings  # noqa: E402
-from stacks.application import Deployment, build_stacks  # noqa: E402
+from stacks.application import DETERMINISTIC_CONTEXT, Deployment, build_stacks  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
 SHARED = REPO.parent / "shared"
@@ -48,7 +48,7 @@ class Synth:
 
 def synthesize(settings: Settings, outdir: Path) -> Synth:
     # No built-in CloudFormation validation here: cfn-lint (test_cfn_lint) does that job, faster.
-    app = App(builtin_cloud_formation_validation=False, outdir=str(outdir))
+    app = App(builtin_cloud_formation_validation=False, stack_traces=False, context=DETERMINISTIC_CONTEXT, outdir=str(outdir))
     Validations.of(app).add_plugins(AwsSolutionsChecks(app))
     deployment = build_stacks(app, settings)
     nag_error = ""

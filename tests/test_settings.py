@@ -1,0 +1,133 @@
+"""Bad input fails first: every class of bad setting gives one line naming the setting, the value and
+what is allowed."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from typing import Any
+
+import pytest
+
+from settings import SettingError, load_settings
+from settings.loader import SPECS, settings_table_markdown
+from settings.zones import offerings_context_key, zones_context_key
+from tests.conftest import REPO
+
+
+def _error(env: dict[str, str] | None = None, context: dict[str, Any] | None = None) -> SettingError:
+    with pytest.raises(SettingError) as caught:
+        load_settings(env or {}, context or {})
+    message = str(caught.value)
+    assert "\n" not in message
+    return caught.value
+
+
+def test_defaults_are_the_references() -> None:
+    s = load_settings({}, {})
+    assert (s.cluster_name, s.region, s.kubernetes_version, s.namespace) == ("ray-llm-multinode", "sa-east-1", "1.35", "inference")
+    assert (s.system_node.name, s.system_node_count, s.system_nodegroup_name) == ("m7i.xlarge", 1, "system-nodes")
+    assert (s.gpu_node.name, s.gpu_node_count, s.gpu_nodegroup_name) == ("g6.8xlarge", 2, "gpu-workers")
+    assert s.dlc_image == "763104351884.dkr.ecr.sa-east-1.amazonaws.com/ray:serve-llm-cuda-v1.0"
+    assert (s.kuberay_version, s.ray_version, s.ray_service_name) == ("1.7.0", "2.58.0", "ray-llm")
+    assert (s.model_id, s.model_source) == ("qwen3.5-9b", "Qwen/Qwen3.5-9B")
+    assert s.gpu_az == "sa-east-1a" and s.gpu_az_source == "built-in default"
+
+
+def test_environment_beats_context() -> None:
+    s = load_settings({"GPU_NODE_COUNT": "0"}, {"gpu_node_count": 2, "cluster_name": "from-context"})
+    assert s.gpu_node_count == 0 and s.cluster_name == "from-context"
+
+
+@pytest.mark.parametrize(
+    ("env", "setting", "fragment"),
+    [
+        ({"GPU_NODE_TYPE": "g6.8xlarg"}, "GPU_NODE_TYPE", "did you mean g6.8xlarge"),
+        ({"SYSTEM_NODE_TYPE": "m7i.huge"}, "SYSTEM_NODE_TYPE", "an EC2 instance type"),
+        ({"GPU_NODE_TYPE": "m7i.xlarge"}, "GPU_NODE_TYPE", "has no GPU"),
+        ({"GPU_NODE_TYPE": "g6.4xlarge"}, "GPU_NODE_TYPE", "make lookup"),
+        ({"SYSTEM_NODE_TYPE": "m7i.large"}, "SYSTEM_NODE_TYPE", "at least 4 vCPU and 16 GiB"),
+        ({"GPU_NODE_COUNT": "-1"}, "GPU_NODE_COUNT", "whole number from 0 to 64"),
+        ({"GPU_NODE_COUNT": "two"}, "GPU_NODE_COUNT", "whole number"),
+        ({"SYSTEM_NODE_COUNT": "1.5"}, "SYSTEM_NODE_COUNT", "whole number from 1 to 10"),
+        ({"GPU_NODE_COUNT": "3"}, "GPU_NODE_COUNT", "0 (parked) or 2"),
+        ({"K8S_VERSION": "1.29"}, "K8S_VERSION", "1.34, 1.35, 1.36"),
+        ({"GPU_AZ": "sa-east-1"}, "GPU_AZ", "availability zone name"),
+        ({"GPU_AZ": "us-east-1a"}, "GPU_AZ", "availability zone of REGION=sa-east-1"),
+        ({"REGION": "sa-east-3"}, "REGION", "an AWS Region"),
+        ({"REGION": "sa-eastt-1"}, "REGION", "did you mean sa-east-1"),
+        ({"CLUSTER_NAME": "Ray_LLM"}, "CLUSTER_NAME", "DNS label"),
+        ({"NAMESPACE": "-inference"}, "NAMESPACE", "DNS label"),
+        ({"RAY_SERVICE_NAME": "r" * 54}, "RAY_SERVICE_NAME", "at most 53 characters"),
+        ({"GPU_NODEGROUP_NAME": "gpu.workers"}, "GPU_NODEGROUP_NAME", "DNS label"),
+        ({"DLC_IMAGE": "ray:latest"}, "DLC_IMAGE", "not :latest"),
+        ({"KUBERAY_VERSION": "1.4.0"}, "KUBERAY_VERSION", "1.7.x"),
+        ({"RAY_VERSION": "2.40.0"}, "RAY_VERSION", "at least 2.49.0"),
+        ({"MODEL_SOURCE": "not a repo"}, "MODEL_SOURCE", "ORG/NAME"),
+        ({"VPC_CIDR": "8.8.0.0/16"}, "VPC_CIDR", "private IPv4 CIDR"),
+        ({"ENDPOINT_ACCESS": "open"}, "ENDPOINT_ACCESS", "public-and-private, private or public"),
+        ({"ENDPOINT_ACCESS": "private", "PUBLIC_ACCESS_CIDRS": "1.2.3.0/24"}, "PUBLIC_ACCESS_CIDRS", "empty when ENDPOINT_ACCESS=private"),
+        ({"ADMIN_PRINCIPAL_ARNS": "ci-deploy"}, "ADMIN_PRINCIPAL_ARNS", "IAM role or user ARNs"),
+        ({"PREFILL_REPLICAS": "0"}, "PREFILL_REPLICAS", "whole number from 1 to 64"),
+    ],
+)
+def test_bad_value_names_the_setting_the_value_and_what_is_allowed(env: dict[str, str], setting: str, fragment: str) -> None:
+    error = _error(env)
+    assert error.env_name == setting
+    message = str(error)
+    assert message.startswith(f"{setting}={next(iter(v for k, v in env.items() if k == setting))!r} is not allowed: ")
+    assert fragment in message
+
+
+def test_unknown_context_key_suggests_the_closest() -> None:
+    error = _error(context={"gpu_node_cont": 2})
+    assert error.env_name == "gpu_node_cont"
+    assert "did you mean gpu_node_count" in str(error)
+
+
+def test_cdk_context_keys_are_not_ours_to_reject() -> None:
+    load_settings({}, {"@aws-cdk/aws-eks:defaultToAL2023": True, "aws:cdk:enable-path-metadata": True, "availability-zones:account=1:region=x": ["a"]})
+
+
+def test_cached_look_ups_choose_the_gpu_az_and_reject_one_known_not_to_offer_the_type() -> None:
+    context = {
+        zones_context_key("sa-east-1"): ["sa-east-1a", "sa-east-1b", "sa-east-1c"],
+        offerings_context_key("sa-east-1", "g6.8xlarge"): ["sa-east-1c"],
+    }
+    s = load_settings({}, context)
+    assert s.gpu_az == "sa-east-1c" and s.gpu_az_source == "cached look-up"
+    assert "sa-east-1c" in s.availability_zones
+    error = _error({"GPU_AZ": "sa-east-1a"}, context)
+    assert "offers g6.8xlarge: sa-east-1c" in str(error)
+
+
+def test_a_gpu_type_without_efa_from_a_cached_look_up_is_rejected() -> None:
+    facts = {"name": "g6.4xlarge", "vcpus": 16, "memory_mib": 65536, "gpus": 1, "gpu_model": "L4", "gpu_memory_mib": 24576, "network_cards": 1, "efa_supported": False}
+    error = _error({"GPU_NODE_TYPE": "g6.4xlarge"}, {"ray-llm:instance-type:g6.4xlarge": facts})
+    assert "has no EFA" in str(error)
+
+
+def test_a_multi_gpu_single_efa_type_hosts_one_worker_per_node() -> None:
+    s = load_settings({"GPU_NODE_TYPE": "g6.12xlarge"}, {})
+    assert s.gpu_workers_per_node == 1 and s.gpu_nodes_needed == 2
+
+
+def test_readme_settings_table_is_generated_from_the_specs() -> None:
+    readme = (REPO / "README.md").read_text()
+    assert settings_table_markdown() in readme, "README.md's settings table is stale: paste `make settings-table`"
+    assert len(SPECS) == len({s.env for s in SPECS})
+
+
+def _run_app(env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    full_env = {k: v for k, v in os.environ.items() if k not in {s.env for s in SPECS}} | env
+    full_env["CDK_OUTDIR"] = "/nonexistent-must-not-be-written"
+    return subprocess.run([sys.executable, "app.py"], cwd=REPO, env=full_env, capture_output=True, text=True, timeout=120)
+
+
+def test_app_prints_one_line_and_exits_2_on_a_bad_setting() -> None:
+    result = _run_app({"GPU_NODE_TYPE": "m7i.xlarge"})
+    assert result.returncode == 2
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    assert lines == [lines[0]] and lines[0].startswith("error: GPU_NODE_TYPE='m7i.xlarge' is not allowed: "), result.stderr
+    assert "Traceback" not in result.stderr and "jsii" not in result.stderr.lower()
