@@ -144,8 +144,7 @@ class PdRayServiceChart(cdk8s.Chart):
                             name="ray-head",
                             image=s.dlc_image,
                             ports=[
-                                RayServiceSpecRayClusterConfigHeadGroupSpecTemplateSpecContainersPorts(name=name, container_port=port)
-                                for name, port in ports
+                                RayServiceSpecRayClusterConfigHeadGroupSpecTemplateSpecContainersPorts(name=name, container_port=port) for name, port in ports
                             ],
                             resources=RayServiceSpecRayClusterConfigHeadGroupSpecTemplateSpecContainersResources(
                                 requests=_head_requests(HEAD_REQUEST_CPU_MILLI, HEAD_REQUEST_MEMORY_MIB),
@@ -187,9 +186,7 @@ class PdRayServiceChart(cdk8s.Chart):
                 spec=RayServiceSpecRayClusterConfigWorkerGroupSpecsTemplateSpec(
                     node_selector=GPU_NODE_SELECTOR,
                     tolerations=[
-                        RayServiceSpecRayClusterConfigWorkerGroupSpecsTemplateSpecTolerations(
-                            key=GPU_TAINT_KEY, operator="Exists", effect="NoSchedule"
-                        )
+                        RayServiceSpecRayClusterConfigWorkerGroupSpecsTemplateSpecTolerations(key=GPU_TAINT_KEY, operator="Exists", effect="NoSchedule")
                     ],
                     containers=[
                         RayServiceSpecRayClusterConfigWorkerGroupSpecsTemplateSpecContainers(
@@ -213,9 +210,7 @@ class PdRayServiceChart(cdk8s.Chart):
                             ),
                             # CUDA VRAM is registered with the EFA NIC for zero-copy transfers; IPC_LOCK
                             # alone is not enough. The only privileged pod of the deployment.
-                            security_context=RayServiceSpecRayClusterConfigWorkerGroupSpecsTemplateSpecContainersSecurityContext(
-                                privileged=True
-                            ),
+                            security_context=RayServiceSpecRayClusterConfigWorkerGroupSpecsTemplateSpecContainersSecurityContext(privileged=True),
                             volume_mounts=[
                                 RayServiceSpecRayClusterConfigWorkerGroupSpecsTemplateSpecContainersVolumeMounts(name="dshm", mount_path="/dev/shm"),
                                 RayServiceSpecRayClusterConfigWorkerGroupSpecsTemplateSpecContainersVolumeMounts(

@@ -101,7 +101,8 @@ class PdApplication:
 
     def to_yaml(self) -> str:
         """The YAML string KubeRay expects in spec.serveConfigV2."""
-        return yaml.safe_dump(self.to_serve_config(), sort_keys=False, default_flow_style=False)
+        text: str = yaml.safe_dump(self.to_serve_config(), sort_keys=False, default_flow_style=False)
+        return text
 
 
 def pd_application(settings: Settings) -> PdApplication:

@@ -13,21 +13,20 @@ from typing import Any
 
 # boto3/botocore ship no type information and the repository pins no stubs: responses are Any here and
 # every value we keep is converted (int(), str(), float()) at the point it is read.
-import boto3  # type: ignore[import-untyped]
-from botocore.config import Config  # type: ignore[import-untyped]
-from botocore.exceptions import (  # type: ignore[import-untyped]
+import boto3
+from botocore.config import Config
+from botocore.exceptions import (
     BotoCoreError,
     ClientError,
     EndpointConnectionError,
     NoCredentialsError,
 )
 
-G_QUOTA_CODE = "L-DB2E81BA"
-G_QUOTA_NAME = "Running On-Demand G and VT instances"
-P_QUOTA_CODE = "L-417A185B"
-P_QUOTA_NAME = "Running On-Demand P instances"
-STANDARD_QUOTA_CODE = "L-1216C47A"
-STANDARD_QUOTA_NAME = "Running On-Demand Standard (A, C, D, H, I, M, R, T, Z) instances"
+from settings.instance_types import G_QUOTA, P_QUOTA, STANDARD_QUOTA
+
+G_QUOTA_CODE, G_QUOTA_NAME = G_QUOTA
+P_QUOTA_CODE, P_QUOTA_NAME = P_QUOTA
+STANDARD_QUOTA_CODE, STANDARD_QUOTA_NAME = STANDARD_QUOTA
 
 # A preflight should answer in seconds: fail fast on an unreachable endpoint instead of botocore's
 # default 60 s connect timeout with legacy retries.
@@ -52,9 +51,7 @@ _CREDENTIAL_ERROR_CODES = frozenset(
         "SignatureDoesNotMatch",
     }
 )
-_ACCESS_DENIED_CODES = frozenset(
-    {"AccessDenied", "AccessDeniedException", "UnauthorizedOperation"}
-)
+_ACCESS_DENIED_CODES = frozenset({"AccessDenied", "AccessDeniedException", "UnauthorizedOperation"})
 
 
 @dataclass(frozen=True)
@@ -158,9 +155,7 @@ class _Context:
     def client(self, service: str, region: str | None = None) -> Any:
         key = (service, region or self.inp.region)
         if key not in self._clients:
-            self._clients[key] = self.session.client(
-                service, region_name=key[1], config=_CLIENT_CONFIG
-            )
+            self._clients[key] = self.session.client(service, region_name=key[1], config=_CLIENT_CONFIG)
         return self._clients[key]
 
     def running_vcpus(self, quota_code: str) -> int:
@@ -168,9 +163,7 @@ class _Context:
         if self._running is None:
             ec2 = self.client("ec2")
             running: Counter[str] = Counter()
-            pages = ec2.get_paginator("describe_instances").paginate(
-                Filters=[{"Name": "instance-state-name", "Values": ["pending", "running"]}]
-            )
+            pages = ec2.get_paginator("describe_instances").paginate(Filters=[{"Name": "instance-state-name", "Values": ["pending", "running"]}])
             for page in pages:
                 for reservation in page["Reservations"]:
                     for instance in reservation["Instances"]:
@@ -181,17 +174,11 @@ class _Context:
             types = sorted(running)
             # DescribeInstanceTypes takes at most 100 names per call.
             for start in range(0, len(types), 100):
-                for page in ec2.get_paginator("describe_instance_types").paginate(
-                    InstanceTypes=types[start : start + 100]
-                ):
+                for page in ec2.get_paginator("describe_instance_types").paginate(InstanceTypes=types[start : start + 100]):
                     for info in page["InstanceTypes"]:
                         self._vcpus[str(info["InstanceType"])] = int(info["VCpuInfo"]["DefaultVCpus"])
             self._running = running
-        return sum(
-            self._vcpus[t] * n
-            for t, n in self._running.items()
-            if quota_code_of(t) == quota_code
-        )
+        return sum(self._vcpus[t] * n for t, n in self._running.items() if quota_code_of(t) == quota_code)
 
 
 def _home_region(region: str) -> str:
@@ -215,9 +202,7 @@ def _check_region(ctx: _Context) -> CheckResult:
     region = ctx.inp.region
     ec2 = ctx.client("ec2", _home_region(region))
     regions = ec2.describe_regions(AllRegions=True)["Regions"]
-    status = next(
-        (str(r.get("OptInStatus", "")) for r in regions if r["RegionName"] == region), None
-    )
+    status = next((str(r.get("OptInStatus", "")) for r in regions if r["RegionName"] == region), None)
     if status is None:
         ctx.region_usable = False
         return _fail(
@@ -237,9 +222,13 @@ def _check_region(ctx: _Context) -> CheckResult:
 
 def _offered_azs(ctx: _Context, extra_filters: list[dict[str, Any]]) -> list[str]:
     # Filtered EC2 describes may return empty pages with a NextToken: always paginate.
-    pages = ctx.client("ec2").get_paginator("describe_instance_type_offerings").paginate(
-        LocationType="availability-zone",
-        Filters=[{"Name": "instance-type", "Values": [ctx.inp.gpu_instance_type]}, *extra_filters],
+    pages = (
+        ctx.client("ec2")
+        .get_paginator("describe_instance_type_offerings")
+        .paginate(
+            LocationType="availability-zone",
+            Filters=[{"Name": "instance-type", "Values": [ctx.inp.gpu_instance_type]}, *extra_filters],
+        )
     )
     return sorted({str(o["Location"]) for page in pages for o in page["InstanceTypeOfferings"]})
 
@@ -271,10 +260,7 @@ def _check_gpu_efa(ctx: _Context) -> CheckResult:
         interfaces = network.get("EfaInfo", {}).get("MaximumEfaInterfaces")
         suffix = f" (up to {int(interfaces)} EFA interfaces)" if interfaces is not None else ""
         return _pass("gpu-efa", f"{itype} supports EFA{suffix}")
-    fix = (
-        "set GPU_NODE_TYPE to a type with EFA (`aws ec2 describe-instance-types "
-        "--filters Name=network-info.efa-supported,Values=true`)"
-    )
+    fix = "set GPU_NODE_TYPE to a type with EFA (`aws ec2 describe-instance-types --filters Name=network-info.efa-supported,Values=true`)"
     if efa is False:
         return _fail("gpu-efa", f"{itype} does not support EFA", fix)
     # Never assume EFA: the GPU nodegroup attaches EFA interfaces and would fail to launch.
@@ -323,10 +309,7 @@ def _check_quota(
     new = node_count * node_vcpus
     running = ctx.running_vcpus(code)
     need = new + running
-    detail = (
-        f"need {new} vCPU ({node_count} x {node_vcpus}) + {running} running; "
-        f"quota {_number(value)}{' (AWS default)' if is_default else ''}"
-    )
+    detail = f"need {new} vCPU ({node_count} x {node_vcpus}) + {running} running; quota {_number(value)}{' (AWS default)' if is_default else ''}"
     if value >= need:
         return _pass(name, detail)
     return _fail(
@@ -383,11 +366,7 @@ def _check_bootstrap(ctx: _Context) -> CheckResult:
             f"stack {stack_name} is {status}",
             f"delete or repair {stack_name} in the CloudFormation console, then run {bootstrap}",
         )
-    versions = [
-        str(o["OutputValue"])
-        for o in stacks[0].get("Outputs", [])
-        if o.get("OutputKey") == "BootstrapVersion"
-    ]
+    versions = [str(o["OutputValue"]) for o in stacks[0].get("Outputs", []) if o.get("OutputKey") == "BootstrapVersion"]
     version = f", bootstrap version {versions[0]}" if versions else ""
     return _pass("cdk-bootstrap", f"stack {stack_name} is {status}{version}")
 
@@ -444,9 +423,7 @@ def run_checks(inp: PreflightInput, session: boto3.session.Session) -> list[Chec
 
 def format_table(results: list[CheckResult]) -> str:
     """CHECK | RESULT | DETAIL, aligned, then one `fix:` line per failed check."""
-    rows = [("CHECK", "RESULT", "DETAIL")] + [
-        (r.name, "PASS" if r.ok else "FAIL", r.detail) for r in results
-    ]
+    rows = [("CHECK", "RESULT", "DETAIL")] + [(r.name, "PASS" if r.ok else "FAIL", r.detail) for r in results]
     name_width = max(len(row[0]) for row in rows)
     result_width = max(len(row[1]) for row in rows)
     lines = [f"{a:<{name_width}}  {b:<{result_width}}  {c}".rstrip() for a, b, c in rows]

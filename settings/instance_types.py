@@ -8,10 +8,16 @@ cached in cdk.context.json under ``instance_type_context_key(name)``, the way CD
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass
-from typing import Any, Mapping
+from typing import Any
 
 INSTANCE_TYPE_PATTERN = re.compile(r"^[a-z][a-z0-9-]*\.[a-z0-9-]+$")
+
+# On-Demand vCPU quotas of EC2 (Service Quotas code, name): what a GPU or system type counts against.
+P_QUOTA = ("L-417A185B", "Running On-Demand P instances")
+G_QUOTA = ("L-DB2E81BA", "Running On-Demand G and VT instances")
+STANDARD_QUOTA = ("L-1216C47A", "Running On-Demand Standard (A, C, D, H, I, M, R, T, Z) instances")
 
 
 @dataclass(frozen=True)
@@ -41,10 +47,10 @@ class InstanceFacts:
     def on_demand_quota(self) -> tuple[str, str]:
         """(Service Quotas code, name) of the On-Demand vCPU quota this type counts against."""
         if self.family.startswith("p"):
-            return ("L-417A185B", "Running On-Demand P instances")
+            return P_QUOTA
         if self.family.startswith(("g", "vt")):
-            return ("L-DB2E81BA", "Running On-Demand G and VT instances")
-        return ("L-1216C47A", "Running On-Demand Standard (A, C, D, H, I, M, R, T, Z) instances")
+            return G_QUOTA
+        return STANDARD_QUOTA
 
     def to_context(self) -> dict[str, Any]:
         return asdict(self)

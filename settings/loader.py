@@ -10,9 +10,10 @@ from __future__ import annotations
 import difflib
 import ipaddress
 import re
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from functools import cache
-from typing import Any, Callable, Mapping
+from typing import Any
 
 from settings import versions
 from settings.errors import SettingError
@@ -43,24 +44,45 @@ class SettingSpec:
 
 
 SPECS: tuple[SettingSpec, ...] = (
-    SettingSpec("CLUSTER_NAME", "ray-llm-multinode", "EKS cluster name; also the prefix of the stack names", "DNS label, starts with a letter, at most 40 characters"),
+    SettingSpec(
+        "CLUSTER_NAME", "ray-llm-multinode", "EKS cluster name; also the prefix of the stack names", "DNS label, starts with a letter, at most 40 characters"
+    ),
     SettingSpec("REGION", "sa-east-1", "AWS Region of every stack", "an AWS commercial Region, e.g. us-east-2"),
     SettingSpec("K8S_VERSION", "1.35", "Kubernetes version of the control plane and nodes", ", ".join(versions.SUPPORTED_KUBERNETES_VERSIONS)),
     SettingSpec("NAMESPACE", "inference", "Namespace of the RayService", "DNS label, at most 63 characters"),
     SettingSpec("VPC_CIDR", "10.0.0.0/16", "IPv4 range of the VPC", "a private IPv4 CIDR from /16 to /20"),
     SettingSpec("ENDPOINT_ACCESS", "public-and-private", "Where the Kubernetes API endpoint is reachable from", "public-and-private, private, public"),
     SettingSpec("PUBLIC_ACCESS_CIDRS", "", "Allow-list for the public API endpoint (empty = anywhere)", "comma-separated IPv4 CIDRs"),
-    SettingSpec("ADMIN_PRINCIPAL_ARNS", "", "IAM roles/users given cluster-admin access entries (CI deploy role, people)", "comma-separated IAM role or user ARNs"),
+    SettingSpec(
+        "ADMIN_PRINCIPAL_ARNS", "", "IAM roles/users given cluster-admin access entries (CI deploy role, people)", "comma-separated IAM role or user ARNs"
+    ),
     SettingSpec("SYSTEM_NODEGROUP_NAME", "system-nodes", "Name of the CPU system nodegroup", "DNS label, at most 63 characters"),
-    SettingSpec("SYSTEM_NODE_TYPE", "m7i.xlarge", "Instance type of the system nodes (operator, Ray head, CoreDNS)", "an x86_64 EC2 type with at least 4 vCPU and 16 GiB"),
+    SettingSpec(
+        "SYSTEM_NODE_TYPE",
+        "m7i.xlarge",
+        "Instance type of the system nodes (operator, Ray head, CoreDNS)",
+        "an x86_64 EC2 type with at least 4 vCPU and 16 GiB",
+    ),
     SettingSpec("SYSTEM_NODE_COUNT", "1", "Number of system nodes", "integer 1-10"),
     SettingSpec("SYSTEM_ROOT_VOLUME_GIB", "50", "Encrypted gp3 root volume of each system node", "integer 20-1000"),
     SettingSpec("GPU_NODEGROUP_NAME", "gpu-workers", "Name of the EFA GPU nodegroup", "DNS label, at most 63 characters"),
-    SettingSpec("GPU_NODE_TYPE", "g6.8xlarge", "Instance type of the GPU nodes", "an x86_64 NVIDIA GPU type with EFA: " + ", ".join(BUILT_IN_GPU_TYPES) + ", or another after `make lookup`"),
+    SettingSpec(
+        "GPU_NODE_TYPE",
+        "g6.8xlarge",
+        "Instance type of the GPU nodes",
+        "an x86_64 NVIDIA GPU type with EFA: " + ", ".join(BUILT_IN_GPU_TYPES) + ", or another after `make lookup`",
+    ),
     SettingSpec("GPU_NODE_COUNT", "2", "Number of GPU nodes; 0 parks the GPUs and keeps everything else", "0, or the nodes the replicas need"),
     SettingSpec("GPU_ROOT_VOLUME_GIB", "200", "Encrypted gp3 root volume of each GPU node (image ~20 GB, weights ~18 GiB)", "integer 100-2000"),
-    SettingSpec("GPU_AZ", "", "AZ of the GPU nodes (EFA cannot cross AZs); empty = the cached look-up, else REGION + 'a'", "an AZ of REGION that offers GPU_NODE_TYPE"),
-    SettingSpec("DLC_IMAGE", versions.DLC_IMAGE_TEMPLATE, "Ray LLM container image of the head and workers (${REGION} is replaced)", "an image reference with a tag or digest"),
+    SettingSpec(
+        "GPU_AZ", "", "AZ of the GPU nodes (EFA cannot cross AZs); empty = the cached look-up, else REGION + 'a'", "an AZ of REGION that offers GPU_NODE_TYPE"
+    ),
+    SettingSpec(
+        "DLC_IMAGE",
+        versions.DLC_IMAGE_TEMPLATE,
+        "Ray LLM container image of the head and workers (${REGION} is replaced)",
+        "an image reference with a tag or digest",
+    ),
     SettingSpec("KUBERAY_VERSION", versions.KUBERAY_VERSION, "KubeRay operator chart version", "1.7.x (the CRDs the RayService is validated against)"),
     SettingSpec("RAY_VERSION", versions.RAY_VERSION, "Ray version inside DLC_IMAGE", "X.Y.Z, at least 2.49 (build_pd_openai_app)"),
     SettingSpec("RAY_SERVICE_NAME", "ray-llm", "RayService name; the endpoint Service is NAME-serve-svc", "DNS label, at most 53 characters"),
@@ -140,11 +162,11 @@ def _csv(raw: str) -> tuple[str, ...]:
 
 
 def _instance_facts(env: str, name: str, context: Mapping[str, Any]) -> InstanceFacts:
+    if name in BUILT_IN:
+        return BUILT_IN[name]  # known good: skip loading the EC2 API model
     if not INSTANCE_TYPE_PATTERN.fullmatch(name) or name not in _known_instance_types():
         hint = _closest(name, sorted(_known_instance_types()))
         raise SettingError(env, name, f"an EC2 instance type{hint}")
-    if name in BUILT_IN:
-        return BUILT_IN[name]
     cached = context.get(instance_type_context_key(name))
     if isinstance(cached, Mapping):
         return InstanceFacts.from_context(cached)
@@ -170,7 +192,11 @@ def _gpu_facts(name: str, context: Mapping[str, Any]) -> InstanceFacts:
 def _system_facts(name: str, context: Mapping[str, Any]) -> InstanceFacts:
     facts = _instance_facts("SYSTEM_NODE_TYPE", name, context)
     if facts.vcpus == 0:
-        raise SettingError("SYSTEM_NODE_TYPE", name, "a built-in x86_64 type (m5-m7i, c5-c7i, r5-r7i, large to 16xlarge), or run `make lookup` with AWS credentials to cache its facts")
+        raise SettingError(
+            "SYSTEM_NODE_TYPE",
+            name,
+            "a built-in x86_64 type (m5-m7i, c5-c7i, r5-r7i, large to 16xlarge), or run `make lookup` with AWS credentials to cache its facts",
+        )
     if facts.architecture != "x86_64":
         raise SettingError("SYSTEM_NODE_TYPE", name, "an x86_64 instance type (the nodegroup uses the AL2023 x86_64 AMI)")
     # The Ray head (2 vCPU / 8 GiB requested, 3 / 12 GiB limit) must fit beside the operator and CoreDNS.
@@ -223,7 +249,11 @@ def load_settings(environ: Mapping[str, str], context: Mapping[str, Any]) -> Set
 
     region = _region(raw["REGION"])
     if raw["K8S_VERSION"] not in versions.SUPPORTED_KUBERNETES_VERSIONS:
-        raise SettingError("K8S_VERSION", raw["K8S_VERSION"], ", ".join(versions.SUPPORTED_KUBERNETES_VERSIONS) + f" (the kubectl {versions.KUBECTL_LAYER_KUBERNETES_MINOR} layer's skew)")
+        raise SettingError(
+            "K8S_VERSION",
+            raw["K8S_VERSION"],
+            ", ".join(versions.SUPPORTED_KUBERNETES_VERSIONS) + f" (the kubectl {versions.KUBECTL_LAYER_KUBERNETES_MINOR} layer's skew)",
+        )
     endpoint_access = raw["ENDPOINT_ACCESS"]
     if endpoint_access not in ("public-and-private", "private", "public"):
         raise SettingError("ENDPOINT_ACCESS", endpoint_access, "public-and-private, private or public")

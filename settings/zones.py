@@ -8,8 +8,9 @@ by `make lookup`), and without them falls back to a built-in default that the sy
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any
 
 from settings.errors import SettingError
 

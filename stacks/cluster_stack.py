@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import cast
+
 from aws_cdk import CfnOutput, Environment, Stack
 from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_eks_v2 as eks
@@ -81,12 +83,15 @@ class ClusterStack(Stack):
             output_config_command=False,
         )
         self._acknowledge_cdk_managed_findings()
+        # The same cluster as eks.ICluster: jsii's Python typing of Cluster misses one ICluster member
+        # (kubectl_provider_options), so type checkers need to be told.
+        self.cluster_ref = cast(eks.ICluster, self.cluster)
 
         for index, principal_arn in enumerate(settings.admin_principal_arns):
             eks.AccessEntry(
                 self,
                 f"Admin{index}",
-                cluster=self.cluster,
+                cluster=self.cluster_ref,
                 principal=principal_arn,
                 access_policies=[eks.AccessPolicy.from_access_policy_name("AmazonEKSClusterAdminPolicy", access_scope_type=eks.AccessScopeType.CLUSTER)],
             )
@@ -102,7 +107,7 @@ class ClusterStack(Stack):
         self.system_nodegroup = eks.Nodegroup(
             self,
             "SystemNodegroup",
-            cluster=self.cluster,
+            cluster=self.cluster_ref,
             nodegroup_name=settings.system_nodegroup_name,
             ami_type=eks.NodegroupAmiType.AL2023_X86_64_STANDARD,
             instance_types=[ec2.InstanceType(settings.system_node.name)],
@@ -119,7 +124,7 @@ class ClusterStack(Stack):
         # finishes. CoreDNS is a Deployment: it waits for the system nodes to have somewhere to run.
         self.addons: dict[str, eks.Addon] = {}
         for name, version in versions.EKS_ADDON_VERSIONS.items():
-            addon = eks.Addon(self, f"Addon-{name}", cluster=self.cluster, addon_name=name, addon_version=version, preserve_on_delete=False)
+            addon = eks.Addon(self, f"Addon-{name}", cluster=self.cluster_ref, addon_name=name, addon_version=version, preserve_on_delete=False)
             if name == "coredns":
                 addon.node.add_dependency(self.system_nodegroup)
             else:

@@ -97,9 +97,7 @@ class EfaNodegroup(Construct):
             instance_type=props.instance.name,
             metadata_options=metadata_options(),
             block_device_mappings=[root_volume(props.root_volume_gib)],
-            network_interfaces=efa_network_interfaces(
-                props.instance, [props.cluster_security_group_id, self.security_group.security_group_id]
-            ),
+            network_interfaces=efa_network_interfaces(props.instance, [props.cluster_security_group_id, self.security_group.security_group_id]),
             placement=ec2.CfnLaunchTemplate.PlacementProperty(group_name=self.placement_group.placement_group_name),
             user_data=Fn.base64(_NVME_NODECONFIG) if props.instance.local_nvme_gb else None,
         )
@@ -119,7 +117,5 @@ class EfaNodegroup(Construct):
             taints=[GPU_TAINT],
             subnets=ec2.SubnetSelection(subnets=[props.subnet]),
             node_role=node_role(self, "NodeRole"),
-            launch_template_spec=eks.LaunchTemplateSpec(
-                id=self.launch_template.ref, version=self.launch_template.attr_latest_version_number
-            ),
+            launch_template_spec=eks.LaunchTemplateSpec(id=self.launch_template.ref, version=self.launch_template.attr_latest_version_number),
         )

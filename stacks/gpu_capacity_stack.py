@@ -21,7 +21,7 @@ class GpuCapacityStack(Stack):
         construct_id: str,
         *,
         settings: Settings,
-        cluster: eks.Cluster,
+        cluster: eks.ICluster,
         vpc: ec2.IVpc,
         gpu_subnet: ec2.ISubnet,
         env: Environment,

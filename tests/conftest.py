@@ -4,21 +4,22 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator, Mapping
+from typing import Any
 
 import pytest
 
 os.environ.setdefault("JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION", "20")
 os.environ.setdefault("AWS_EC2_METADATA_DISABLED", "true")
 
-from aws_cdk import App, Validations  # noqa: E402
-from aws_cdk.assertions import Template  # noqa: E402
-from cdk_nag import AwsSolutionsChecks  # noqa: E402
+from aws_cdk import App, Validations
+from aws_cdk.assertions import Template
+from cdk_nag import AwsSolutionsChecks
 
-from settings import Settings, load_settings  # noqa: E402
-from stacks.application import DETERMINISTIC_CONTEXT, Deployment, build_stacks  # noqa: E402
+from settings import Settings, load_settings
+from stacks.application import DETERMINISTIC_CONTEXT, Deployment, build_stacks
 
 REPO = Path(__file__).resolve().parent.parent
 SHARED = REPO.parent / "shared"
@@ -58,7 +59,7 @@ def synthesize(settings: Settings, outdir: Path) -> Synth:
         nag_error = str(error)
     templates = {
         name: json.loads((outdir / f"{stack.stack_name}.template.json").read_text())
-        for name, stack in zip(("network", "cluster", "gpu", "serving"), deployment.stacks)
+        for name, stack in zip(("network", "cluster", "gpu", "serving"), deployment.stacks, strict=True)
     }
     return Synth(settings=settings, deployment=deployment, outdir=outdir, templates=templates, nag_error=nag_error)
 
@@ -75,5 +76,7 @@ def default_synth(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Synth]:
 @pytest.fixture(scope="session")
 def p5_synth(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Synth]:
     """A multi-card type: p5.48xlarge has 32 network cards, 8 GPUs, so 8 workers per node."""
-    settings = settings_for({"GPU_NODE_TYPE": "p5.48xlarge", "GPU_NODE_COUNT": "1", "PREFILL_REPLICAS": "4", "DECODE_REPLICAS": "4", "GPU_AZ": "us-east-2b", "REGION": "us-east-2"})
+    settings = settings_for(
+        {"GPU_NODE_TYPE": "p5.48xlarge", "GPU_NODE_COUNT": "1", "PREFILL_REPLICAS": "4", "DECODE_REPLICAS": "4", "GPU_AZ": "us-east-2b", "REGION": "us-east-2"}
+    )
     yield synthesize(settings, tmp_path_factory.mktemp("p5"))

@@ -28,9 +28,7 @@ def test_cfn_lint_reports_no_error(default_synth: Synth) -> None:
 def test_cdk_nag_aws_solutions_has_no_unacknowledged_finding(default_synth: Synth) -> None:
     report = default_synth.nag_report
     findings = [
-        f"{v['ruleName']} at {[c['constructPath'] for c in v['violatingConstructs']]}"
-        for plugin in report["pluginReports"]
-        for v in plugin["violations"]
+        f"{v['ruleName']} at {[c['constructPath'] for c in v['violatingConstructs']]}" for plugin in report["pluginReports"] for v in plugin["violations"]
     ]
     assert findings == [] and default_synth.nag_error == "", "\n".join(findings)
 
@@ -73,7 +71,7 @@ def test_two_synths_are_byte_identical(tmp_path: Path) -> None:
         assert run.returncode == 0, err
     names = sorted(p.name for p in first.iterdir())
     assert names == sorted(p.name for p in second.iterdir())
-    match, mismatch, errors = filecmp.cmpfiles(first, second, [n for n in names if (first / n).is_file()], shallow=False)
+    _, mismatch, errors = filecmp.cmpfiles(first, second, [n for n in names if (first / n).is_file()], shallow=False)
     assert mismatch == [] and errors == [], mismatch
 
 

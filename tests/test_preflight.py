@@ -143,9 +143,7 @@ def create_bootstrap_stack(name: str = "CDKToolkit") -> None:
         },
         "Outputs": {"BootstrapVersion": {"Value": "28"}},
     }
-    boto3.client("cloudformation", region_name=REGION).create_stack(
-        StackName=name, TemplateBody=json.dumps(template)
-    )
+    boto3.client("cloudformation", region_name=REGION).create_stack(StackName=name, TemplateBody=json.dumps(template))
 
 
 def by_name(results: list[CheckResult]) -> dict[str, CheckResult]:
@@ -203,9 +201,7 @@ def test_p5_with_p_quota_passes(aws: None) -> None:
     assert results["gpu-vcpu-quota"].detail == "need 192 vCPU (1 x 192) + 0 running; quota 192"
 
 
-def test_gpu_type_not_offered_in_az_names_the_azs_that_offer_it(
-    aws: None, capsys: pytest.CaptureFixture[str]
-) -> None:
+def test_gpu_type_not_offered_in_az_names_the_azs_that_offer_it(aws: None, capsys: pytest.CaptureFixture[str]) -> None:
     # moto's offering data (a snapshot of AWS): g6.8xlarge in sa-east-1a and sa-east-1b, not sa-east-1c.
     inp = PreflightInput(**{**INPUT.__dict__, "gpu_az": "sa-east-1c"})
     create_bootstrap_stack()
@@ -264,9 +260,7 @@ def test_missing_efa_field_is_unknown_not_supported(aws: None) -> None:
     efa = by_name(run_checks(INPUT, session))["gpu-efa"]
 
     assert efa.ok is False
-    assert efa.detail == (
-        "EFA support of g6.8xlarge unknown: DescribeInstanceTypes returned no NetworkInfo.EfaSupported"
-    )
+    assert efa.detail == ("EFA support of g6.8xlarge unknown: DescribeInstanceTypes returned no NetworkInfo.EfaSupported")
 
 
 def test_gpu_quota_too_small(aws: None, capsys: pytest.CaptureFixture[str]) -> None:
@@ -291,9 +285,7 @@ def test_running_instances_count_against_their_own_quota_only(aws: None) -> None
     ec2 = boto3.client("ec2", region_name=REGION)
 
     def launch(instance_type: str, **extra: Any) -> str:
-        reservation = ec2.run_instances(
-            ImageId="ami-12345678", MinCount=1, MaxCount=1, InstanceType=instance_type, **extra
-        )
+        reservation = ec2.run_instances(ImageId="ami-12345678", MinCount=1, MaxCount=1, InstanceType=instance_type, **extra)
         return str(reservation["Instances"][0]["InstanceId"])
 
     launch("g5.xlarge")  # 4 vCPU, G and VT: counts
@@ -408,9 +400,7 @@ def test_region_not_enabled_skips_region_checks(aws: None) -> None:
     assert {r.detail for r in results[2:]} == {"skipped: region ap-east-1 not usable"}
 
 
-def test_no_credentials_fails_every_check(
-    aws: None, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
-) -> None:
+def test_no_credentials_fails_every_check(aws: None, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
     # mock_aws stays active (nothing can reach AWS); its fake keys and ours are removed.
     for var in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN"):
         monkeypatch.delenv(var, raising=False)
@@ -422,17 +412,12 @@ def test_no_credentials_fails_every_check(
     assert list(rows) == ORDER
     assert rows["credentials"] == ["credentials", "FAIL", "no AWS credentials found"]
     assert all(rows[name] == [name, "FAIL", "skipped: no credentials"] for name in ORDER[1:])
-    assert (
-        "fix: credentials: configure credentials (`aws configure`, `aws sso login` or AWS_PROFILE) "
-        "and run the preflight again"
-    ) in out.splitlines()
+    assert ("fix: credentials: configure credentials (`aws configure`, `aws sso login` or AWS_PROFILE) and run the preflight again") in out.splitlines()
     assert out.rstrip().endswith("7 of 7 checks failed.")
     assert "Traceback" not in out + err
 
 
-def test_unknown_profile_fails_every_check(
-    aws: None, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
-) -> None:
+def test_unknown_profile_fails_every_check(aws: None, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
     # boto3 raises ProfileNotFound while building the session, before any check.
     monkeypatch.setenv("AWS_PROFILE", "no-such-profile")
 

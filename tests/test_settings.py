@@ -103,7 +103,16 @@ def test_cached_look_ups_choose_the_gpu_az_and_reject_one_known_not_to_offer_the
 
 
 def test_a_gpu_type_without_efa_from_a_cached_look_up_is_rejected() -> None:
-    facts = {"name": "g6.4xlarge", "vcpus": 16, "memory_mib": 65536, "gpus": 1, "gpu_model": "L4", "gpu_memory_mib": 24576, "network_cards": 1, "efa_supported": False}
+    facts = {
+        "name": "g6.4xlarge",
+        "vcpus": 16,
+        "memory_mib": 65536,
+        "gpus": 1,
+        "gpu_model": "L4",
+        "gpu_memory_mib": 24576,
+        "network_cards": 1,
+        "efa_supported": False,
+    }
     error = _error({"GPU_NODE_TYPE": "g6.4xlarge"}, {"ray-llm:instance-type:g6.4xlarge": facts})
     assert "has no EFA" in str(error)
 

@@ -1,0 +1,44 @@
+"""AWS look-ups whose answers are cached in cdk.context.json, so that synthesis stays offline.
+
+Run by `make lookup` (and before `make deploy`/`make diff`), never by the synth itself.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from settings.instance_types import BUILT_IN, InstanceFacts, instance_type_context_key
+from settings.zones import offerings_context_key, zones_context_key
+
+
+def availability_zones(session: Any, region: str) -> list[str]:
+    ec2 = session.client("ec2", region_name=region)
+    response = ec2.describe_availability_zones(Filters=[{"Name": "zone-type", "Values": ["availability-zone"]}, {"Name": "state", "Values": ["available"]}])
+    return sorted(z["ZoneName"] for z in response["AvailabilityZones"])
+
+
+def zones_offering(session: Any, region: str, instance_type: str) -> list[str]:
+    ec2 = session.client("ec2", region_name=region)
+    zones: set[str] = set()
+    for page in ec2.get_paginator("describe_instance_type_offerings").paginate(
+        LocationType="availability-zone", Filters=[{"Name": "instance-type", "Values": [instance_type]}]
+    ):
+        zones.update(o["Location"] for o in page["InstanceTypeOfferings"])
+    return sorted(zones)
+
+
+def instance_facts(session: Any, region: str, instance_type: str) -> InstanceFacts:
+    ec2 = session.client("ec2", region_name=region)
+    (item,) = ec2.describe_instance_types(InstanceTypes=[instance_type])["InstanceTypes"]
+    return InstanceFacts.from_describe_instance_types(item)
+
+
+def look_up(session: Any, *, region: str, gpu_node_type: str, system_node_type: str) -> dict[str, Any]:
+    """Every answer the synth may need for these settings, as cdk.context.json entries."""
+    entries: dict[str, Any] = {
+        zones_context_key(region): availability_zones(session, region),
+        offerings_context_key(region, gpu_node_type): zones_offering(session, region, gpu_node_type),
+    }
+    for name in sorted({gpu_node_type, system_node_type} - set(BUILT_IN)):
+        entries[instance_type_context_key(name)] = instance_facts(session, region, name).to_context()
+    return entries

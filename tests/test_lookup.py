@@ -1,0 +1,64 @@
+"""`make lookup` on moto: the answers land in cdk.context.json and then decide the synth, offline."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import boto3
+import pytest
+from moto import mock_aws
+
+from settings import load_settings
+from settings.context_files import write_cached_lookups
+from settings.instance_types import instance_type_context_key
+from settings.lookups import look_up
+from settings.zones import offerings_context_key, zones_context_key
+from tools.preflight import preflight_input
+
+
+@pytest.fixture
+def aws(monkeypatch: pytest.MonkeyPatch) -> boto3.session.Session:
+    for key, value in {
+        "AWS_ACCESS_KEY_ID": "testing",
+        "AWS_SECRET_ACCESS_KEY": "testing",
+        "AWS_SESSION_TOKEN": "testing",
+        "AWS_EC2_METADATA_DISABLED": "true",
+    }.items():
+        monkeypatch.setenv(key, value)
+    monkeypatch.setenv("MOTO_EC2_LOAD_DEFAULT_AMIS", "false")
+    with mock_aws():
+        yield boto3.session.Session(region_name="sa-east-1")
+
+
+def test_look_up_caches_zones_offerings_and_unknown_type_facts(aws: boto3.session.Session, tmp_path: Path) -> None:
+    entries = look_up(aws, region="sa-east-1", gpu_node_type="g6.8xlarge", system_node_type="m6in.xlarge")
+    zones = entries[zones_context_key("sa-east-1")]
+    offering = entries[offerings_context_key("sa-east-1", "g6.8xlarge")]
+    assert zones == sorted(zones) and set(offering) <= set(zones) and offering
+    facts = entries[instance_type_context_key("m6in.xlarge")]
+    assert facts["vcpus"] == 4 and facts["memory_mib"] == 16384
+    assert instance_type_context_key("g6.8xlarge") not in entries  # built in: nothing to cache
+
+    path = tmp_path / "cdk.context.json"
+    write_cached_lookups(entries, path)
+    context = json.loads(path.read_text())
+    settings = load_settings({"SYSTEM_NODE_TYPE": "m6in.xlarge"}, context)
+    assert settings.gpu_az == offering[0] and settings.gpu_az_source == "cached look-up"
+    assert settings.system_node.vcpus == 4
+
+
+def test_looked_up_gpu_type_outside_the_table_becomes_usable(aws: boto3.session.Session) -> None:
+    entries = look_up(aws, region="sa-east-1", gpu_node_type="g6.16xlarge", system_node_type="m7i.xlarge")
+    assert instance_type_context_key("g6.16xlarge") not in entries  # g6.16xlarge is built in
+    entries = look_up(aws, region="us-east-1", gpu_node_type="g4dn.8xlarge", system_node_type="m7i.xlarge")
+    facts = entries[instance_type_context_key("g4dn.8xlarge")]
+    assert facts["gpus"] == 1 and facts["efa_supported"] is True
+    settings = load_settings({"REGION": "us-east-1", "GPU_NODE_TYPE": "g4dn.8xlarge"}, entries)
+    assert settings.gpu_node.gpu_model == facts["gpu_model"]
+
+
+def test_preflight_input_comes_from_the_settings() -> None:
+    inp = preflight_input(load_settings({}, {}))
+    assert (inp.gpu_instance_type, inp.gpu_vcpus, inp.gpu_node_count) == ("g6.8xlarge", 32, 2)
+    assert (inp.gpu_quota_code, inp.system_vcpus, inp.system_node_count) == ("L-DB2E81BA", 4, 1)

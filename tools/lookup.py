@@ -1,0 +1,47 @@
+"""`make lookup`: ask AWS what the synth needs (AZs, where GPU_NODE_TYPE is offered, facts of types
+outside the built-in table) and cache the answers in cdk.context.json. Needs AWS credentials."""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import boto3
+from botocore.exceptions import BotoCoreError, ClientError
+
+from settings import SettingError
+from settings.context_files import CDK_CONTEXT_JSON, read_project_context, write_cached_lookups
+from settings.loader import SPECS_BY_CONTEXT_KEY
+from settings.lookups import look_up
+
+
+def _setting(name: str) -> str:
+    spec = SPECS_BY_CONTEXT_KEY[name.lower()]
+    value = os.environ.get(spec.env, read_project_context().get(spec.context_key, spec.default))
+    return str(value)
+
+
+def main() -> int:
+    region, gpu, system = _setting("REGION"), _setting("GPU_NODE_TYPE"), _setting("SYSTEM_NODE_TYPE")
+    try:
+        entries = look_up(boto3.session.Session(), region=region, gpu_node_type=gpu, system_node_type=system)
+    except (BotoCoreError, ClientError) as error:
+        print(f"error: the look-up in {region} failed: {error}", file=sys.stderr)
+        return 1
+    write_cached_lookups(entries)
+    for key, value in sorted(entries.items()):
+        print(f"cached {key} = {value if not isinstance(value, dict) else value.get('name')}")
+    print(f"wrote {CDK_CONTEXT_JSON.name}; commit it so every synth (CI included) sees the same answers")
+    try:
+        from settings import load_settings
+
+        settings = load_settings(os.environ, read_project_context())
+        print(f"GPU_AZ resolves to {settings.gpu_az} ({settings.gpu_az_source})")
+    except SettingError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
