@@ -38,7 +38,7 @@ synth: install ## Synthesize every stack to cdk.out/ and the golden manifests to
 	$(PY) -m tools.write_dist
 
 test: install-dev ## Run the test suite (validators, cdk-nag, cfn-lint, schemas, moto)
-	$(PY) -m pytest $(ARGS)
+	$(PY) -m pytest -q $(ARGS)
 
 lint: install-dev ## ruff and mypy (strict)
 	$(PY) -m ruff check .

@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from settings import versions
+from settings.scheduling import SYSTEM_NODE_LABELS
 
 RELEASE_NAME = "kuberay-operator"
 RELEASE_NAMESPACE = "kuberay-operator"
@@ -16,7 +17,7 @@ class KubeRayOperatorValues:
     """The chart values we set; everything else keeps the chart's default."""
 
     # On the system nodes: the GPU nodes are for inference (and are tainted anyway).
-    node_selector: dict[str, str] = field(default_factory=lambda: {"role": "system"})
+    node_selector: dict[str, str] = field(default_factory=lambda: dict(SYSTEM_NODE_LABELS))
     cpu_request: str = "100m"
     memory_request: str = "512Mi"
     cpu_limit: str = "500m"

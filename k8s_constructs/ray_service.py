@@ -50,6 +50,7 @@ from imports.io.ray import (
 )
 from k8s_constructs.serve_config import pd_application
 from settings import Settings
+from settings.scheduling import GPU_NODE_LABELS, SYSTEM_NODE_LABELS, gpu_toleration
 from settings.sizing import (
     HEAD_LIMIT_CPU_MILLI,
     HEAD_LIMIT_MEMORY_MIB,
@@ -59,9 +60,6 @@ from settings.sizing import (
     gpu_worker_resources,
 )
 
-SYSTEM_NODE_SELECTOR = {"role": "system"}
-GPU_NODE_SELECTOR = {"role": "gpu-worker"}
-GPU_TAINT_KEY = "nvidia.com/gpu"
 WORKER_GROUP_NAME = "gpu-workers"
 MODEL_CACHE_MOUNT = "/model-cache"
 # On types with instance-store NVMe, nodeadm mounts it (RAID0) at /mnt/k8s-disks/0; the cache lives
@@ -138,7 +136,7 @@ class PdRayServiceChart(cdk8s.Chart):
             ray_start_params={"dashboard-host": "0.0.0.0", "num-gpus": "0"},
             template=RayServiceSpecRayClusterConfigHeadGroupSpecTemplate(
                 spec=RayServiceSpecRayClusterConfigHeadGroupSpecTemplateSpec(
-                    node_selector=SYSTEM_NODE_SELECTOR,
+                    node_selector=dict(SYSTEM_NODE_LABELS),
                     containers=[
                         RayServiceSpecRayClusterConfigHeadGroupSpecTemplateSpecContainers(
                             name="ray-head",
@@ -184,10 +182,8 @@ class PdRayServiceChart(cdk8s.Chart):
             ray_start_params={"num-gpus": "1"},
             template=RayServiceSpecRayClusterConfigWorkerGroupSpecsTemplate(
                 spec=RayServiceSpecRayClusterConfigWorkerGroupSpecsTemplateSpec(
-                    node_selector=GPU_NODE_SELECTOR,
-                    tolerations=[
-                        RayServiceSpecRayClusterConfigWorkerGroupSpecsTemplateSpecTolerations(key=GPU_TAINT_KEY, operator="Exists", effect="NoSchedule")
-                    ],
+                    node_selector={"role": GPU_NODE_LABELS["role"]},
+                    tolerations=[RayServiceSpecRayClusterConfigWorkerGroupSpecsTemplateSpecTolerations(**gpu_toleration())],
                     containers=[
                         RayServiceSpecRayClusterConfigWorkerGroupSpecsTemplateSpecContainers(
                             name="ray-worker",

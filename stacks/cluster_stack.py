@@ -13,10 +13,9 @@ from aws_cdk.lambda_layer_kubectl_v35 import KubectlV35Layer
 from constructs import Construct
 
 from settings import Settings, versions
+from settings.scheduling import SYSTEM_NODE_LABELS
 from stacks import nag
 from stacks.node_launch_template import metadata_options, root_volume
-
-SYSTEM_NODE_LABEL = {"role": "system"}
 
 _ENDPOINT_ACCESS = {
     "public-and-private": eks.EndpointAccess.PUBLIC_AND_PRIVATE,
@@ -114,7 +113,7 @@ class ClusterStack(Stack):
             min_size=settings.system_node_count,
             desired_size=settings.system_node_count,
             max_size=settings.system_node_count,
-            labels=SYSTEM_NODE_LABEL,
+            labels=SYSTEM_NODE_LABELS,
             subnets=private,
             node_role=node_role(self, "SystemNodeRole"),
             launch_template_spec=eks.LaunchTemplateSpec(id=launch_template.ref, version=launch_template.attr_latest_version_number),

@@ -13,7 +13,7 @@ from aws_cdk import aws_eks_v2 as eks
 from constructs import Construct
 
 from settings import versions
-from stacks.efa_nodegroup import GPU_NODE_LABELS, GPU_TAINT
+from settings.scheduling import GPU_NODE_LABELS, gpu_toleration
 
 HELM_TIMEOUT = Duration.minutes(10)  # below the 15-minute Lambda limit, so a failure is reported, not orphaned
 
@@ -21,7 +21,7 @@ HELM_TIMEOUT = Duration.minutes(10)  # below the 15-minute Lambda limit, so a fa
 def gpu_node_scheduling() -> dict[str, Any]:
     return {
         "nodeSelector": {"role": GPU_NODE_LABELS["role"]},
-        "tolerations": [{"key": GPU_TAINT.key, "operator": "Exists", "effect": "NoSchedule"}],
+        "tolerations": [gpu_toleration()],
     }
 
 

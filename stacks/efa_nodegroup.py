@@ -13,16 +13,11 @@ from aws_cdk import aws_eks_v2 as eks
 from constructs import Construct
 
 from settings.instance_types import InstanceFacts
+from settings.scheduling import GPU_NODE_LABELS, GPU_TAINT_KEY, GPU_TAINT_VALUE
 from stacks.cluster_stack import node_role
 from stacks.node_launch_template import metadata_options, root_volume
 
-GPU_NODE_LABELS = {
-    "role": "gpu-worker",
-    # The NVIDIA device plugin chart's default node affinity selects nodes with this label (or NFD's).
-    "nvidia.com/gpu.present": "true",
-}
-# Tainted so that only pods that ask for GPUs land here: CoreDNS and the like stay on the system nodes.
-GPU_TAINT = eks.TaintSpec(key="nvidia.com/gpu", value="true", effect=eks.TaintEffect.NO_SCHEDULE)
+GPU_TAINT = eks.TaintSpec(key=GPU_TAINT_KEY, value=GPU_TAINT_VALUE, effect=eks.TaintEffect.NO_SCHEDULE)
 
 # nodeadm (AL2023) turns the instance-store NVMe disks into one RAID0 array mounted at
 # /mnt/k8s-disks/0 and moves containerd's and kubelet's state onto it: image layers and emptyDirs
