@@ -34,6 +34,7 @@ from imports.io.ray import (
     RayServiceSpecRayClusterConfigWorkerGroupSpecsTemplateSpecContainersEnv,
     RayServiceSpecRayClusterConfigWorkerGroupSpecsTemplateSpecContainersEnvValueFrom,
     RayServiceSpecRayClusterConfigWorkerGroupSpecsTemplateSpecContainersEnvValueFromFieldRef,
+    RayServiceSpecRayClusterConfigWorkerGroupSpecsTemplateSpecContainersEnvValueFromSecretKeyRef,
     RayServiceSpecRayClusterConfigWorkerGroupSpecsTemplateSpecContainersLifecycle,
     RayServiceSpecRayClusterConfigWorkerGroupSpecsTemplateSpecContainersLifecyclePreStop,
     RayServiceSpecRayClusterConfigWorkerGroupSpecsTemplateSpecContainersLifecyclePreStopExec,
@@ -44,10 +45,13 @@ from imports.io.ray import (
     RayServiceSpecRayClusterConfigWorkerGroupSpecsTemplateSpecContainersVolumeMounts,
     RayServiceSpecRayClusterConfigWorkerGroupSpecsTemplateSpecTolerations,
     RayServiceSpecRayClusterConfigWorkerGroupSpecsTemplateSpecVolumes,
+    RayServiceSpecRayClusterConfigWorkerGroupSpecsTemplateSpecVolumesCsi,
     RayServiceSpecRayClusterConfigWorkerGroupSpecsTemplateSpecVolumesEmptyDir,
     RayServiceSpecRayClusterConfigWorkerGroupSpecsTemplateSpecVolumesHostPath,
     RayServiceSpecUpgradeStrategy,
 )
+from k8s_constructs import hf_token
+from k8s_constructs.hf_token import HfTokenProviderClass, hf_token_of
 from k8s_constructs.serve_config import pd_application
 from settings import Settings
 from settings.scheduling import GPU_NODE_LABELS, SYSTEM_NODE_LABELS, gpu_toleration
@@ -112,6 +116,16 @@ class PdRayServiceChart(cdk8s.Chart):
         )
         self.serve_config_yaml = pd_application(s).to_yaml()
 
+        token = hf_token_of(s)
+        if token is not None:
+            # The workers' identity for EKS Pod Identity, which lets the CSI provider read the token.
+            self.worker_service_account = kplus.ServiceAccount(
+                self, "WorkerServiceAccount", metadata=cdk8s.ApiObjectMetadata(name=token.service_account, namespace=s.namespace)
+            )
+            self.hf_token_provider = HfTokenProviderClass(self, "HfToken", token=token, namespace=s.namespace)
+            for obj in (self.worker_service_account, self.hf_token_provider):
+                obj.node.add_dependency(self.namespace_object)
+
         self.ray_service = RayService(
             self,
             "RayService",
@@ -174,6 +188,33 @@ class PdRayServiceChart(cdk8s.Chart):
             ("VLLM_SSM_CONV_STATE_LAYOUT", "DS"),
         ]
         Env = RayServiceSpecRayClusterConfigWorkerGroupSpecsTemplateSpecContainersEnv
+        token = hf_token_of(s)
+        token_env, token_mounts, token_volumes = [], [], []
+        if token is not None:
+            token_env.append(
+                Env(
+                    name="HF_TOKEN",
+                    value_from=RayServiceSpecRayClusterConfigWorkerGroupSpecsTemplateSpecContainersEnvValueFrom(
+                        secret_key_ref=RayServiceSpecRayClusterConfigWorkerGroupSpecsTemplateSpecContainersEnvValueFromSecretKeyRef(
+                            name=hf_token.KUBERNETES_SECRET, key=hf_token.SECRET_KEY
+                        )
+                    ),
+                )
+            )
+            # Mounting the CSI volume is what makes the driver fetch the secret and sync the Kubernetes Secret.
+            token_mounts.append(
+                RayServiceSpecRayClusterConfigWorkerGroupSpecsTemplateSpecContainersVolumeMounts(
+                    name=hf_token.VOLUME_NAME, mount_path=hf_token.MOUNT_PATH, read_only=True
+                )
+            )
+            token_volumes.append(
+                RayServiceSpecRayClusterConfigWorkerGroupSpecsTemplateSpecVolumes(
+                    name=hf_token.VOLUME_NAME,
+                    csi=RayServiceSpecRayClusterConfigWorkerGroupSpecsTemplateSpecVolumesCsi(
+                        driver=hf_token.CSI_DRIVER, read_only=True, volume_attributes={"secretProviderClass": token.provider_class}
+                    ),
+                )
+            )
         return RayServiceSpecRayClusterConfigWorkerGroupSpecs(
             group_name=WORKER_GROUP_NAME,
             replicas=s.gpu_workers,
@@ -183,12 +224,14 @@ class PdRayServiceChart(cdk8s.Chart):
             template=RayServiceSpecRayClusterConfigWorkerGroupSpecsTemplate(
                 spec=RayServiceSpecRayClusterConfigWorkerGroupSpecsTemplateSpec(
                     node_selector={"role": GPU_NODE_LABELS["role"]},
+                    service_account_name=token.service_account if token else None,
                     tolerations=[RayServiceSpecRayClusterConfigWorkerGroupSpecsTemplateSpecTolerations(**gpu_toleration())],
                     containers=[
                         RayServiceSpecRayClusterConfigWorkerGroupSpecsTemplateSpecContainers(
                             name="ray-worker",
                             image=s.dlc_image,
                             env=[Env(name=name, value=value) for name, value in env]
+                            + token_env
                             + [
                                 # vLLM and NIXL advertise this address to the other node.
                                 Env(
@@ -212,6 +255,7 @@ class PdRayServiceChart(cdk8s.Chart):
                                 RayServiceSpecRayClusterConfigWorkerGroupSpecsTemplateSpecContainersVolumeMounts(
                                     name="model-cache", mount_path=MODEL_CACHE_MOUNT
                                 ),
+                                *token_mounts,
                             ],
                             lifecycle=RayServiceSpecRayClusterConfigWorkerGroupSpecsTemplateSpecContainersLifecycle(
                                 pre_stop=RayServiceSpecRayClusterConfigWorkerGroupSpecsTemplateSpecContainersLifecyclePreStop(
@@ -233,6 +277,7 @@ class PdRayServiceChart(cdk8s.Chart):
                                 type="DirectoryOrCreate",
                             ),
                         ),
+                        *token_volumes,
                     ],
                 )
             ),

@@ -24,6 +24,13 @@ EFA_DEVICE_PLUGIN_REPOSITORY: Final = "https://aws.github.io/eks-charts"
 EFA_DEVICE_PLUGIN_CHART: Final = "aws-efa-k8s-device-plugin"
 EFA_DEVICE_PLUGIN_VERSION: Final = "v0.5.29"
 
+# AWS Secrets Manager provider (ASCP) for the Secrets Store CSI driver, which it installs as a
+# dependency: only deployed when HF_TOKEN_SECRET_NAME is set, to hand the token to the workers
+# without writing it into a template or a manifest.
+SECRETS_PROVIDER_REPOSITORY: Final = "https://aws.github.io/secrets-store-csi-driver-provider-aws"
+SECRETS_PROVIDER_CHART: Final = "secrets-store-csi-driver-provider-aws"
+SECRETS_PROVIDER_VERSION: Final = "3.1.3"
+
 # Ray LLM Deep Learning Container. ${REGION} is replaced with REGION. It bundles Ray 2.58.0 and vLLM
 # 0.26.0; RAY_VERSION must match the Ray inside the image.
 DLC_IMAGE_TEMPLATE: Final = "763104351884.dkr.ecr.${REGION}.amazonaws.com/ray:serve-llm-cuda-v1.0"

@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import cdk8s
-from aws_cdk import CfnOutput, Duration, Environment, Stack
+from aws_cdk import Aws, CfnOutput, Duration, Environment, Stack
 from aws_cdk import aws_eks_v2 as eks
+from aws_cdk import aws_iam as iam
 from constructs import Construct
 
+from k8s_constructs.hf_token import HfToken, hf_token_of, provider_chart_values
 from k8s_constructs.kuberay_operator import KubeRayRelease
 from k8s_constructs.ray_service import PdRayServiceChart, RayServiceProps
-from settings import Settings
+from settings import Settings, versions
+from stacks import nag
 
 HELM_TIMEOUT = Duration.minutes(10)  # below the 15-minute Lambda limit, so a failure is reported, not orphaned
 
@@ -63,6 +66,11 @@ class ServingStack(Stack):
             # template: the stack is the source of truth.
             overwrite=True,
         )
+        token = hf_token_of(settings)
+        if token is not None:
+            for dependency in self._hf_token_access(cluster, settings.namespace, token):
+                self.ray_service.node.add_dependency(dependency)
+
         # Create after, and so delete before, the operator (it owns the finalizers and the pods) and
         # both nodegroups (the pods must drain while their nodes still run).
         self.ray_service.node.add_dependency(self.kuberay)
@@ -74,3 +82,47 @@ class ServingStack(Stack):
             "PortForwardCommand",
             value=f"kubectl port-forward -n {settings.namespace} svc/{settings.serve_service_name} 8000:8000",
         )
+
+    def _hf_token_access(self, cluster: eks.ICluster, namespace: str, token: HfToken) -> list[Construct]:
+        """The Secrets Manager CSI provider, and a Pod Identity role that may read only the token's secret."""
+        provider = eks.HelmChart(
+            self,
+            "SecretsStoreCsiProvider",
+            cluster=cluster,
+            chart=versions.SECRETS_PROVIDER_CHART,
+            repository=versions.SECRETS_PROVIDER_REPOSITORY,
+            version=versions.SECRETS_PROVIDER_VERSION,
+            release="secrets-store-csi-driver-provider-aws",
+            namespace="kube-system",
+            values=provider_chart_values(),
+            wait=True,
+            atomic=True,
+            timeout=HELM_TIMEOUT,
+        )
+        role = iam.Role(
+            self,
+            "HfTokenReaderRole",
+            description=f"EKS Pod Identity of {namespace}/{token.service_account}: reads the Hugging Face token",
+            assumed_by=iam.ServicePrincipal("pods.eks.amazonaws.com"),
+        )
+        role.assume_role_policy.add_statements(  # type: ignore[union-attr]
+            iam.PolicyStatement(actions=["sts:TagSession"], principals=[iam.ServicePrincipal("pods.eks.amazonaws.com")])
+        )
+        # Secrets Manager appends a random 6-character suffix to a secret's ARN.
+        secret_arn = f"arn:{Aws.PARTITION}:secretsmanager:{Aws.REGION}:{Aws.ACCOUNT_ID}:secret:{token.secret_name}-??????"
+        role.add_to_policy(iam.PolicyStatement(actions=["secretsmanager:GetSecretValue", "secretsmanager:DescribeSecret"], resources=[secret_arn]))
+        nag.acknowledge(
+            role,
+            "AwsSolutions-IAM5",
+            "The wildcard is the 6-character suffix Secrets Manager appends to the ARN of the one secret named by HF_TOKEN_SECRET_NAME.",
+            applies_to=[f"Resource::arn:<AWS::Partition>:secretsmanager:<AWS::Region>:<AWS::AccountId>:secret:{token.secret_name}-??????"],
+        )
+        association = eks.CfnPodIdentityAssociation(
+            self,
+            "HfTokenPodIdentity",
+            cluster_name=cluster.cluster_name,
+            namespace=namespace,
+            service_account=token.service_account,
+            role_arn=role.role_arn,
+        )
+        return [provider, association]

@@ -80,3 +80,9 @@ def p5_synth(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Synth]:
         {"GPU_NODE_TYPE": "p5.48xlarge", "GPU_NODE_COUNT": "1", "PREFILL_REPLICAS": "4", "DECODE_REPLICAS": "4", "GPU_AZ": "us-east-2b", "REGION": "us-east-2"}
     )
     yield synthesize(settings, tmp_path_factory.mktemp("p5"))
+
+
+@pytest.fixture(scope="session")
+def hf_token_synth(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Synth]:
+    """HF_TOKEN_SECRET_NAME set: the Secrets Store CSI provider, Pod Identity and the workers' token wiring."""
+    yield synthesize(settings_for({"HF_TOKEN_SECRET_NAME": "prod/hf-token"}), tmp_path_factory.mktemp("hf_token"))

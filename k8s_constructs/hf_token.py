@@ -1,0 +1,84 @@
+"""The optional Hugging Face token: from AWS Secrets Manager to the GPU workers, never through a
+template or a manifest.
+
+The Secrets Store CSI driver's AWS provider reads the secret with the workers' EKS Pod Identity role
+when a worker pod mounts the volume, and syncs it into a Kubernetes Secret that the HF_TOKEN variable
+reads. The manifests carry only the secret's name.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import cdk8s
+import yaml
+from constructs import Construct
+
+from settings import Settings
+from settings.scheduling import gpu_toleration
+
+CSI_DRIVER = "secrets-store.csi.k8s.io"
+KUBERNETES_SECRET = "hf-token"
+SECRET_KEY = "token"
+MOUNT_PATH = "/mnt/secrets-store"
+VOLUME_NAME = "hf-token"
+
+
+@dataclass(frozen=True)
+class HfToken:
+    """Where the token comes from and the names the pod uses for it."""
+
+    secret_name: str  # in AWS Secrets Manager; its value is the token as plain text
+    region: str
+    service_account: str  # the worker pods' ServiceAccount, bound to the Pod Identity role
+    provider_class: str = KUBERNETES_SECRET
+
+
+def hf_token_of(settings: Settings) -> HfToken | None:
+    if not settings.hf_token_secret_name:
+        return None
+    return HfToken(secret_name=settings.hf_token_secret_name, region=settings.region, service_account=f"{settings.ray_service_name}-worker")
+
+
+class HfTokenProviderClass(Construct):
+    """A SecretProviderClass (secrets-store.csi.x-k8s.io/v1) for the token, synced to a Kubernetes Secret."""
+
+    def __init__(self, scope: Construct, construct_id: str, *, token: HfToken, namespace: str) -> None:
+        super().__init__(scope, construct_id)
+        objects = [{"objectName": token.secret_name, "objectType": "secretsmanager", "objectAlias": SECRET_KEY}]
+        self.api_object = cdk8s.ApiObject(
+            self,
+            "Resource",
+            api_version="secrets-store.csi.x-k8s.io/v1",
+            kind="SecretProviderClass",
+            metadata=cdk8s.ApiObjectMetadata(name=token.provider_class, namespace=namespace),
+        )
+        self.api_object.add_json_patch(
+            cdk8s.JsonPatch.add(
+                "/spec",
+                {
+                    "provider": "aws",
+                    "parameters": {
+                        "region": token.region,
+                        "usePodIdentity": "true",
+                        "objects": yaml.safe_dump(objects, sort_keys=False),
+                    },
+                    "secretObjects": [{"secretName": KUBERNETES_SECRET, "type": "Opaque", "data": [{"objectName": SECRET_KEY, "key": SECRET_KEY}]}],
+                },
+            )
+        )
+
+
+def provider_chart_values() -> dict[str, Any]:
+    """Values of the ASCP chart: it and the CSI driver it installs run on every node, GPU nodes included."""
+    return {
+        "tolerations": [gpu_toleration()],
+        "secrets-store-csi-driver": {
+            "install": True,
+            "syncSecret": {"enabled": True},
+            # ASCP 3.x takes the pod's token from the CSI driver: one per audience it may use.
+            "tokenRequests": [{"audience": "sts.amazonaws.com"}, {"audience": "pods.eks.amazonaws.com"}],
+            "linux": {"tolerations": [gpu_toleration()]},
+        },
+    }
