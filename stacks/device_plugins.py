@@ -8,21 +8,31 @@ from __future__ import annotations
 
 from typing import Any
 
-from aws_cdk import Duration
 from aws_cdk import aws_eks_v2 as eks
 from constructs import Construct
 
 from settings import versions
 from settings.scheduling import GPU_NODE_LABELS, gpu_toleration
+from stacks.helm import ChartRef, pinned_release
 
-HELM_TIMEOUT = Duration.minutes(10)  # below the 15-minute Lambda limit, so a failure is reported, not orphaned
+NVIDIA = ChartRef(
+    chart=versions.NVIDIA_DEVICE_PLUGIN_CHART,
+    repository=versions.NVIDIA_DEVICE_PLUGIN_REPOSITORY,
+    version=versions.NVIDIA_DEVICE_PLUGIN_VERSION,
+    release="nvidia-device-plugin",
+    namespace="kube-system",
+)
+EFA = ChartRef(
+    chart=versions.EFA_DEVICE_PLUGIN_CHART,
+    repository=versions.EFA_DEVICE_PLUGIN_REPOSITORY,
+    version=versions.EFA_DEVICE_PLUGIN_VERSION,
+    release="aws-efa-k8s-device-plugin",
+    namespace="kube-system",
+)
 
 
 def gpu_node_scheduling() -> dict[str, Any]:
-    return {
-        "nodeSelector": {"role": GPU_NODE_LABELS["role"]},
-        "tolerations": [gpu_toleration()],
-    }
+    return {"nodeSelector": {"role": GPU_NODE_LABELS["role"]}, "tolerations": [gpu_toleration()]}
 
 
 class DevicePlugins(Construct):
@@ -30,33 +40,7 @@ class DevicePlugins(Construct):
 
     def __init__(self, scope: Construct, construct_id: str, *, cluster: eks.ICluster, gpu_nodegroup: eks.Nodegroup) -> None:
         super().__init__(scope, construct_id)
-        common: dict[str, Any] = {
-            "cluster": cluster,
-            "namespace": "kube-system",
-            # atomic: a failed install rolls back instead of leaving a release in pending-upgrade.
-            "atomic": True,
-            "wait": True,
-            "timeout": HELM_TIMEOUT,
-        }
-        self.nvidia = eks.HelmChart(
-            self,
-            "NvidiaDevicePlugin",
-            chart=versions.NVIDIA_DEVICE_PLUGIN_CHART,
-            repository=versions.NVIDIA_DEVICE_PLUGIN_REPOSITORY,
-            version=versions.NVIDIA_DEVICE_PLUGIN_VERSION,
-            release="nvidia-device-plugin",
-            values=gpu_node_scheduling(),
-            **common,
-        )
-        self.efa = eks.HelmChart(
-            self,
-            "EfaDevicePlugin",
-            chart=versions.EFA_DEVICE_PLUGIN_CHART,
-            repository=versions.EFA_DEVICE_PLUGIN_REPOSITORY,
-            version=versions.EFA_DEVICE_PLUGIN_VERSION,
-            release="aws-efa-k8s-device-plugin",
-            values=gpu_node_scheduling(),
-            **common,
-        )
+        self.nvidia = pinned_release(self, "NvidiaDevicePlugin", cluster=cluster, ref=NVIDIA, values=gpu_node_scheduling())
+        self.efa = pinned_release(self, "EfaDevicePlugin", cluster=cluster, ref=EFA, values=gpu_node_scheduling())
         for chart in (self.nvidia, self.efa):
             chart.node.add_dependency(gpu_nodegroup)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import cdk8s
-from aws_cdk import Aws, CfnOutput, Duration, Environment, Stack
+from aws_cdk import Aws, CfnOutput, Environment, Stack
 from aws_cdk import aws_eks_v2 as eks
 from aws_cdk import aws_iam as iam
 from constructs import Construct
@@ -13,8 +13,15 @@ from k8s_constructs.kuberay_operator import KubeRayRelease
 from k8s_constructs.ray_service import PdRayServiceChart, RayServiceProps
 from settings import Settings, versions
 from stacks import nag
+from stacks.helm import ChartRef, pinned_release
 
-HELM_TIMEOUT = Duration.minutes(10)  # below the 15-minute Lambda limit, so a failure is reported, not orphaned
+SECRETS_PROVIDER = ChartRef(
+    chart=versions.SECRETS_PROVIDER_CHART,
+    repository=versions.SECRETS_PROVIDER_REPOSITORY,
+    version=versions.SECRETS_PROVIDER_VERSION,
+    release="secrets-store-csi-driver-provider-aws",
+    namespace="kube-system",
+)
 
 
 def build_rayservice_chart(settings: Settings) -> PdRayServiceChart:
@@ -38,20 +45,13 @@ class ServingStack(Stack):
     ) -> None:
         super().__init__(scope, construct_id, env=env, description=f"{settings.cluster_name}: KubeRay and the PD RayService")
         release = KubeRayRelease(version=settings.kuberay_version)
-        self.kuberay = eks.HelmChart(
+        self.kuberay = pinned_release(
             self,
             "KubeRayOperator",
             cluster=cluster,
-            chart=release.chart,
-            repository=release.repository,
-            version=release.version,
-            release=release.release,
-            namespace=release.namespace,
-            create_namespace=True,
+            ref=ChartRef(chart=release.chart, repository=release.repository, version=release.version, release=release.release, namespace=release.namespace),
             values=release.values.to_values(),
-            wait=True,
-            atomic=True,  # a failed install rolls back instead of sticking in pending-upgrade
-            timeout=HELM_TIMEOUT,
+            create_namespace=True,
         )
         # The operator runs on the system nodes: install it once they exist.
         self.kuberay.node.add_dependency(system_nodegroup)
@@ -85,20 +85,7 @@ class ServingStack(Stack):
 
     def _hf_token_access(self, cluster: eks.ICluster, namespace: str, token: HfToken) -> list[Construct]:
         """The Secrets Manager CSI provider, and a Pod Identity role that may read only the token's secret."""
-        provider = eks.HelmChart(
-            self,
-            "SecretsStoreCsiProvider",
-            cluster=cluster,
-            chart=versions.SECRETS_PROVIDER_CHART,
-            repository=versions.SECRETS_PROVIDER_REPOSITORY,
-            version=versions.SECRETS_PROVIDER_VERSION,
-            release="secrets-store-csi-driver-provider-aws",
-            namespace="kube-system",
-            values=provider_chart_values(),
-            wait=True,
-            atomic=True,
-            timeout=HELM_TIMEOUT,
-        )
+        provider = pinned_release(self, "SecretsStoreCsiProvider", cluster=cluster, ref=SECRETS_PROVIDER, values=provider_chart_values())
         role = iam.Role(
             self,
             "HfTokenReaderRole",

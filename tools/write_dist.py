@@ -18,8 +18,8 @@ import cdk8s
 import yaml
 
 from k8s_constructs.kuberay_operator import KubeRayRelease
-from settings import Settings, load_settings, versions
-from stacks.device_plugins import gpu_node_scheduling
+from settings import Settings, load_settings
+from stacks.device_plugins import EFA, NVIDIA, gpu_node_scheduling
 from stacks.serving_stack import build_rayservice_chart
 
 DIST = Path(__file__).resolve().parent.parent / "dist"
@@ -38,12 +38,7 @@ def render(settings: Settings) -> dict[str, str]:
     return {
         "rayservice.k8s.yaml": HEADER + cdk8s.App.of(chart).synth_yaml(),
         "helm/kuberay-operator.values.yaml": _values_file(kuberay.chart, kuberay.repository, kuberay.version, kuberay.values.to_values()),
-        "helm/nvidia-device-plugin.values.yaml": _values_file(
-            versions.NVIDIA_DEVICE_PLUGIN_CHART, versions.NVIDIA_DEVICE_PLUGIN_REPOSITORY, versions.NVIDIA_DEVICE_PLUGIN_VERSION, gpu_node_scheduling()
-        ),
-        "helm/aws-efa-k8s-device-plugin.values.yaml": _values_file(
-            versions.EFA_DEVICE_PLUGIN_CHART, versions.EFA_DEVICE_PLUGIN_REPOSITORY, versions.EFA_DEVICE_PLUGIN_VERSION, gpu_node_scheduling()
-        ),
+        **{f"helm/{ref.release}.values.yaml": _values_file(ref.chart, ref.repository, ref.version, gpu_node_scheduling()) for ref in (NVIDIA, EFA)},
     }
 
 
