@@ -9,7 +9,6 @@ from settings import versions
 from settings.scheduling import SYSTEM_NODE_LABELS
 
 RELEASE_NAME = "kuberay-operator"
-RELEASE_NAMESPACE = "kuberay-operator"
 
 
 @dataclass(frozen=True)
@@ -39,5 +38,5 @@ class KubeRayRelease:
     chart: str = versions.KUBERAY_CHART
     repository: str = versions.KUBERAY_CHART_REPOSITORY
     release: str = RELEASE_NAME
-    namespace: str = RELEASE_NAMESPACE
+    namespace: str = "kuberay-operator"  # KUBERAY_NAMESPACE
     values: KubeRayOperatorValues = field(default_factory=KubeRayOperatorValues)

@@ -33,6 +33,7 @@ class Settings:
     gpu_az_source: str  # where gpu_az came from, printed by the synth
     dlc_image: str
     kuberay_version: str
+    kuberay_namespace: str
     ray_version: str
     ray_service_name: str
     model_id: str

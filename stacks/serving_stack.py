@@ -44,7 +44,7 @@ class ServingStack(Stack):
         env: Environment,
     ) -> None:
         super().__init__(scope, construct_id, env=env, description=f"{settings.cluster_name}: KubeRay and the PD RayService")
-        release = KubeRayRelease(version=settings.kuberay_version)
+        release = KubeRayRelease(version=settings.kuberay_version, namespace=settings.kuberay_namespace)
         self.kuberay = pinned_release(
             self,
             "KubeRayOperator",

@@ -30,7 +30,7 @@ def test_defaults_are_the_references() -> None:
     assert (s.system_node.name, s.system_node_count, s.system_nodegroup_name) == ("m7i.xlarge", 1, "system-nodes")
     assert (s.gpu_node.name, s.gpu_node_count, s.gpu_nodegroup_name) == ("g6.8xlarge", 2, "gpu-workers")
     assert s.dlc_image == "763104351884.dkr.ecr.sa-east-1.amazonaws.com/ray:serve-llm-cuda-v1.0"
-    assert (s.kuberay_version, s.ray_version, s.ray_service_name) == ("1.7.0", "2.58.0", "ray-llm")
+    assert (s.kuberay_version, s.kuberay_namespace, s.ray_version, s.ray_service_name) == ("1.7.0", "kuberay-operator", "2.58.0", "ray-llm")
     assert (s.model_id, s.model_source) == ("qwen3.5-9b", "Qwen/Qwen3.5-9B")
     assert s.gpu_az == "sa-east-1a" and s.gpu_az_source == "built-in default"
 

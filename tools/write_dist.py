@@ -34,7 +34,7 @@ def _values_file(chart: str, repository: str, version: str, values: dict[str, An
 def render(settings: Settings) -> dict[str, str]:
     """File name (relative to dist/) -> content."""
     chart = build_rayservice_chart(settings)
-    kuberay = KubeRayRelease(version=settings.kuberay_version)
+    kuberay = KubeRayRelease(version=settings.kuberay_version, namespace=settings.kuberay_namespace)
     return {
         "rayservice.k8s.yaml": HEADER + cdk8s.App.of(chart).synth_yaml(),
         "helm/kuberay-operator.values.yaml": _values_file(kuberay.chart, kuberay.repository, kuberay.version, kuberay.values.to_values()),
