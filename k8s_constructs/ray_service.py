@@ -175,12 +175,13 @@ class PdRayServiceChart(cdk8s.Chart):
 
     @staticmethod
     def _worker_group(s: Settings) -> RayServiceSpecRayClusterConfigWorkerGroupSpecs:
-        sized = gpu_worker_resources(s.gpu_node, s.gpu_workers_per_node)
+        sized = gpu_worker_resources(s.gpu_node)
         limit = RayServiceSpecRayClusterConfigWorkerGroupSpecsTemplateSpecContainersResourcesLimits.from_string
         request = RayServiceSpecRayClusterConfigWorkerGroupSpecsTemplateSpecContainersResourcesRequests.from_string
-        # One GPU and one EFA device per worker: without the EFA request the pod gets no EFA device and
-        # NIXL falls back to TCP.
-        amounts = {"cpu": sized.cpu, "memory": sized.memory, "nvidia.com/gpu": "1", "vpc.amazonaws.com/efa": "1"}
+        # One worker per GPU node, with all its GPUs and EFA devices (g6.8xlarge: 1 and 1). Without the EFA
+        # request the pod gets no EFA device and NIXL falls back to TCP.
+        gpus, efa = str(s.gpu_node.gpus), str(s.gpu_node.efa_interfaces)
+        amounts = {"cpu": sized.cpu, "memory": sized.memory, "nvidia.com/gpu": gpus, "vpc.amazonaws.com/efa": efa}
         env = [
             ("FI_PROVIDER", "efa"),
             ("HF_HOME", MODEL_CACHE_MOUNT),
@@ -217,10 +218,10 @@ class PdRayServiceChart(cdk8s.Chart):
             )
         return RayServiceSpecRayClusterConfigWorkerGroupSpecs(
             group_name=WORKER_GROUP_NAME,
-            replicas=s.gpu_workers,
-            min_replicas=s.gpu_workers,
-            max_replicas=s.gpu_workers,
-            ray_start_params={"num-gpus": "1"},
+            replicas=s.gpu_nodes_needed,
+            min_replicas=s.gpu_nodes_needed,
+            max_replicas=s.gpu_nodes_needed,
+            ray_start_params={"num-gpus": gpus},
             template=RayServiceSpecRayClusterConfigWorkerGroupSpecsTemplate(
                 spec=RayServiceSpecRayClusterConfigWorkerGroupSpecsTemplateSpec(
                     node_selector={"role": GPU_NODE_LABELS["role"]},

@@ -311,11 +311,11 @@ def load_settings(environ: Mapping[str, str], context: Mapping[str, Any]) -> Set
         raise SettingError(
             "GPU_NODE_COUNT",
             raw["GPU_NODE_COUNT"],
-            f"0 (parked) or {settings.gpu_nodes_needed}: PREFILL_REPLICAS + DECODE_REPLICAS = {settings.gpu_workers} GPU workers, "
-            f"{settings.gpu_workers_per_node} per {gpu_node.name} (one GPU and one EFA device each)",
+            f"0 (parked) or {settings.gpu_nodes_needed}: PREFILL_REPLICAS + DECODE_REPLICAS = {settings.llm_replicas} engines of one GPU each, "
+            f"{gpu_node.gpus} per {gpu_node.name}",
         )
     check_head_fits(settings.system_node)
-    gpu_worker_resources(settings.gpu_node, settings.gpu_workers_per_node)
+    gpu_worker_resources(settings.gpu_node)
     return settings
 
 

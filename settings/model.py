@@ -44,19 +44,16 @@ class Settings:
     hf_token_secret_name: str  # "" = no token (public model)
 
     @property
-    def gpu_workers(self) -> int:
-        """Ray GPU worker pods: one per prefill or decode replica, each with one GPU and one EFA device."""
+    def llm_replicas(self) -> int:
+        """vLLM engines: one per prefill or decode replica, one GPU each."""
         return self.prefill_replicas + self.decode_replicas
 
     @property
-    def gpu_workers_per_node(self) -> int:
-        # A worker needs a GPU and an EFA device of its own, so a node hosts as many workers as it has
-        # of the scarcer of the two (g6.12xlarge: 4 GPUs but 1 EFA interface -> 1 worker).
-        return max(1, min(self.gpu_node.gpus, self.gpu_node.efa_interfaces))
-
-    @property
     def gpu_nodes_needed(self) -> int:
-        return math.ceil(self.gpu_workers / self.gpu_workers_per_node)
+        """GPU nodes for the replicas. Each node runs one Ray worker pod that holds all of the node's GPUs
+        and EFA devices, and Ray places one engine per GPU: the worker is privileged (for EFA), so it
+        sees every GPU of its node, and only one raylet per node keeps two engines off the same GPU."""
+        return math.ceil(self.llm_replicas / self.gpu_node.gpus)
 
     @property
     def stack_prefix(self) -> str:

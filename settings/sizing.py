@@ -3,6 +3,8 @@
 Allocatable follows the EKS AL2023 bootstrap: kube-reserved memory is 255 MiB + 11 MiB per pod
 (max pods capped at 110 below 30 vCPU and 250 above), the hard eviction threshold is 100 MiB, and
 kube-reserved CPU is 6% of the first core, 1% of the second, 0.5% of the next two and 0.25% above.
+Kubelet starts from the memory the kernel reports, not the instance's nominal memory: the kernel keeps
+a few percent (page tables, crash kernel, firmware), so we count only 92.5% of it, Karpenter's default.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ DAEMONSET_MEMORY_MIB = 1024
 # host memory and Ray's object store in /dev/shm: below this it would reload weights from disk.
 MIN_WORKER_MEMORY_MIB = 48 * 1024
 MIN_WORKER_CPU_MILLI = 4000
+VM_MEMORY_OVERHEAD = 0.075
 
 # The Ray head (CPU only) on a system node, as the reference sizes it for an m7i.xlarge.
 HEAD_REQUEST_CPU_MILLI, HEAD_REQUEST_MEMORY_MIB = 2000, 8 * 1024
@@ -36,7 +39,7 @@ class Allocatable:
 
 def allocatable(instance: InstanceFacts) -> Allocatable:
     max_pods = 250 if instance.vcpus > 30 else 110
-    memory = instance.memory_mib - (255 + 11 * max_pods) - 100
+    memory = int(instance.memory_mib * (1 - VM_MEMORY_OVERHEAD)) - (255 + 11 * max_pods) - 100
     reserved_cpu = 60 + (10 if instance.vcpus > 1 else 0) + 5 * min(2, max(0, instance.vcpus - 2))
     reserved_cpu += int(2.5 * max(0, instance.vcpus - 4))
     return Allocatable(cpu_milli=instance.vcpus * 1000 - reserved_cpu, memory_mib=memory)
@@ -56,19 +59,19 @@ class WorkerResources:
         return f"{self.memory_mib // 1024}Gi" if self.memory_mib % 1024 == 0 else f"{self.memory_mib}Mi"
 
 
-def gpu_worker_resources(instance: InstanceFacts, workers_per_node: int) -> WorkerResources:
-    """Requests = limits (Guaranteed QoS) for one worker: the node's allocatable shared by its workers,
-    rounded down to whole cores and GiB. The memory limit is far above the checkpoint, so the page cache
-    keeps the weights between restarts (on g6.8xlarge: ~145 s to ~2 s to load)."""
+def gpu_worker_resources(instance: InstanceFacts) -> WorkerResources:
+    """Requests = limits (Guaranteed QoS) for the one worker of a GPU node: the node's allocatable less
+    the DaemonSets, rounded down to whole cores and GiB. The memory limit is far above the checkpoint, so
+    the page cache keeps the weights between restarts (on g6.8xlarge: ~145 s to ~2 s to load)."""
     node = allocatable(instance)
-    cpu = (node.cpu_milli - DAEMONSET_CPU_MILLI) // workers_per_node // 1000 * 1000
-    memory = (node.memory_mib - DAEMONSET_MEMORY_MIB) // workers_per_node // 1024 * 1024
+    cpu = (node.cpu_milli - DAEMONSET_CPU_MILLI) // 1000 * 1000
+    memory = (node.memory_mib - DAEMONSET_MEMORY_MIB) // 1024 * 1024
     if cpu < MIN_WORKER_CPU_MILLI or memory < MIN_WORKER_MEMORY_MIB:
         raise SettingError(
             "GPU_NODE_TYPE",
             instance.name,
-            f"a type whose allocatable gives each of its {workers_per_node} worker(s) at least "
-            f"{MIN_WORKER_CPU_MILLI // 1000} vCPU and {MIN_WORKER_MEMORY_MIB // 1024} GiB (it gives {cpu // 1000} vCPU, {memory // 1024} GiB)",
+            f"a type whose allocatable leaves the Ray worker at least {MIN_WORKER_CPU_MILLI // 1000} vCPU and "
+            f"{MIN_WORKER_MEMORY_MIB // 1024} GiB (it leaves {cpu // 1000} vCPU, {memory // 1024} GiB)",
         )
     return WorkerResources(cpu_milli=cpu, memory_mib=memory)
 

@@ -75,7 +75,7 @@ def default_synth(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Synth]:
 
 @pytest.fixture(scope="session")
 def p5_synth(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Synth]:
-    """A multi-card type: p5.48xlarge has 32 network cards, 8 GPUs, so 8 workers per node."""
+    """A multi-card type: p5.48xlarge has 32 network cards and 8 GPUs: one node, one worker with all of them."""
     settings = settings_for(
         {"GPU_NODE_TYPE": "p5.48xlarge", "GPU_NODE_COUNT": "1", "PREFILL_REPLICAS": "4", "DECODE_REPLICAS": "4", "GPU_AZ": "us-east-2b", "REGION": "us-east-2"}
     )

@@ -117,9 +117,10 @@ def test_a_gpu_type_without_efa_from_a_cached_look_up_is_rejected() -> None:
     assert "has no EFA" in str(error)
 
 
-def test_a_multi_gpu_single_efa_type_hosts_one_worker_per_node() -> None:
-    s = load_settings({"GPU_NODE_TYPE": "g6.12xlarge"}, {})
-    assert s.gpu_workers_per_node == 1 and s.gpu_nodes_needed == 2
+def test_a_multi_gpu_type_needs_fewer_nodes() -> None:
+    assert "0 (parked) or 1" in str(_error({"GPU_NODE_TYPE": "g6.12xlarge"}))
+    s = load_settings({"GPU_NODE_TYPE": "g6.12xlarge", "GPU_NODE_COUNT": "1"}, {})
+    assert s.gpu_nodes_needed == 1  # one worker pod with the node's 4 GPUs hosts both engines
 
 
 def test_readme_settings_table_is_generated_from_the_specs() -> None:
