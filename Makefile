@@ -73,8 +73,8 @@ imports: install ## Regenerate imports/ from the KubeRay CRD (cdk8s import)
 dist: install ## Rewrite dist/ only
 	$(PY) -m tools.write_dist
 
-settings-table: install ## Print the README's settings table
-	@$(PY) -c "from settings.loader import settings_table_markdown; print(settings_table_markdown())"
+settings-table: install ## Rewrite the README's settings table from the code
+	$(PY) -m tools.settings_table
 
 .checkov-venv/.installed:
 	$(PYTHON) -m venv .checkov-venv

@@ -29,6 +29,14 @@ from settings.sizing import check_head_fits, gpu_worker_resources
 from settings.zones import choose_zones
 
 DNS_LABEL = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
+# Regions that must be opted in: AWS serves the Deep Learning Containers there from other accounts.
+DLC_OPT_IN_REGIONS = frozenset(
+    {
+        "af-south-1", "ap-east-1", "ap-east-2", "ap-south-2", "ap-southeast-3", "ap-southeast-4", "ap-southeast-5",
+        "ap-southeast-6", "ap-southeast-7", "ca-west-1", "eu-central-2", "eu-south-1", "eu-south-2", "il-central-1",
+        "me-central-1", "me-south-1", "mx-central-1",
+    }
+)  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -50,9 +58,14 @@ SPECS: tuple[SettingSpec, ...] = (
     SettingSpec("REGION", "sa-east-1", "AWS Region of every stack", "an AWS commercial Region, e.g. us-east-2"),
     SettingSpec("K8S_VERSION", "1.35", "Kubernetes version of the control plane and nodes", ", ".join(versions.SUPPORTED_KUBERNETES_VERSIONS)),
     SettingSpec("NAMESPACE", "inference", "Namespace of the RayService", "DNS label, at most 63 characters"),
-    SettingSpec("VPC_CIDR", "10.0.0.0/16", "IPv4 range of the VPC", "a private IPv4 CIDR from /16 to /20"),
+    SettingSpec("VPC_CIDR", "10.0.0.0/16", "IPv4 range of the VPC (3 private /19 and 3 public /24 subnets)", "a private IPv4 CIDR, /16 or /17"),
     SettingSpec("ENDPOINT_ACCESS", "public-and-private", "Where the Kubernetes API endpoint is reachable from", "public-and-private, private, public"),
-    SettingSpec("PUBLIC_ACCESS_CIDRS", "", "Allow-list for the public API endpoint (empty = anywhere)", "comma-separated IPv4 CIDRs"),
+    SettingSpec(
+        "PUBLIC_ACCESS_CIDRS",
+        "",
+        "Allow-list for the public API endpoint (empty = anywhere)",
+        "comma-separated IPv4 CIDRs; needs ENDPOINT_ACCESS=public-and-private",
+    ),
     SettingSpec(
         "ADMIN_PRINCIPAL_ARNS", "", "IAM roles/users given cluster-admin access entries (CI deploy role, people)", "comma-separated IAM role or user ARNs"
     ),
@@ -64,7 +77,7 @@ SPECS: tuple[SettingSpec, ...] = (
         "an x86_64 EC2 type with at least 4 vCPU and 16 GiB",
     ),
     SettingSpec("SYSTEM_NODE_COUNT", "1", "Number of system nodes", "integer 1-10"),
-    SettingSpec("SYSTEM_ROOT_VOLUME_GIB", "50", "Encrypted gp3 root volume of each system node", "integer 20-1000"),
+    SettingSpec("SYSTEM_ROOT_VOLUME_GIB", "100", "Encrypted gp3 root volume of each system node (the Ray head pulls the ~20 GB image)", "integer 80-1000"),
     SettingSpec("GPU_NODEGROUP_NAME", "gpu-workers", "Name of the EFA GPU nodegroup", "DNS label, at most 63 characters"),
     SettingSpec(
         "GPU_NODE_TYPE",
@@ -88,7 +101,7 @@ SPECS: tuple[SettingSpec, ...] = (
     SettingSpec("RAY_VERSION", versions.RAY_VERSION, "Ray version inside DLC_IMAGE", "X.Y.Z, at least 2.49 (build_pd_openai_app)"),
     SettingSpec("RAY_SERVICE_NAME", "ray-llm", "RayService name; the endpoint Service is NAME-serve-svc", "DNS label, at most 53 characters"),
     SettingSpec("MODEL_ID", "qwen3.5-9b", "Model name clients send in requests", "letters, digits, '.', '_', '-'"),
-    SettingSpec("MODEL_SOURCE", "Qwen/Qwen3.5-9B", "Hugging Face repository (or s3:// path) of the weights", "ORG/NAME or s3://bucket/path"),
+    SettingSpec("MODEL_SOURCE", "Qwen/Qwen3.5-9B", "Hugging Face repository of the weights", "ORG/NAME"),
     SettingSpec("PREFILL_REPLICAS", "1", "Prefill replicas (one GPU worker each)", "integer 1-64"),
     SettingSpec("DECODE_REPLICAS", "1", "Decode replicas (one GPU worker each)", "integer 1-64"),
     SettingSpec("MAX_MODEL_LEN", "4096", "vLLM max_model_len: sized to the KV cache that fits on the GPU", "integer 256-1048576"),
@@ -230,6 +243,13 @@ def _principal_arn(raw: str) -> str:
 
 
 def _image(raw: str, region: str) -> str:
+    if raw == versions.DLC_IMAGE_TEMPLATE and region in DLC_OPT_IN_REGIONS:
+        raise SettingError(
+            "DLC_IMAGE",
+            raw,
+            f"an image you set explicitly for REGION={region}: opt-in Regions serve the DLCs from another account than "
+            f"763104351884 (or use the public copy {versions.DLC_PUBLIC_IMAGE})",
+        )
     image = raw.replace("${REGION}", region)
     if not re.fullmatch(r"[a-z0-9.-]+(:\d+)?(/[a-z0-9._-]+)+(:[\w][\w.-]{0,127}|@sha256:[a-f0-9]{64})", image) or image.endswith(":latest"):
         raise SettingError("DLC_IMAGE", raw, "REGISTRY/REPOSITORY:TAG or @sha256:DIGEST, not :latest (the image must be reproducible)")
@@ -259,8 +279,9 @@ def load_settings(environ: Mapping[str, str], context: Mapping[str, Any]) -> Set
     if endpoint_access not in ("public-and-private", "private", "public"):
         raise SettingError("ENDPOINT_ACCESS", endpoint_access, "public-and-private, private or public")
     public_cidrs = tuple(_cidr("PUBLIC_ACCESS_CIDRS", c, private=False, prefix=(0, 32)) for c in _csv(raw["PUBLIC_ACCESS_CIDRS"]))
-    if public_cidrs and endpoint_access == "private":
-        raise SettingError("PUBLIC_ACCESS_CIDRS", raw["PUBLIC_ACCESS_CIDRS"], "empty when ENDPOINT_ACCESS=private (there is no public endpoint)")
+    if public_cidrs and endpoint_access != "public-and-private":
+        # EKS keeps a private endpoint for the nodes whenever the public one is restricted.
+        raise SettingError("PUBLIC_ACCESS_CIDRS", raw["PUBLIC_ACCESS_CIDRS"], f"empty unless ENDPOINT_ACCESS=public-and-private (it is {endpoint_access})")
 
     gpu_node = _gpu_facts(raw["GPU_NODE_TYPE"], context)
     zones = choose_zones(region=region, gpu_type=gpu_node.name, gpu_az=raw["GPU_AZ"].strip(), context=context)
@@ -269,8 +290,11 @@ def load_settings(environ: Mapping[str, str], context: Mapping[str, Any]) -> Set
     if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}", model_id):
         raise SettingError("MODEL_ID", model_id, "letters, digits, '.', '_' and '-', at most 128 characters")
     model_source = raw["MODEL_SOURCE"]
-    if not re.fullmatch(r"[A-Za-z0-9][\w.-]*/[\w.-]+|s3://[a-z0-9.-]{3,63}(/[\w.=/-]*)?", model_source):
-        raise SettingError("MODEL_SOURCE", model_source, "a Hugging Face repository ORG/NAME or an s3://bucket/path")
+    # Hugging Face only: the workers have no AWS identity to read s3:// with (IMDS is closed to pods).
+    if not re.fullmatch(r"[A-Za-z0-9][\w.-]*/[\w.-]+", model_source):
+        raise SettingError(
+            "MODEL_SOURCE", model_source, "a Hugging Face repository ORG/NAME (s3:// sources are not supported: the workers have no AWS identity)"
+        )
     secret = raw["HF_TOKEN_SECRET_NAME"]
     if secret and not re.fullmatch(r"[A-Za-z0-9/_+=.@-]{1,512}", secret):
         raise SettingError("HF_TOKEN_SECRET_NAME", secret, "a Secrets Manager secret name (letters, digits and /_+=.@-)")
@@ -280,7 +304,7 @@ def load_settings(environ: Mapping[str, str], context: Mapping[str, Any]) -> Set
         region=region,
         kubernetes_version=raw["K8S_VERSION"],
         namespace=_dns_label("NAMESPACE", raw["NAMESPACE"]),
-        vpc_cidr=_cidr("VPC_CIDR", raw["VPC_CIDR"], private=True, prefix=(16, 20)),
+        vpc_cidr=_cidr("VPC_CIDR", raw["VPC_CIDR"], private=True, prefix=(16, 17)),
         availability_zones=zones.vpc_azs,
         endpoint_access=endpoint_access,
         public_access_cidrs=public_cidrs,
@@ -288,7 +312,7 @@ def load_settings(environ: Mapping[str, str], context: Mapping[str, Any]) -> Set
         system_nodegroup_name=_dns_label("SYSTEM_NODEGROUP_NAME", raw["SYSTEM_NODEGROUP_NAME"]),
         system_node=_system_facts(raw["SYSTEM_NODE_TYPE"], context),
         system_node_count=_integer("SYSTEM_NODE_COUNT", raw["SYSTEM_NODE_COUNT"], 1, 10),
-        system_root_volume_gib=_integer("SYSTEM_ROOT_VOLUME_GIB", raw["SYSTEM_ROOT_VOLUME_GIB"], 20, 1000),
+        system_root_volume_gib=_integer("SYSTEM_ROOT_VOLUME_GIB", raw["SYSTEM_ROOT_VOLUME_GIB"], 80, 1000),
         gpu_nodegroup_name=_dns_label("GPU_NODEGROUP_NAME", raw["GPU_NODEGROUP_NAME"]),
         gpu_node=gpu_node,
         gpu_node_count=_integer("GPU_NODE_COUNT", raw["GPU_NODE_COUNT"], 0, 64),

@@ -34,6 +34,7 @@ SECRETS_PROVIDER_VERSION: Final = "3.1.3"
 # Ray LLM Deep Learning Container. ${REGION} is replaced with REGION. It bundles Ray 2.58.0 and vLLM
 # 0.26.0; RAY_VERSION must match the Ray inside the image.
 DLC_IMAGE_TEMPLATE: Final = "763104351884.dkr.ecr.${REGION}.amazonaws.com/ray:serve-llm-cuda-v1.0"
+DLC_PUBLIC_IMAGE: Final = "public.ecr.aws/deep-learning-containers/ray:serve-llm-cuda-v1.0"
 RAY_VERSION: Final = "2.58.0"
 
 # The kubectl Lambda layer (kubectl 1.35 and Helm) of the CDK kubectl provider. kubectl supports one

@@ -15,7 +15,7 @@ from constructs import Construct
 from settings import Settings, versions
 from settings.scheduling import SYSTEM_NODE_LABELS
 from stacks import nag
-from stacks.node_launch_template import metadata_options, root_volume
+from stacks.node_launch_template import metadata_options, pin_kubernetes_version, root_volume
 
 _ENDPOINT_ACCESS = {
     "public-and-private": eks.EndpointAccess.PUBLIC_AND_PRIVATE,
@@ -118,6 +118,8 @@ class ClusterStack(Stack):
             node_role=node_role(self, "SystemNodeRole"),
             launch_template_spec=eks.LaunchTemplateSpec(id=launch_template.ref, version=launch_template.attr_latest_version_number),
         )
+
+        pin_kubernetes_version(self.system_nodegroup, settings.kubernetes_version)
 
         # Node-level DaemonSets first: without the CNI no node turns Ready and the nodegroup never
         # finishes. CoreDNS is a Deployment: it waits for the system nodes to have somewhere to run.

@@ -15,7 +15,7 @@ from constructs import Construct
 from settings.instance_types import InstanceFacts
 from settings.scheduling import GPU_NODE_LABELS, GPU_TAINT_KEY, GPU_TAINT_VALUE
 from stacks.cluster_stack import node_role
-from stacks.node_launch_template import metadata_options, root_volume
+from stacks.node_launch_template import metadata_options, pin_kubernetes_version, root_volume
 
 GPU_TAINT = eks.TaintSpec(key=GPU_TAINT_KEY, value=GPU_TAINT_VALUE, effect=eks.TaintEffect.NO_SCHEDULE)
 
@@ -65,6 +65,7 @@ class EfaNodegroupProps:
     vpc: ec2.IVpc
     subnet: ec2.ISubnet
     nodegroup_name: str
+    kubernetes_version: str
     instance: InstanceFacts
     node_count: int
     root_volume_gib: int
@@ -114,3 +115,4 @@ class EfaNodegroup(Construct):
             node_role=node_role(self, "NodeRole"),
             launch_template_spec=eks.LaunchTemplateSpec(id=self.launch_template.ref, version=self.launch_template.attr_latest_version_number),
         )
+        pin_kubernetes_version(self.nodegroup, props.kubernetes_version)

@@ -36,6 +36,7 @@ class GpuCapacityStack(Stack):
                 vpc=vpc,
                 subnet=gpu_subnet,
                 nodegroup_name=settings.gpu_nodegroup_name,
+                kubernetes_version=settings.kubernetes_version,
                 instance=settings.gpu_node,
                 node_count=settings.gpu_node_count,
                 root_volume_gib=settings.gpu_root_volume_gib,

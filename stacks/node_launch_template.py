@@ -2,12 +2,21 @@
 
 from __future__ import annotations
 
+from typing import cast
+
 from aws_cdk import aws_ec2 as ec2
+from aws_cdk import aws_eks_v2 as eks
 
 # Hop limit 1: IMDS answers the node itself (kubelet, hostNetwork add-ons) but not pods behind the
 # container network, so a pod cannot borrow the node role. Pods that need AWS use EKS Pod Identity.
 IMDS_HOP_LIMIT = 1
 ROOT_DEVICE = "/dev/xvda"  # the root device of the EKS AL2023 AMIs
+
+
+def pin_kubernetes_version(nodegroup: eks.Nodegroup, kubernetes_version: str) -> None:
+    """Nodes at the control plane's version: without it a K8S_VERSION change upgrades only the control
+    plane, and EKS refuses the next upgrade while nodes lag two versions behind."""
+    cast(eks.CfnNodegroup, nodegroup.node.default_child).version = kubernetes_version
 
 
 def metadata_options() -> ec2.CfnLaunchTemplate.MetadataOptionsProperty:

@@ -84,6 +84,7 @@ def test_system_nodegroup(default_synth: Synth) -> None:
             "AmiType": "AL2023_x86_64_STANDARD",
             "InstanceTypes": ["m7i.xlarge"],
             "Labels": {"role": "system"},
+            "Version": "1.35",
             "ScalingConfig": {"MinSize": 1, "DesiredSize": 1, "MaxSize": 1},
             "LaunchTemplate": Match.object_like({"Id": Match.any_value()}),
         },
@@ -99,7 +100,7 @@ def test_system_launch_template_imdsv2_and_encrypted_gp3(default_synth: Synth) -
     data = _only(default_synth.resources("cluster", "AWS::EC2::LaunchTemplate"))["Properties"]["LaunchTemplateData"]
     assert data["MetadataOptions"] == {"HttpEndpoint": "enabled", "HttpTokens": "required", "HttpPutResponseHopLimit": 1}
     ebs = data["BlockDeviceMappings"][0]["Ebs"]
-    assert ebs == {"VolumeSize": 50, "VolumeType": "gp3", "Encrypted": True, "DeleteOnTermination": True}
+    assert ebs == {"VolumeSize": 100, "VolumeType": "gp3", "Encrypted": True, "DeleteOnTermination": True}
 
 
 def test_kubectl_provider_uses_the_1_35_layer(default_synth: Synth) -> None:

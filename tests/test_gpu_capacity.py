@@ -22,6 +22,7 @@ def test_gpu_nodegroup_defaults(default_synth: Synth) -> None:
     props = nodegroup["Properties"]
     assert props["NodegroupName"] == "gpu-workers"
     assert props["AmiType"] == "AL2023_x86_64_NVIDIA"
+    assert props["Version"] == "1.35"  # nodes follow K8S_VERSION with the control plane
     assert props["ScalingConfig"] == {"MinSize": 2, "DesiredSize": 2, "MaxSize": 2}
     assert props["Labels"] == {"role": "gpu-worker", "nvidia.com/gpu.present": "true"}
     assert props["Taints"] == [{"Key": "nvidia.com/gpu", "Value": "true", "Effect": "NO_SCHEDULE"}]
@@ -117,11 +118,15 @@ def test_device_plugins_are_pinned_tolerate_the_taint_and_follow_the_nodegroup(d
     assert any(nodegroup_id in dep for dep in release["DependsOn"])
 
 
-def test_gpu_node_count_zero_parks_the_nodes() -> None:
-    from tests.conftest import settings_for
+def test_gpu_node_count_zero_parks_the_nodes(default_synth: Synth, tmp_path: Any) -> None:
+    from tests.conftest import settings_for, synthesize
 
-    settings = settings_for({"GPU_NODE_COUNT": "0"})
-    assert settings.gpu_node_count == 0
+    parked = synthesize(settings_for({"GPU_NODE_COUNT": "0"}), tmp_path)
+    _, nodegroup = _one(parked, "gpu", "AWS::EKS::Nodegroup")
+    assert nodegroup["Properties"]["ScalingConfig"] == {"MinSize": 0, "DesiredSize": 0, "MaxSize": 1}
+    # Nothing else of the GPU stack goes: launch template, placement group, device plugins stay.
+    for resource_type in ("AWS::EC2::LaunchTemplate", "AWS::EC2::PlacementGroup", "Custom::AWSCDK-EKS-HelmChart"):
+        assert parked.resources("gpu", resource_type) == default_synth.resources("gpu", resource_type)
 
 
 def test_user_data_is_valid_base64_free_text(default_synth: Synth) -> None:
@@ -129,4 +134,5 @@ def test_user_data_is_valid_base64_free_text(default_synth: Synth) -> None:
     _, template = _one(default_synth, "gpu", "AWS::EC2::LaunchTemplate")
     text = template["Properties"]["LaunchTemplateData"]["UserData"]["Fn::Base64"]
     assert text.startswith("MIME-Version: 1.0") and text.rstrip().endswith("--BOUNDARY--")
-    base64.b64encode(text.encode())  # pure ASCII
+    assert text.isascii()
+    assert base64.b64decode(base64.b64encode(text.encode("ascii"))).decode("ascii") == text
