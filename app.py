@@ -27,8 +27,15 @@ def main() -> int:
             f"run `make lookup` with AWS credentials to find an AZ of {settings.region} that offers {settings.gpu_node.name}",
             file=sys.stderr,
         )
-    build_stacks(app, settings)
-    app.synth()
+    try:
+        build_stacks(app, settings)
+        app.synth()
+    except Exception as error:  # a construct rejected a value the settings check let through
+        if os.environ.get("CDK_DEBUG"):
+            raise
+        first_line = next((line for line in str(error).splitlines() if line.strip()), type(error).__name__)
+        print(f"error: synthesis failed: {first_line} (set CDK_DEBUG=true for the full trace)", file=sys.stderr)
+        return 1
     return 0
 
 

@@ -6,6 +6,8 @@ KubeRay does not know is a Python error here, not a rejected apply 30 minutes in
 
 from __future__ import annotations
 
+import hashlib
+import json
 from dataclasses import dataclass
 
 import cdk8s
@@ -141,6 +143,12 @@ class PdRayServiceChart(cdk8s.Chart):
             ),
         )
         self.ray_service.node.add_dependency(self.namespace_object)
+
+    @property
+    def ray_cluster_fingerprint(self) -> str:
+        """A short hash of spec.rayClusterConfig: what KubeRay does not apply in place (upgradeStrategy None)."""
+        spec = self.ray_service.to_json()["spec"]["rayClusterConfig"]
+        return hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()[:16]
 
     @staticmethod
     def _head_group(s: Settings) -> RayServiceSpecRayClusterConfigHeadGroupSpec:

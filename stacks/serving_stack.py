@@ -77,6 +77,15 @@ class ServingStack(Stack):
         self.ray_service.node.add_dependency(system_nodegroup)
         self.ray_service.node.add_dependency(gpu_nodegroup)
 
+        # KubeRay applies serveConfigV2 changes in place, but with upgradeStrategy None it ignores changes
+        # to the cluster itself (image, Ray version, resources, worker count). This output changes exactly
+        # when such a change is pending, so `cdk diff` shows it; apply it by re-creating this stack.
+        CfnOutput(
+            self,
+            "RayClusterConfigFingerprint",
+            value=self.chart.ray_cluster_fingerprint,
+            description="Changes when the RayCluster must be re-created: destroy and deploy this stack to apply",
+        )
         CfnOutput(
             self,
             "PortForwardCommand",

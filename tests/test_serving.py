@@ -186,6 +186,17 @@ def test_serving_stack_depends_on_both_nodegroups_stacks(default_synth: Synth) -
     assert d.cluster.system_nodegroup.node.path in {c.node.path for c in d.serving.kuberay.node.dependencies}
 
 
+def test_cluster_fingerprint_output_changes_only_with_the_cluster(default_synth: Synth, p5_synth: Synth) -> None:
+    from stacks.serving_stack import build_rayservice_chart
+
+    fingerprint = default_synth.templates["serving"]["Outputs"]["RayClusterConfigFingerprint"]["Value"]
+    assert len(fingerprint) == 16
+    assert p5_synth.templates["serving"]["Outputs"]["RayClusterConfigFingerprint"]["Value"] != fingerprint
+    # A serve-config-only change (context length) leaves the cluster, and the fingerprint, alone.
+    assert build_rayservice_chart(settings_for({"MAX_MODEL_LEN": "2048"})).ray_cluster_fingerprint == fingerprint
+    assert build_rayservice_chart(settings_for({"DLC_IMAGE": "example.com/ray:2"})).ray_cluster_fingerprint != fingerprint
+
+
 def test_port_forward_output(default_synth: Synth) -> None:
     outputs = default_synth.templates["serving"]["Outputs"]
     assert outputs["PortForwardCommand"]["Value"] == "kubectl port-forward -n inference svc/ray-llm-serve-svc 8000:8000"

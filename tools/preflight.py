@@ -35,6 +35,11 @@ def main() -> int:
     except SettingError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
+    if not settings.admin_principal_arns:
+        print(
+            "note: ADMIN_PRINCIPAL_ARNS is empty: only the CloudFormation execution role and the kubectl provider "
+            "will be cluster admins, so your own kubectl will be refused (add your role's ARN)."
+        )
     return run_preflight(preflight_input(settings))
 
 
