@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
-from settings import versions
+from settings import Settings, versions
 from settings.scheduling import SYSTEM_NODE_LABELS
 
 RELEASE_NAME = "kuberay-operator"
@@ -34,9 +34,12 @@ class KubeRayOperatorValues:
 
 @dataclass(frozen=True)
 class KubeRayRelease:
-    version: str = versions.KUBERAY_VERSION
-    chart: str = versions.KUBERAY_CHART
-    repository: str = versions.KUBERAY_CHART_REPOSITORY
+    pin: versions.HelmChartPin = versions.KUBERAY_OPERATOR
     release: str = RELEASE_NAME
     namespace: str = "kuberay-operator"  # KUBERAY_NAMESPACE
     values: KubeRayOperatorValues = field(default_factory=KubeRayOperatorValues)
+
+
+def kuberay_release(settings: Settings) -> KubeRayRelease:
+    """The release as configured: KUBERAY_VERSION and KUBERAY_NAMESPACE."""
+    return KubeRayRelease(pin=replace(versions.KUBERAY_OPERATOR, version=settings.kuberay_version), namespace=settings.kuberay_namespace)

@@ -96,7 +96,7 @@ SPECS: tuple[SettingSpec, ...] = (
         "Ray LLM container image of the head and workers (${REGION} is replaced)",
         "an image reference with a tag or digest",
     ),
-    SettingSpec("KUBERAY_VERSION", versions.KUBERAY_VERSION, "KubeRay operator chart version", "1.7.x (the CRDs the RayService is validated against)"),
+    SettingSpec("KUBERAY_VERSION", versions.KUBERAY_OPERATOR.version, "KubeRay operator chart version", "1.7.x (the CRDs the RayService is validated against)"),
     SettingSpec("KUBERAY_NAMESPACE", "kuberay-operator", "Namespace of the KubeRay operator release", "DNS label, at most 63 characters"),
     SettingSpec("RAY_VERSION", versions.RAY_VERSION, "Ray version inside DLC_IMAGE", "X.Y.Z, at least 2.49 (build_pd_openai_app)"),
     SettingSpec("RAY_SERVICE_NAME", "ray-llm", "RayService name; the endpoint Service is NAME-serve-svc", "DNS label, at most 53 characters"),

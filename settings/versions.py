@@ -4,32 +4,33 @@ Changing a version here is the whole upgrade: the stacks, the cdk8s charts, the 
 tests read these constants.
 """
 
+from dataclasses import dataclass
 from typing import Final
+
+
+@dataclass(frozen=True)
+class HelmChartPin:
+    repository: str
+    chart: str
+    version: str
+
 
 # KubeRay operator (Helm). The CRDs in ../shared/schemas/kuberay/ (and the typed classes generated from
 # them under imports/) are of this version: the RayService is validated against exactly what runs.
-KUBERAY_CHART_REPOSITORY: Final = "https://ray-project.github.io/kuberay-helm/"
-KUBERAY_CHART: Final = "kuberay-operator"
-KUBERAY_VERSION: Final = "1.7.0"
+KUBERAY_OPERATOR: Final = HelmChartPin("https://ray-project.github.io/kuberay-helm/", "kuberay-operator", "1.7.0")
 
 # NVIDIA Kubernetes device plugin (Helm): advertises nvidia.com/gpu. The AL2023 NVIDIA AMI has the
 # driver and container toolkit but not this plugin.
-NVIDIA_DEVICE_PLUGIN_REPOSITORY: Final = "https://nvidia.github.io/k8s-device-plugin"
-NVIDIA_DEVICE_PLUGIN_CHART: Final = "nvidia-device-plugin"
-NVIDIA_DEVICE_PLUGIN_VERSION: Final = "0.20.1"
+NVIDIA_DEVICE_PLUGIN: Final = HelmChartPin("https://nvidia.github.io/k8s-device-plugin", "nvidia-device-plugin", "0.20.1")
 
 # AWS EFA Kubernetes device plugin (Helm): advertises vpc.amazonaws.com/efa. This chart's versions
 # carry a leading "v" (chart v0.5.29 ships image v0.5.20).
-EFA_DEVICE_PLUGIN_REPOSITORY: Final = "https://aws.github.io/eks-charts"
-EFA_DEVICE_PLUGIN_CHART: Final = "aws-efa-k8s-device-plugin"
-EFA_DEVICE_PLUGIN_VERSION: Final = "v0.5.29"
+EFA_DEVICE_PLUGIN: Final = HelmChartPin("https://aws.github.io/eks-charts", "aws-efa-k8s-device-plugin", "v0.5.29")
 
 # AWS Secrets Manager provider (ASCP) for the Secrets Store CSI driver, which it installs as a
 # dependency: only deployed when HF_TOKEN_SECRET_NAME is set, to hand the token to the workers
 # without writing it into a template or a manifest.
-SECRETS_PROVIDER_REPOSITORY: Final = "https://aws.github.io/secrets-store-csi-driver-provider-aws"
-SECRETS_PROVIDER_CHART: Final = "secrets-store-csi-driver-provider-aws"
-SECRETS_PROVIDER_VERSION: Final = "3.1.3"
+SECRETS_PROVIDER: Final = HelmChartPin("https://aws.github.io/secrets-store-csi-driver-provider-aws", "secrets-store-csi-driver-provider-aws", "3.1.3")
 
 # Ray LLM Deep Learning Container. ${REGION} is replaced with REGION. It bundles Ray 2.58.0 and vLLM
 # 0.26.0; RAY_VERSION must match the Ray inside the image.

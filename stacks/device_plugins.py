@@ -13,22 +13,12 @@ from constructs import Construct
 
 from settings import versions
 from settings.scheduling import GPU_NODE_LABELS, gpu_toleration
-from stacks.helm import ChartRef, pinned_release
+from stacks.helm import pinned_release
 
-NVIDIA = ChartRef(
-    chart=versions.NVIDIA_DEVICE_PLUGIN_CHART,
-    repository=versions.NVIDIA_DEVICE_PLUGIN_REPOSITORY,
-    version=versions.NVIDIA_DEVICE_PLUGIN_VERSION,
-    release="nvidia-device-plugin",
-    namespace="kube-system",
-)
-EFA = ChartRef(
-    chart=versions.EFA_DEVICE_PLUGIN_CHART,
-    repository=versions.EFA_DEVICE_PLUGIN_REPOSITORY,
-    version=versions.EFA_DEVICE_PLUGIN_VERSION,
-    release="aws-efa-k8s-device-plugin",
-    namespace="kube-system",
-)
+# (pin, release name); both in kube-system.
+NVIDIA = (versions.NVIDIA_DEVICE_PLUGIN, "nvidia-device-plugin")
+EFA = (versions.EFA_DEVICE_PLUGIN, "aws-efa-k8s-device-plugin")
+NAMESPACE = "kube-system"
 
 
 def gpu_node_scheduling() -> dict[str, Any]:
@@ -40,7 +30,9 @@ class DevicePlugins(Construct):
 
     def __init__(self, scope: Construct, construct_id: str, *, cluster: eks.ICluster, gpu_nodegroup: eks.Nodegroup) -> None:
         super().__init__(scope, construct_id)
-        self.nvidia = pinned_release(self, "NvidiaDevicePlugin", cluster=cluster, ref=NVIDIA, values=gpu_node_scheduling())
-        self.efa = pinned_release(self, "EfaDevicePlugin", cluster=cluster, ref=EFA, values=gpu_node_scheduling())
+        self.nvidia, self.efa = (
+            pinned_release(self, construct, cluster=cluster, pin=pin, release=release, namespace=NAMESPACE, values=gpu_node_scheduling())
+            for construct, (pin, release) in (("NvidiaDevicePlugin", NVIDIA), ("EfaDevicePlugin", EFA))
+        )
         for chart in (self.nvidia, self.efa):
             chart.node.add_dependency(gpu_nodegroup)

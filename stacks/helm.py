@@ -2,38 +2,38 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
 from aws_cdk import Duration
 from aws_cdk import aws_eks_v2 as eks
 from constructs import Construct
 
+from settings.versions import HelmChartPin
+
 # Below the kubectl provider's 15-minute Lambda limit, so a failure is reported, not orphaned.
 HELM_TIMEOUT = Duration.minutes(10)
 
 
-@dataclass(frozen=True)
-class ChartRef:
-    chart: str
-    repository: str
-    version: str
-    release: str
-    namespace: str
-
-
 def pinned_release(
-    scope: Construct, construct_id: str, *, cluster: eks.ICluster, ref: ChartRef, values: dict[str, Any], create_namespace: bool = False
+    scope: Construct,
+    construct_id: str,
+    *,
+    cluster: eks.ICluster,
+    pin: HelmChartPin,
+    release: str,
+    namespace: str,
+    values: dict[str, Any],
+    create_namespace: bool = False,
 ) -> eks.HelmChart:
     return eks.HelmChart(
         scope,
         construct_id,
         cluster=cluster,
-        chart=ref.chart,
-        repository=ref.repository,
-        version=ref.version,
-        release=ref.release,
-        namespace=ref.namespace,
+        repository=pin.repository,
+        chart=pin.chart,
+        version=pin.version,
+        release=release,
+        namespace=namespace,
         create_namespace=create_namespace,
         values=values,
         wait=True,

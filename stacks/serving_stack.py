@@ -9,19 +9,13 @@ from aws_cdk import aws_iam as iam
 from constructs import Construct
 
 from k8s_constructs.hf_token import HfToken, hf_token_of, provider_chart_values
-from k8s_constructs.kuberay_operator import KubeRayRelease
+from k8s_constructs.kuberay_operator import kuberay_release
 from k8s_constructs.ray_service import PdRayServiceChart, RayServiceProps
 from settings import Settings, versions
 from stacks import nag
-from stacks.helm import ChartRef, pinned_release
+from stacks.helm import pinned_release
 
-SECRETS_PROVIDER = ChartRef(
-    chart=versions.SECRETS_PROVIDER_CHART,
-    repository=versions.SECRETS_PROVIDER_REPOSITORY,
-    version=versions.SECRETS_PROVIDER_VERSION,
-    release="secrets-store-csi-driver-provider-aws",
-    namespace="kube-system",
-)
+SECRETS_PROVIDER_RELEASE = "secrets-store-csi-driver-provider-aws"
 
 
 def build_rayservice_chart(settings: Settings) -> PdRayServiceChart:
@@ -44,12 +38,14 @@ class ServingStack(Stack):
         env: Environment,
     ) -> None:
         super().__init__(scope, construct_id, env=env, description=f"{settings.cluster_name}: KubeRay and the PD RayService")
-        release = KubeRayRelease(version=settings.kuberay_version, namespace=settings.kuberay_namespace)
+        release = kuberay_release(settings)
         self.kuberay = pinned_release(
             self,
             "KubeRayOperator",
             cluster=cluster,
-            ref=ChartRef(chart=release.chart, repository=release.repository, version=release.version, release=release.release, namespace=release.namespace),
+            pin=release.pin,
+            release=release.release,
+            namespace=release.namespace,
             values=release.values.to_values(),
             create_namespace=True,
         )
@@ -94,7 +90,15 @@ class ServingStack(Stack):
 
     def _hf_token_access(self, cluster: eks.ICluster, namespace: str, token: HfToken) -> list[Construct]:
         """The Secrets Manager CSI provider, and a Pod Identity role that may read only the token's secret."""
-        provider = pinned_release(self, "SecretsStoreCsiProvider", cluster=cluster, ref=SECRETS_PROVIDER, values=provider_chart_values())
+        provider = pinned_release(
+            self,
+            "SecretsStoreCsiProvider",
+            cluster=cluster,
+            pin=versions.SECRETS_PROVIDER,
+            release=SECRETS_PROVIDER_RELEASE,
+            namespace="kube-system",
+            values=provider_chart_values(),
+        )
         role = iam.Role(
             self,
             "HfTokenReaderRole",

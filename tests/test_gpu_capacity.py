@@ -98,10 +98,7 @@ def _helm(synth: Synth, chart: str) -> tuple[str, dict[str, Any]]:
 
 @pytest.mark.parametrize(
     ("chart", "repository", "version"),
-    [
-        (versions.NVIDIA_DEVICE_PLUGIN_CHART, versions.NVIDIA_DEVICE_PLUGIN_REPOSITORY, versions.NVIDIA_DEVICE_PLUGIN_VERSION),
-        (versions.EFA_DEVICE_PLUGIN_CHART, versions.EFA_DEVICE_PLUGIN_REPOSITORY, versions.EFA_DEVICE_PLUGIN_VERSION),
-    ],
+    [(pin.chart, pin.repository, pin.version) for pin in (versions.NVIDIA_DEVICE_PLUGIN, versions.EFA_DEVICE_PLUGIN)],
 )
 def test_device_plugins_are_pinned_tolerate_the_taint_and_follow_the_nodegroup(default_synth: Synth, chart: str, repository: str, version: str) -> None:
     import json

@@ -154,7 +154,7 @@ def test_kuberay_release(default_synth: Synth) -> None:
     props = release["Properties"]
     assert props["Chart"] == "kuberay-operator" and props["Release"] == "kuberay-operator"
     assert props["Namespace"] == "kuberay-operator" and props["CreateNamespace"] is True
-    assert props["Repository"] == versions.KUBERAY_CHART_REPOSITORY and props["Version"] == "1.7.0"
+    assert props["Repository"] == versions.KUBERAY_OPERATOR.repository and props["Version"] == "1.7.0"
     assert props["Atomic"] is True and props["Wait"] is True
     values = json.loads(props["Values"])
     assert values["nodeSelector"] == {"role": "system"}
