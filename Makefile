@@ -10,7 +10,7 @@ CDK := node_modules/.bin/cdk
 export JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION := 20
 ARGS ?=
 
-.PHONY: help install install-dev synth test lint format diff deploy destroy bench lookup preflight imports dist settings-table checkov clean
+.PHONY: status verify-efa help install install-dev synth test lint format diff deploy destroy bench lookup preflight imports dist settings-table checkov clean
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-15s %s\n", $$1, $$2}'
@@ -52,8 +52,8 @@ format: install-dev ## Format the code with ruff
 diff: install ## cdk diff (ARGS="..." is passed to the CDK CLI)
 	$(CDK) diff $(ARGS)
 
-deploy: install preflight ## Preflight, then cdk deploy --all (ARGS="..." is passed to the CDK CLI)
-	$(CDK) deploy --all --require-approval never $(ARGS)
+deploy: install preflight ## Preflight, then cdk deploy --all (in CI: ARGS="--require-approval never")
+	$(CDK) deploy --all $(ARGS)
 
 destroy: install ## cdk destroy (reverse order: serving, GPU, cluster, network); ARGS="..." to pick stacks
 	$(CDK) destroy $(if $(ARGS),$(ARGS),--all)
@@ -83,6 +83,20 @@ settings-table: install ## Rewrite the README's settings table from the code
 
 checkov: synth .checkov-venv/.installed ## checkov in its own environment (it pins old boto3 and breaks pytest's)
 	.checkov-venv/bin/checkov --skip-download --quiet --compact --framework cloudformation -d cdk.out --check CKV_AWS_58,CKV_AWS_37,CKV_AWS_79
+
+# After a deploy (kubectl configured with `aws eks update-kubeconfig`); names follow the settings.
+NAMESPACE ?= inference
+RAY_SERVICE_NAME ?= ray-llm
+
+status: ## RayService, pods and their nodes, GPU/EFA capacity of the GPU nodes
+	kubectl get rayservice -n $(NAMESPACE) $(RAY_SERVICE_NAME)
+	kubectl get pods -n $(NAMESPACE) -o wide
+	kubectl get nodes -l role=gpu-worker -o custom-columns='NAME:.metadata.name,GPU:.status.allocatable.nvidia\.com/gpu,EFA:.status.allocatable.vpc\.amazonaws\.com/efa'
+
+verify-efa: ## Which NIXL backend each GPU worker started (must be LIBFABRIC, not UCX)
+	@for pod in $$(kubectl get pods -n $(NAMESPACE) -l ray.io/node-type=worker -o jsonpath='{.items[*].metadata.name}'); do \
+	  kubectl exec -n $(NAMESPACE) "$$pod" -c ray-worker -- grep -rhoE "Backend (LIBFABRIC|UCX) was instantiated" /tmp/ray/session_latest/logs/ 2>/dev/null; \
+	done | sort | uniq -c
 
 clean: ## Remove build output (keeps the virtual environments)
 	rm -rf cdk.out .pytest_cache .mypy_cache .ruff_cache
