@@ -25,14 +25,28 @@ def gpu_node_scheduling() -> dict[str, Any]:
     return {"nodeSelector": {"role": GPU_NODE_LABELS["role"]}, "tolerations": [gpu_toleration()]}
 
 
+def nvidia_values() -> dict[str, Any]:
+    return gpu_node_scheduling()
+
+
+def efa_values(gpu_instance_type: str) -> dict[str, Any]:
+    # The chart schedules only on its own allow-list of EFA instance types; name ours, so a type newer
+    # than the chart (cached by `make lookup`) still gets its EFA devices advertised.
+    allow_list = {"keys": ["node.kubernetes.io/instance-type"], "values": [gpu_instance_type]}
+    return {**gpu_node_scheduling(), "supportedInstanceLabels": allow_list}
+
+
 class DevicePlugins(Construct):
     """Exposes ``nvidia`` and ``efa`` (eks.HelmChart), each depending on the GPU nodegroup."""
 
-    def __init__(self, scope: Construct, construct_id: str, *, cluster: eks.ICluster, gpu_nodegroup: eks.Nodegroup) -> None:
+    def __init__(self, scope: Construct, construct_id: str, *, cluster: eks.ICluster, gpu_nodegroup: eks.Nodegroup, gpu_instance_type: str) -> None:
         super().__init__(scope, construct_id)
         self.nvidia, self.efa = (
-            pinned_release(self, construct, cluster=cluster, pin=pin, release=release, namespace=NAMESPACE, values=gpu_node_scheduling())
-            for construct, (pin, release) in (("NvidiaDevicePlugin", NVIDIA), ("EfaDevicePlugin", EFA))
+            pinned_release(self, construct, cluster=cluster, pin=pin, release=release, namespace=NAMESPACE, values=values)
+            for construct, (pin, release), values in (
+                ("NvidiaDevicePlugin", NVIDIA, nvidia_values()),
+                ("EfaDevicePlugin", EFA, efa_values(gpu_instance_type)),
+            )
         )
         for chart in (self.nvidia, self.efa):
             chart.node.add_dependency(gpu_nodegroup)

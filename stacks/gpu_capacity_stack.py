@@ -42,6 +42,8 @@ class GpuCapacityStack(Stack):
                 root_volume_gib=settings.gpu_root_volume_gib,
             ),
         )
-        self.device_plugins = DevicePlugins(self, "DevicePlugins", cluster=cluster, gpu_nodegroup=self.gpu_nodes.nodegroup)
+        self.device_plugins = DevicePlugins(
+            self, "DevicePlugins", cluster=cluster, gpu_nodegroup=self.gpu_nodes.nodegroup, gpu_instance_type=settings.gpu_node.name
+        )
         CfnOutput(self, "GpuAvailabilityZone", value=settings.gpu_az)
         CfnOutput(self, "GpuNodegroupName", value=settings.gpu_nodegroup_name)

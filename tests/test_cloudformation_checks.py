@@ -59,7 +59,10 @@ def test_nag_catches_a_real_finding(tmp_path: Path) -> None:
 
 
 def _synth_in_subprocess(outdir: Path) -> subprocess.Popen[str]:
-    env = {k: v for k, v in os.environ.items()} | {"CDK_OUTDIR": str(outdir)}
+    # A temporary directory of its own per run: jsii unpacks its kernel there, and no path may leak.
+    tmp = outdir.parent / f"{outdir.name}-tmp"
+    tmp.mkdir()
+    env = {k: v for k, v in os.environ.items()} | {"CDK_OUTDIR": str(outdir), "TMPDIR": str(tmp)}
     return subprocess.Popen([sys.executable, "app.py"], cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 

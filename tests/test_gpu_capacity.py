@@ -113,6 +113,8 @@ def test_device_plugins_are_pinned_tolerate_the_taint_and_follow_the_nodegroup(d
     assert values["tolerations"] == [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]
     assert values["nodeSelector"] == {"role": "gpu-worker"}
     assert any(nodegroup_id in dep for dep in release["DependsOn"])
+    if chart == versions.EFA_DEVICE_PLUGIN.chart:  # the chart's own instance allow-list names our type
+        assert values["supportedInstanceLabels"] == {"keys": ["node.kubernetes.io/instance-type"], "values": ["g6.8xlarge"]}
 
 
 def test_gpu_node_count_zero_parks_the_nodes(default_synth: Synth, tmp_path: Any) -> None:

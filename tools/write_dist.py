@@ -20,7 +20,7 @@ import yaml
 from k8s_constructs.kuberay_operator import kuberay_release
 from settings import Settings, load_settings
 from settings.versions import HelmChartPin
-from stacks.device_plugins import EFA, NVIDIA, gpu_node_scheduling
+from stacks.device_plugins import EFA, NVIDIA, efa_values, nvidia_values
 from stacks.serving_stack import build_rayservice_chart
 
 DIST = Path(__file__).resolve().parent.parent / "dist"
@@ -39,7 +39,8 @@ def render(settings: Settings) -> dict[str, str]:
     return {
         "rayservice.k8s.yaml": HEADER + cdk8s.App.of(chart).synth_yaml(),
         "helm/kuberay-operator.values.yaml": _values_file(kuberay.pin, kuberay.values.to_values()),
-        **{f"helm/{release}.values.yaml": _values_file(pin, gpu_node_scheduling()) for pin, release in (NVIDIA, EFA)},
+        f"helm/{NVIDIA[1]}.values.yaml": _values_file(NVIDIA[0], nvidia_values()),
+        f"helm/{EFA[1]}.values.yaml": _values_file(EFA[0], efa_values(settings.gpu_node.name)),
     }
 
 
