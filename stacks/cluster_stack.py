@@ -4,11 +4,12 @@ from __future__ import annotations
 
 from typing import cast
 
-from aws_cdk import CfnOutput, Environment, Stack
+from aws_cdk import CfnOutput, Environment, RemovalPolicy, Stack
 from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_eks_v2 as eks
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_kms as kms
+from aws_cdk import aws_logs as logs
 from aws_cdk.lambda_layer_kubectl_v35 import KubectlV35Layer
 from constructs import Construct
 
@@ -82,6 +83,16 @@ class ClusterStack(Stack):
             output_config_command=False,
         )
         self._acknowledge_cdk_managed_findings()
+        # EKS writes control-plane logs to this group; created here first so that it has a retention
+        # (EKS's own never expires) and goes away with `cdk destroy`.
+        control_plane_logs = logs.LogGroup(
+            self,
+            "ControlPlaneLogs",
+            log_group_name=f"/aws/eks/{settings.cluster_name}/cluster",
+            retention=logs.RetentionDays.ONE_MONTH,
+            removal_policy=RemovalPolicy.DESTROY,
+        )
+        self.cluster.node.add_dependency(control_plane_logs)
         # The same cluster as eks.ICluster: jsii's Python typing of Cluster misses one ICluster member
         # (kubectl_provider_options), so type checkers need to be told.
         self.cluster_ref = cast(eks.ICluster, self.cluster)

@@ -60,6 +60,16 @@ def test_cluster_version_logging_encryption_and_no_auto_mode(default_synth: Synt
     assert vpc_config["EndpointPublicAccess"] is True and vpc_config["EndpointPrivateAccess"] is True
 
 
+def test_control_plane_log_group_has_a_retention_and_exists_before_the_cluster(default_synth: Synth) -> None:
+    resources = default_synth.templates["cluster"]["Resources"]
+    (group_id,) = [k for k, v in resources.items() if v["Type"] == "AWS::Logs::LogGroup"]
+    group = resources[group_id]
+    assert (group["Properties"]["LogGroupName"], group["Properties"]["RetentionInDays"]) == ("/aws/eks/ray-llm-multinode/cluster", 30)
+    assert group["DeletionPolicy"] == "Delete"
+    (cluster,) = [v for v in resources.values() if v["Type"] == "AWS::EKS::Cluster"]
+    assert group_id in cluster["DependsOn"]
+
+
 def test_secrets_key_rotates(default_synth: Synth) -> None:
     default_synth.template("cluster").has_resource_properties("AWS::KMS::Key", {"EnableKeyRotation": True})
 
