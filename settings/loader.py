@@ -121,9 +121,16 @@ def _known_instance_types() -> frozenset[str]:
 
 @cache
 def _known_regions() -> tuple[str, ...]:
-    import boto3
+    """The commercial partition's Regions, from botocore's endpoint data (offline; importing boto3 and
+    building a session would cost a quarter of a second on every synth)."""
+    import json
+    from pathlib import Path
 
-    return tuple(boto3.session.Session().get_available_regions("eks"))
+    import botocore
+
+    endpoints = json.loads((Path(botocore.__file__).parent / "data" / "endpoints.json").read_text())
+    (aws,) = [p for p in endpoints["partitions"] if p["partition"] == "aws"]
+    return tuple(sorted(aws["regions"]))
 
 
 def _closest(value: str, choices: list[str] | tuple[str, ...]) -> str:
