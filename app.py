@@ -6,16 +6,12 @@ from __future__ import annotations
 import os
 import sys
 
-from aws_cdk import App
-
 from settings import SettingError, load_settings
-from stacks.application import DETERMINISTIC_CONTEXT, build_stacks
+from stacks.application import build_stacks, new_app
 
 
 def main() -> int:
-    # Built-in CloudFormation validation off: `make test` runs cfn-lint over every template, which
-    # checks the same schema and more, without adding seconds to every synth.
-    app = App(builtin_cloud_formation_validation=False, stack_traces=False, context=DETERMINISTIC_CONTEXT)
+    app = new_app()
     try:
         settings = load_settings(os.environ, app.node.get_all_context())
     except SettingError as error:

@@ -34,9 +34,9 @@ class KubeRayOperatorValues:
 
 @dataclass(frozen=True)
 class KubeRayRelease:
+    namespace: str  # KUBERAY_NAMESPACE
     pin: versions.HelmChartPin = versions.KUBERAY_OPERATOR
     release: str = RELEASE_NAME
-    namespace: str = "kuberay-operator"  # KUBERAY_NAMESPACE
     values: KubeRayOperatorValues = field(default_factory=KubeRayOperatorValues)
 
 

@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TypeVar
 
 import cdk8s
 import cdk8s_plus_28 as kplus
@@ -56,7 +58,7 @@ from k8s_constructs import hf_token
 from k8s_constructs.hf_token import HfTokenProviderClass, hf_token_of
 from k8s_constructs.serve_config import pd_application
 from settings import Settings
-from settings.scheduling import GPU_NODE_LABELS, SYSTEM_NODE_LABELS, gpu_toleration
+from settings.scheduling import GPU_NODE_LABELS, LOCAL_NVME_MOUNT, SYSTEM_NODE_LABELS, gpu_toleration
 from settings.sizing import (
     HEAD_LIMIT_CPU_MILLI,
     HEAD_LIMIT_MEMORY_MIB,
@@ -70,7 +72,7 @@ WORKER_GROUP_NAME = "gpu-workers"
 MODEL_CACHE_MOUNT = "/model-cache"
 # On types with instance-store NVMe, nodeadm mounts it (RAID0) at /mnt/k8s-disks/0; the cache lives
 # there and, being a hostPath, survives pod restarts. Without NVMe it lives on the root EBS volume.
-NVME_MODEL_CACHE = "/mnt/k8s-disks/0/model-cache"
+NVME_MODEL_CACHE = f"{LOCAL_NVME_MOUNT}/model-cache"
 EBS_MODEL_CACHE = "/var/lib/model-cache"
 RAY_STOP = ["/bin/sh", "-c", "ray stop"]
 # No new RayCluster on a cluster-level change: with every GPU node held by the running cluster, the
@@ -79,20 +81,17 @@ RAY_STOP = ["/bin/sh", "-c", "ray stop"]
 UPGRADE_STRATEGY = "None"
 
 
+Q = TypeVar("Q")
+
+
 @dataclass(frozen=True)
 class RayServiceProps:
     settings: Settings
 
 
-def _head_limits(cpu_milli: int, memory_mib: int) -> dict[str, RayServiceSpecRayClusterConfigHeadGroupSpecTemplateSpecContainersResourcesLimits]:
+def _quantities(make: Callable[[str], Q], cpu_milli: int, memory_mib: int) -> dict[str, Q]:
+    """{"cpu": ..., "memory": ...} in the generated quantity type ``make`` builds (requests and limits differ)."""
     res = WorkerResources(cpu_milli=cpu_milli, memory_mib=memory_mib)
-    make = RayServiceSpecRayClusterConfigHeadGroupSpecTemplateSpecContainersResourcesLimits.from_string
-    return {"cpu": make(res.cpu), "memory": make(res.memory)}
-
-
-def _head_requests(cpu_milli: int, memory_mib: int) -> dict[str, RayServiceSpecRayClusterConfigHeadGroupSpecTemplateSpecContainersResourcesRequests]:
-    res = WorkerResources(cpu_milli=cpu_milli, memory_mib=memory_mib)
-    make = RayServiceSpecRayClusterConfigHeadGroupSpecTemplateSpecContainersResourcesRequests.from_string
     return {"cpu": make(res.cpu), "memory": make(res.memory)}
 
 
@@ -167,8 +166,16 @@ class PdRayServiceChart(cdk8s.Chart):
                                 RayServiceSpecRayClusterConfigHeadGroupSpecTemplateSpecContainersPorts(name=name, container_port=port) for name, port in ports
                             ],
                             resources=RayServiceSpecRayClusterConfigHeadGroupSpecTemplateSpecContainersResources(
-                                requests=_head_requests(HEAD_REQUEST_CPU_MILLI, HEAD_REQUEST_MEMORY_MIB),
-                                limits=_head_limits(HEAD_LIMIT_CPU_MILLI, HEAD_LIMIT_MEMORY_MIB),
+                                requests=_quantities(
+                                    RayServiceSpecRayClusterConfigHeadGroupSpecTemplateSpecContainersResourcesRequests.from_string,
+                                    HEAD_REQUEST_CPU_MILLI,
+                                    HEAD_REQUEST_MEMORY_MIB,
+                                ),
+                                limits=_quantities(
+                                    RayServiceSpecRayClusterConfigHeadGroupSpecTemplateSpecContainersResourcesLimits.from_string,
+                                    HEAD_LIMIT_CPU_MILLI,
+                                    HEAD_LIMIT_MEMORY_MIB,
+                                ),
                             ),
                             lifecycle=RayServiceSpecRayClusterConfigHeadGroupSpecTemplateSpecContainersLifecycle(
                                 pre_stop=RayServiceSpecRayClusterConfigHeadGroupSpecTemplateSpecContainersLifecyclePreStop(

@@ -22,7 +22,7 @@ from botocore.exceptions import (
     NoCredentialsError,
 )
 
-from settings.instance_types import G_QUOTA, P_QUOTA, STANDARD_QUOTA
+from settings.instance_types import G_QUOTA, P_QUOTA, STANDARD_QUOTA, on_demand_quota_of
 
 G_QUOTA_CODE, G_QUOTA_NAME = G_QUOTA
 P_QUOTA_CODE, P_QUOTA_NAME = P_QUOTA
@@ -38,8 +38,6 @@ _CLIENT_CONFIG = Config(
 
 # Families whose first letter matches a quota class below but that have quotas of their own
 # (Inf, Trn, DL, HPC, Mac): without this, inf2 would count as "i" and trn1 as "t".
-_OWN_QUOTA_PREFIXES = ("inf", "trn", "dl", "hpc", "mac")
-_STANDARD_PREFIXES = ("a", "c", "d", "h", "i", "m", "r", "t", "z")
 _OPTED_IN = ("opt-in-not-required", "opted-in")
 _CREDENTIAL_ERROR_CODES = frozenset(
     {
@@ -80,16 +78,8 @@ class CheckResult:
 
 def quota_code_of(instance_type: str) -> str | None:
     """Service Quotas code of the On-Demand vCPU quota `instance_type` counts against, if one we check."""
-    family = instance_type.split(".", 1)[0]
-    if family.startswith(_OWN_QUOTA_PREFIXES):
-        return None
-    if family.startswith(("g", "vt")):
-        return G_QUOTA_CODE
-    if family.startswith("p"):
-        return P_QUOTA_CODE
-    if family.startswith(_STANDARD_PREFIXES):
-        return STANDARD_QUOTA_CODE
-    return None  # x, u-, f, ...: quotas of their own
+    quota = on_demand_quota_of(instance_type)
+    return quota[0] if quota else None
 
 
 def stack_status_usable(status: str) -> bool:

@@ -18,6 +18,24 @@ INSTANCE_TYPE_PATTERN = re.compile(r"^[a-z][a-z0-9-]*\.[a-z0-9-]+$")
 P_QUOTA = ("L-417A185B", "Running On-Demand P instances")
 G_QUOTA = ("L-DB2E81BA", "Running On-Demand G and VT instances")
 STANDARD_QUOTA = ("L-1216C47A", "Running On-Demand Standard (A, C, D, H, I, M, R, T, Z) instances")
+# Families whose first letter matches a quota class above but that have quotas of their own
+# (Inf, Trn, DL, HPC, Mac): without this, inf2 would count as "i" and trn1 as "t".
+_OWN_QUOTA_PREFIXES = ("inf", "trn", "dl", "hpc", "mac")
+_STANDARD_PREFIXES = ("a", "c", "d", "h", "i", "m", "r", "t", "z")
+
+
+def on_demand_quota_of(instance_type: str) -> tuple[str, str] | None:
+    """(Service Quotas code, name) of the On-Demand vCPU quota a type counts against, if one of the three above."""
+    family = instance_type.split(".", 1)[0]
+    if family.startswith(_OWN_QUOTA_PREFIXES):
+        return None
+    if family.startswith(("g", "vt")):
+        return G_QUOTA
+    if family.startswith("p"):
+        return P_QUOTA
+    if family.startswith(_STANDARD_PREFIXES):
+        return STANDARD_QUOTA
+    return None  # x, u-, f, ...: quotas of their own
 
 
 @dataclass(frozen=True)
@@ -46,11 +64,8 @@ class InstanceFacts:
     @property
     def on_demand_quota(self) -> tuple[str, str]:
         """(Service Quotas code, name) of the On-Demand vCPU quota this type counts against."""
-        if self.family.startswith("p"):
-            return P_QUOTA
-        if self.family.startswith(("g", "vt")):
-            return G_QUOTA
-        return STANDARD_QUOTA
+        # Families with quotas of their own are neither GPU nor system types this project accepts.
+        return on_demand_quota_of(self.name) or STANDARD_QUOTA
 
     def to_context(self) -> dict[str, Any]:
         return asdict(self)

@@ -102,8 +102,8 @@ SPECS: tuple[SettingSpec, ...] = (
     SettingSpec("RAY_SERVICE_NAME", "ray-llm", "RayService name; the endpoint Service is NAME-serve-svc", "DNS label, at most 53 characters"),
     SettingSpec("MODEL_ID", "qwen3.5-9b", "Model name clients send in requests", "letters, digits, '.', '_', '-'"),
     SettingSpec("MODEL_SOURCE", "Qwen/Qwen3.5-9B", "Hugging Face repository of the weights", "ORG/NAME"),
-    SettingSpec("PREFILL_REPLICAS", "1", "Prefill replicas (one GPU worker each)", "integer 1-64"),
-    SettingSpec("DECODE_REPLICAS", "1", "Decode replicas (one GPU worker each)", "integer 1-64"),
+    SettingSpec("PREFILL_REPLICAS", "1", "Prefill replicas (one vLLM engine on one GPU each)", "integer 1-64"),
+    SettingSpec("DECODE_REPLICAS", "1", "Decode replicas (one vLLM engine on one GPU each)", "integer 1-64"),
     SettingSpec("MAX_MODEL_LEN", "4096", "vLLM max_model_len: sized to the KV cache that fits on the GPU", "integer 256-1048576"),
     SettingSpec("HF_TOKEN_SECRET_NAME", "", "Secrets Manager secret holding a Hugging Face token (empty = none)", "a Secrets Manager secret name"),
 )
@@ -149,7 +149,8 @@ def check_context_keys(context: Mapping[str, Any]) -> None:
             raise SettingError(key, context[key], f"a known context key{hint}; see the settings table in README.md")
 
 
-def _raw_values(environ: Mapping[str, str], context: Mapping[str, Any]) -> dict[str, str]:
+def raw_values(environ: Mapping[str, str], context: Mapping[str, Any]) -> dict[str, str]:
+    """Each setting's text by precedence: environment, then context (-c, cdk.json), then default."""
     values: dict[str, str] = {}
     for spec in SPECS:
         if spec.env in environ:
@@ -273,7 +274,7 @@ def _semver(env: str, raw: str, allowed: str, check: Callable[[tuple[int, int, i
 def load_settings(environ: Mapping[str, str], context: Mapping[str, Any]) -> Settings:
     """Parse and check every setting; raise SettingError on the first bad one."""
     check_context_keys(context)
-    raw = _raw_values(environ, context)
+    raw = raw_values(environ, context)
 
     region = _region(raw["REGION"])
     if raw["K8S_VERSION"] not in versions.SUPPORTED_KUBERNETES_VERSIONS:

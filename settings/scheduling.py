@@ -1,5 +1,5 @@
-"""Node labels and the GPU taint: set on the nodegroups (AWS side), selected and tolerated by the pods
-(Kubernetes side). One definition for both."""
+"""Node facts both sides rely on: labels and the GPU taint (set on the nodegroups, selected and tolerated
+by the pods) and where the GPU nodes mount their local NVMe. One definition for both."""
 
 from __future__ import annotations
 
@@ -14,6 +14,11 @@ GPU_NODE_LABELS: Final = {
 # Only pods that ask for GPUs land on the GPU nodes: CoreDNS and the like stay on the system nodes.
 GPU_TAINT_KEY: Final = "nvidia.com/gpu"
 GPU_TAINT_VALUE: Final = "true"
+
+
+# nodeadm's RAID0 local-storage strategy (the GPU launch template asks for it) assembles the instance-store
+# disks into one array and mounts it here; the pods keep their model cache on it.
+LOCAL_NVME_MOUNT: Final = "/mnt/k8s-disks/0"
 
 
 def gpu_toleration() -> dict[str, str]:

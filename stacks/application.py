@@ -18,6 +18,13 @@ PROJECT_TAG = "ray-llm-eks-pd"
 DETERMINISTIC_CONTEXT = {"aws:cdk:disable-stack-trace": True, "aws:cdk:disable-creation-stack-traces": True}
 
 
+def new_app(outdir: str | None = None) -> App:
+    """The App every synth uses (`cdk synth` and the tests): built-in CloudFormation validation off,
+    because the tests run cfn-lint over every template (the same schema and more) without adding seconds
+    to every synth; no stack traces, for determinism."""
+    return App(builtin_cloud_formation_validation=False, stack_traces=False, context=DETERMINISTIC_CONTEXT, outdir=outdir)
+
+
 @dataclass(frozen=True)
 class Deployment:
     """The stacks of one deployment, in the order `cdk deploy` creates them (destroy is the reverse)."""

@@ -19,10 +19,9 @@ from stacks.node_launch_template import metadata_options, pin_kubernetes_version
 
 GPU_TAINT = eks.TaintSpec(key=GPU_TAINT_KEY, value=GPU_TAINT_VALUE, effect=eks.TaintEffect.NO_SCHEDULE)
 
-# nodeadm (AL2023) turns the instance-store NVMe disks into one RAID0 array mounted at
-# /mnt/k8s-disks/0 and moves containerd's and kubelet's state onto it: image layers and emptyDirs
-# then live on local NVMe instead of EBS. EKS merges this NodeConfig with its own.
-LOCAL_NVME_MOUNT = "/mnt/k8s-disks/0"
+# nodeadm (AL2023) turns the instance-store NVMe disks into one RAID0 array (mounted at
+# settings.scheduling.LOCAL_NVME_MOUNT) and moves containerd's and kubelet's state onto it: image layers
+# and emptyDirs then live on local NVMe instead of EBS. EKS merges this NodeConfig with its own.
 _NVME_NODECONFIG = """MIME-Version: 1.0
 Content-Type: multipart/mixed; boundary="BOUNDARY"
 

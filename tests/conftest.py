@@ -14,12 +14,12 @@ import pytest
 os.environ.setdefault("JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION", "20")
 os.environ.setdefault("AWS_EC2_METADATA_DISABLED", "true")
 
-from aws_cdk import App, Validations
+from aws_cdk import Validations
 from aws_cdk.assertions import Template
 from cdk_nag import AwsSolutionsChecks
 
 from settings import Settings, load_settings
-from stacks.application import DETERMINISTIC_CONTEXT, Deployment, build_stacks
+from stacks.application import Deployment, build_stacks, new_app
 
 REPO = Path(__file__).resolve().parent.parent
 SHARED = REPO.parent / "shared"
@@ -48,8 +48,7 @@ class Synth:
 
 
 def synthesize(settings: Settings, outdir: Path) -> Synth:
-    # No built-in CloudFormation validation here: cfn-lint (test_cfn_lint) does that job, faster.
-    app = App(builtin_cloud_formation_validation=False, stack_traces=False, context=DETERMINISTIC_CONTEXT, outdir=str(outdir))
+    app = new_app(str(outdir))
     Validations.of(app).add_plugins(AwsSolutionsChecks(app))
     deployment = build_stacks(app, settings)
     nag_error = ""
@@ -71,6 +70,12 @@ def settings_for(env: Mapping[str, str] | None = None, context: Mapping[str, Any
 @pytest.fixture(scope="session")
 def default_synth(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Synth]:
     yield synthesize(settings_for(), tmp_path_factory.mktemp("default"))
+
+
+@pytest.fixture(scope="session")
+def parked_synth(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Synth]:
+    """GPU_NODE_COUNT=0: the GPUs parked, everything else kept."""
+    yield synthesize(settings_for({"GPU_NODE_COUNT": "0"}), tmp_path_factory.mktemp("parked"))
 
 
 @pytest.fixture(scope="session")

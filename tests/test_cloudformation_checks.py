@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import REPO, Synth, settings_for, synthesize
+from tests.conftest import REPO, Synth
 
 
 def test_cfn_lint_reports_no_error(default_synth: Synth) -> None:
@@ -78,8 +78,8 @@ def test_two_synths_are_byte_identical(tmp_path: Path) -> None:
     assert mismatch == [] and errors == [], mismatch
 
 
-def test_changing_one_setting_changes_only_what_it_should(default_synth: Synth, tmp_path: Path) -> None:
-    parked = synthesize(settings_for({"GPU_NODE_COUNT": "0"}), tmp_path)
+def test_changing_one_setting_changes_only_what_it_should(default_synth: Synth, parked_synth: Synth) -> None:
+    parked = parked_synth
     for stack in ("network", "cluster", "serving"):
         assert parked.templates[stack] == default_synth.templates[stack], stack
     before, after = default_synth.templates["gpu"]["Resources"], parked.templates["gpu"]["Resources"]

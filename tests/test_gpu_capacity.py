@@ -117,10 +117,8 @@ def test_device_plugins_are_pinned_tolerate_the_taint_and_follow_the_nodegroup(d
         assert values["supportedInstanceLabels"] == {"keys": ["node.kubernetes.io/instance-type"], "values": ["g6.8xlarge"]}
 
 
-def test_gpu_node_count_zero_parks_the_nodes(default_synth: Synth, tmp_path: Any) -> None:
-    from tests.conftest import settings_for, synthesize
-
-    parked = synthesize(settings_for({"GPU_NODE_COUNT": "0"}), tmp_path)
+def test_gpu_node_count_zero_parks_the_nodes(default_synth: Synth, parked_synth: Synth) -> None:
+    parked = parked_synth
     _, nodegroup = _one(parked, "gpu", "AWS::EKS::Nodegroup")
     assert nodegroup["Properties"]["ScalingConfig"] == {"MinSize": 0, "DesiredSize": 0, "MaxSize": 1}
     # Nothing else of the GPU stack goes: launch template, placement group, device plugins stay.

@@ -30,11 +30,8 @@ def deployed_manifest(synth: Synth) -> list[dict[str, Any]]:
     return manifest
 
 
-_manifest = deployed_manifest
-
-
 def _ray_service(synth: Synth) -> dict[str, Any]:
-    (obj,) = [o for o in _manifest(synth) if o["kind"] == "RayService"]
+    (obj,) = [o for o in deployed_manifest(synth) if o["kind"] == "RayService"]
     return obj
 
 
@@ -143,10 +140,10 @@ def test_serve_config_has_every_setting_of_the_reference(default_synth: Synth) -
 
 
 def test_namespace_admits_the_privileged_workers(default_synth: Synth) -> None:
-    (namespace,) = [o for o in _manifest(default_synth) if o["kind"] == "Namespace"]
+    (namespace,) = [o for o in deployed_manifest(default_synth) if o["kind"] == "Namespace"]
     assert namespace["metadata"]["name"] == "inference"
     assert namespace["metadata"]["labels"]["pod-security.kubernetes.io/enforce"] == "privileged"
-    assert _manifest(default_synth)[0]["kind"] == "Namespace"  # applied before the RayService
+    assert deployed_manifest(default_synth)[0]["kind"] == "Namespace"  # applied before the RayService
 
 
 def test_kuberay_release(default_synth: Synth) -> None:
@@ -244,14 +241,14 @@ def test_prefill_and_decode_must_share_the_model() -> None:
 
 
 def test_builtin_objects_pass_strict_kubernetes_validation(default_synth: Synth) -> None:
-    builtin = [o for o in _manifest(default_synth) if o["apiVersion"] in ("v1",) or "." not in o["apiVersion"].split("/")[0]]
+    builtin = [o for o in deployed_manifest(default_synth) if o["apiVersion"] in ("v1",) or "." not in o["apiVersion"].split("/")[0]]
     assert [o["kind"] for o in builtin] == ["Namespace"]
     for obj in builtin:
         kubernetes_validate.validate(obj, default_synth.settings.kubernetes_version, strict=True)
 
 
 def test_strict_kubernetes_validation_catches_a_bad_namespace(default_synth: Synth) -> None:
-    (namespace,) = [o for o in _manifest(default_synth) if o["kind"] == "Namespace"]
+    (namespace,) = [o for o in deployed_manifest(default_synth) if o["kind"] == "Namespace"]
     bad = json.loads(json.dumps(namespace))
     bad["metadata"]["label"] = {}
     with pytest.raises(kubernetes_validate.ValidationError):

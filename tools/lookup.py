@@ -11,18 +11,13 @@ from botocore.exceptions import BotoCoreError, ClientError
 
 from settings import SettingError
 from settings.context_files import CDK_CONTEXT_JSON, read_project_context, write_cached_lookups
-from settings.loader import SPECS_BY_CONTEXT_KEY
+from settings.loader import raw_values
 from settings.lookups import look_up
 
 
-def _setting(name: str) -> str:
-    spec = SPECS_BY_CONTEXT_KEY[name.lower()]
-    value = os.environ.get(spec.env, read_project_context().get(spec.context_key, spec.default))
-    return str(value)
-
-
 def main() -> int:
-    region, gpu, system = _setting("REGION"), _setting("GPU_NODE_TYPE"), _setting("SYSTEM_NODE_TYPE")
+    raw = raw_values(os.environ, read_project_context())
+    region, gpu, system = raw["REGION"], raw["GPU_NODE_TYPE"], raw["SYSTEM_NODE_TYPE"]
     try:
         entries = look_up(boto3.session.Session(), region=region, gpu_node_type=gpu, system_node_type=system)
     except (BotoCoreError, ClientError) as error:
