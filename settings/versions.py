@@ -5,6 +5,7 @@ tests read these constants.
 """
 
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Final
 
 
@@ -15,9 +16,13 @@ class HelmChartPin:
     version: str
 
 
-# KubeRay operator (Helm). The CRDs in ../shared/schemas/kuberay/ (and the typed classes generated from
-# them under imports/) are of this version: the RayService is validated against exactly what runs.
+# KubeRay operator (Helm). The CRDs in schemas/kuberay/ (copied from the chart's crds/ at this tag; the
+# typed classes in imports/ are generated from them) are of this version: the RayService is validated
+# against exactly what runs, and `make kuberay-crds` applies them when an upgrade needs it (Helm never
+# upgrades a chart's CRDs).
 KUBERAY_OPERATOR: Final = HelmChartPin("https://ray-project.github.io/kuberay-helm/", "kuberay-operator", "1.7.0")
+KUBERAY_CRD_DIR: Final = Path(__file__).resolve().parent.parent / "schemas" / "kuberay"
+KUBERAY_CRD_FILES: Final = ("ray.io_rayclusters.yaml", "ray.io_rayservices.yaml")
 
 # NVIDIA Kubernetes device plugin (Helm): advertises nvidia.com/gpu. The AL2023 NVIDIA AMI has the
 # driver and container toolkit but not this plugin.

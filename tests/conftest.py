@@ -22,7 +22,6 @@ from settings import Settings, load_settings
 from stacks.application import Deployment, build_stacks, new_app
 
 REPO = Path(__file__).resolve().parent.parent
-SHARED = REPO.parent / "shared"
 
 
 @dataclass

@@ -12,9 +12,7 @@ from typing import Any
 import jsonschema
 import yaml
 
-from tests.conftest import SHARED
-
-CRD_DIR = SHARED / "schemas" / "kuberay"
+from settings.versions import KUBERAY_CRD_DIR as CRD_DIR
 
 
 def _strict(schema: Any) -> Any:

@@ -14,23 +14,36 @@ from pathlib import Path
 
 import yaml
 
+from settings.versions import KUBERAY_CRD_DIR
+
 REPO = Path(__file__).resolve().parent.parent
-CRD = REPO.parent / "shared" / "schemas" / "kuberay" / "ray.io_rayservices.yaml"
+CRD = KUBERAY_CRD_DIR / "ray.io_rayservices.yaml"
 API_VERSION = "v1"
 
 
-def main() -> int:
+def generate(output: Path) -> None:
+    """Run `cdk8s import` on the v1 part of the repository's RayService CRD, writing the module to ``output``."""
     crd = yaml.safe_load(CRD.read_text())
     crd["spec"]["versions"] = [v for v in crd["spec"]["versions"] if v["name"] == API_VERSION]
     with tempfile.TemporaryDirectory() as tmp:
         source = Path(tmp) / f"ray.io_rayservices.{API_VERSION}.yaml"
         source.write_text(yaml.safe_dump(crd, sort_keys=False))
-        output = Path(tmp) / "imports"
         cdk8s = REPO / "node_modules" / ".bin" / "cdk8s"
-        subprocess.run([str(cdk8s), "import", str(source), "--language", "python", "--output", str(output), "--no-check-upgrade"], check=True, cwd=tmp)
+        subprocess.run(
+            [str(cdk8s), "import", str(source), "--language", "python", "--output", str(output), "--no-check-upgrade"],
+            check=True,
+            cwd=tmp,
+            capture_output=True,
+        )
+
+
+def main() -> int:
+    with tempfile.TemporaryDirectory() as tmp:
+        output = Path(tmp) / "imports"
+        generate(output)
         shutil.rmtree(REPO / "imports", ignore_errors=True)
         shutil.copytree(output, REPO / "imports")
-    print(f"imports/ regenerated from {CRD.name} ({API_VERSION} only)")
+    print(f"imports/ regenerated from schemas/kuberay/{CRD.name} ({API_VERSION} only)")
     return 0
 
 
