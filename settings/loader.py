@@ -86,6 +86,12 @@ SPECS: tuple[SettingSpec, ...] = (
         "an x86_64 NVIDIA GPU type with EFA: " + ", ".join(BUILT_IN_GPU_TYPES) + ", or another after `make lookup`",
     ),
     SettingSpec("GPU_NODE_COUNT", "2", "Number of GPU nodes; 0 parks the GPUs and keeps everything else", "0, or the nodes the replicas need"),
+    SettingSpec(
+        "GPU_UPDATE_STRATEGY",
+        "minimal",
+        "How EKS replaces GPU nodes on a rolling update (new launch template, AMI or Kubernetes version)",
+        "minimal (terminate, then launch: no extra GPU quota or placement-group room), default (launch 2 extra nodes first)",
+    ),
     SettingSpec("GPU_ROOT_VOLUME_GIB", "200", "Encrypted gp3 root volume of each GPU node (image ~20 GB, weights ~18 GiB)", "integer 100-2000"),
     SettingSpec(
         "GPU_AZ", "", "AZ of the GPU nodes (EFA cannot cross AZs); empty = the cached look-up, else REGION + 'a'", "an AZ of REGION that offers GPU_NODE_TYPE"
@@ -96,7 +102,12 @@ SPECS: tuple[SettingSpec, ...] = (
         "Ray LLM container image of the head and workers (${REGION} is replaced)",
         "an image reference with a tag or digest",
     ),
-    SettingSpec("KUBERAY_VERSION", versions.KUBERAY_OPERATOR.version, "KubeRay operator chart version", "1.7.x (the CRDs the RayService is validated against)"),
+    SettingSpec(
+        "KUBERAY_VERSION",
+        versions.KUBERAY_OPERATOR.version,
+        "KubeRay operator chart version",
+        f"{versions.KUBERAY_OPERATOR.version} (the version of the CRDs in schemas/kuberay/, which the RayService is validated against)",
+    ),
     SettingSpec("KUBERAY_NAMESPACE", "kuberay-operator", "Namespace of the KubeRay operator release", "DNS label, at most 63 characters"),
     SettingSpec("RAY_VERSION", versions.RAY_VERSION, "Ray version inside DLC_IMAGE", "X.Y.Z, at least 2.49 (build_pd_openai_app)"),
     SettingSpec("RAY_SERVICE_NAME", "ray-llm", "RayService name; the endpoint Service is NAME-serve-svc", "DNS label, at most 53 characters"),
@@ -264,6 +275,24 @@ def _image(raw: str, region: str) -> str:
     return image
 
 
+def _choice(env: str, raw: str, allowed: tuple[str, ...]) -> str:
+    if raw not in allowed:
+        raise SettingError(env, raw, " or ".join(allowed))
+    return raw
+
+
+def _kuberay_version(raw: str) -> str:
+    # Only the version whose CRDs the repository carries: the typed RayService, its validation and
+    # `make kuberay-crds` all use those files. Moving to another version means updating schemas/kuberay/,
+    # imports/ and the pin together.
+    pinned = versions.KUBERAY_OPERATOR.version
+    if raw != pinned:
+        raise SettingError(
+            "KUBERAY_VERSION", raw, f"{pinned}, the version of the CRDs in schemas/kuberay/ (to move, update them, `make imports` and settings/versions.py together)"
+        )
+    return raw
+
+
 def _semver(env: str, raw: str, allowed: str, check: Callable[[tuple[int, int, int]], bool]) -> str:
     match = re.fullmatch(r"(\d+)\.(\d+)\.(\d+)", raw)
     if not match or not check((int(match[1]), int(match[2]), int(match[3]))):
@@ -324,11 +353,12 @@ def load_settings(environ: Mapping[str, str], context: Mapping[str, Any]) -> Set
         gpu_nodegroup_name=_dns_label("GPU_NODEGROUP_NAME", raw["GPU_NODEGROUP_NAME"]),
         gpu_node=gpu_node,
         gpu_node_count=_integer("GPU_NODE_COUNT", raw["GPU_NODE_COUNT"], 0, 64),
+        gpu_update_strategy=_choice("GPU_UPDATE_STRATEGY", raw["GPU_UPDATE_STRATEGY"], ("minimal", "default")),
         gpu_root_volume_gib=_integer("GPU_ROOT_VOLUME_GIB", raw["GPU_ROOT_VOLUME_GIB"], 100, 2000),
         gpu_az=zones.gpu_az,
         gpu_az_source=zones.source,
         dlc_image=_image(raw["DLC_IMAGE"], region),
-        kuberay_version=_semver("KUBERAY_VERSION", raw["KUBERAY_VERSION"], "1.7.x (the CRDs the RayService is validated against)", lambda v: v[:2] == (1, 7)),
+        kuberay_version=_kuberay_version(raw["KUBERAY_VERSION"]),
         kuberay_namespace=_dns_label("KUBERAY_NAMESPACE", raw["KUBERAY_NAMESPACE"]),
         ray_version=_semver("RAY_VERSION", raw["RAY_VERSION"], "X.Y.Z, at least 2.49.0 (build_pd_openai_app)", lambda v: v >= (2, 49, 0)),
         ray_service_name=_dns_label("RAY_SERVICE_NAME", raw["RAY_SERVICE_NAME"], max_len=53),

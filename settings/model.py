@@ -29,6 +29,7 @@ class Settings:
     gpu_node: InstanceFacts
     gpu_node_count: int
     gpu_root_volume_gib: int
+    gpu_update_strategy: str  # "minimal" (replace without extra nodes) | "default" (surge first)
     gpu_az: str
     gpu_az_source: str  # where gpu_az came from, printed by the synth
     dlc_image: str
@@ -54,6 +55,13 @@ class Settings:
         and EFA devices, and Ray places one engine per GPU: the worker is privileged (for EFA), so it
         sees every GPU of its node, and only one raylet per node keeps two engines off the same GPU."""
         return math.ceil(self.llm_replicas / self.gpu_node.gpus)
+
+    @property
+    def gpu_update_surge_nodes(self) -> int:
+        """Extra GPU nodes a rolling update of the GPU nodegroup launches before it drains the old ones.
+        EKS's DEFAULT strategy scales up by up to two nodes per AZ of the group (one AZ here); MINIMAL
+        terminates first and launches none, so it fits a quota or a placement group with no spare room."""
+        return 2 if self.gpu_update_strategy == "default" else 0
 
     @property
     def stack_prefix(self) -> str:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import cast
 
-from aws_cdk import CfnOutput, Environment, RemovalPolicy, Stack
+from aws_cdk import CfnOutput, Duration, Environment, RemovalPolicy, Stack
 from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_eks_v2 as eks
 from aws_cdk import aws_iam as iam
@@ -16,13 +16,15 @@ from constructs import Construct
 from settings import Settings, versions
 from settings.scheduling import SYSTEM_NODE_LABELS
 from stacks import nag
-from stacks.node_launch_template import metadata_options, pin_kubernetes_version, root_volume
+from stacks.node_launch_template import metadata_options, pin_kubernetes_version, rolling_update, root_volume
 
 _ENDPOINT_ACCESS = {
     "public-and-private": eks.EndpointAccess.PUBLIC_AND_PRIVATE,
     "public": eks.EndpointAccess.PUBLIC,
     "private": eks.EndpointAccess.PRIVATE,
 }
+
+KMS_PENDING_WINDOW_DAYS = 7  # the shortest KMS allows
 
 # Managed node policies every EKS node needs (kubelet registration, ENI management, image pulls).
 NODE_MANAGED_POLICIES = ("AmazonEKSWorkerNodePolicy", "AmazonEKS_CNI_Policy", "AmazonEC2ContainerRegistryReadOnly")
@@ -48,12 +50,31 @@ class ClusterStack(Stack):
         super().__init__(scope, construct_id, env=env, description=f"{settings.cluster_name}: EKS cluster and system nodes")
         private = ec2.SubnetSelection(subnet_type=ec2.SubnetType.PRIVATE_WITH_EGRESS)
 
-        secrets_key = kms.Key(self, "SecretsKey", enable_key_rotation=True, description=f"EKS secrets envelope encryption for {settings.cluster_name}")
+        # Deleted with the stack after the shortest pending window: the cluster whose Secrets it protects
+        # is gone by then, and a retained key would cost money forever. `aws kms cancel-key-deletion`
+        # brings it back within the window.
+        secrets_key = kms.Key(
+            self,
+            "SecretsKey",
+            enable_key_rotation=True,
+            description=f"EKS secrets envelope encryption for {settings.cluster_name}",
+            removal_policy=RemovalPolicy.DESTROY,
+            pending_window=Duration.days(KMS_PENDING_WINDOW_DAYS),
+        )
 
         endpoint = _ENDPOINT_ACCESS[settings.endpoint_access]
         if settings.public_access_cidrs:
             endpoint = endpoint.only_from(*settings.public_access_cidrs)
 
+        # In the VPC, the kubectl provider's Lambdas get a group of their own instead of the cluster's:
+        # CloudFormation then deletes that group only after Lambda has released the functions' ENIs,
+        # and those ENIs no longer hold the cluster security group or the subnets when the network
+        # stack goes.
+        kubectl_security_group = (
+            ec2.SecurityGroup(self, "KubectlProviderSecurityGroup", vpc=vpc, description="kubectl provider Lambdas: to the Kubernetes API and AWS APIs")
+            if settings.endpoint_access == "private"
+            else None
+        )
         self.cluster = eks.Cluster(
             self,
             "Cluster",
@@ -78,11 +99,14 @@ class ClusterStack(Stack):
             kubectl_provider_options=eks.KubectlProviderOptions(
                 kubectl_layer=KubectlV35Layer(self, "KubectlLayer"),
                 # A private-only endpoint is reachable only from inside the VPC.
-                private_subnets=vpc.private_subnets if settings.endpoint_access == "private" else None,
+                private_subnets=vpc.private_subnets if kubectl_security_group else None,
+                security_groups=[kubectl_security_group] if kubectl_security_group else None,
             ),
             output_config_command=False,
         )
         self._acknowledge_cdk_managed_findings()
+        if kubectl_security_group is not None:
+            self.cluster.connections.allow_from(kubectl_security_group, ec2.Port.tcp(443), "kubectl provider to the Kubernetes API")
         # EKS writes control-plane logs to this group; created here first so that it has a retention
         # (EKS's own never expires) and goes away with `cdk destroy`.
         control_plane_logs = logs.LogGroup(
@@ -110,6 +134,10 @@ class ClusterStack(Stack):
             self,
             "SystemNodeLaunchTemplate",
             launch_template_data=ec2.CfnLaunchTemplate.LaunchTemplateDataProperty(
+                # In the launch template, not the nodegroup: a SYSTEM_NODE_TYPE change is then a new
+                # template version (a rolling update), not a replacement of a nodegroup whose fixed name
+                # makes the replacement fail with "already exists" (InstanceTypes is create-only).
+                instance_type=settings.system_node.name,
                 metadata_options=metadata_options(),
                 block_device_mappings=[root_volume(settings.system_root_volume_gib)],
             ),
@@ -120,7 +148,6 @@ class ClusterStack(Stack):
             cluster=self.cluster_ref,
             nodegroup_name=settings.system_nodegroup_name,
             ami_type=eks.NodegroupAmiType.AL2023_X86_64_STANDARD,
-            instance_types=[ec2.InstanceType(settings.system_node.name)],
             min_size=settings.system_node_count,
             desired_size=settings.system_node_count,
             max_size=settings.system_node_count,
@@ -131,6 +158,7 @@ class ClusterStack(Stack):
         )
 
         pin_kubernetes_version(self.system_nodegroup, settings.kubernetes_version)
+        rolling_update(self.system_nodegroup, "default")
 
         # Node-level DaemonSets first: without the CNI no node turns Ready and the nodegroup never
         # finishes. CoreDNS is a Deployment: it waits for the system nodes to have somewhere to run.

@@ -15,7 +15,7 @@ from constructs import Construct
 from settings.instance_types import InstanceFacts
 from settings.scheduling import GPU_NODE_LABELS, GPU_TAINT_KEY, GPU_TAINT_VALUE
 from stacks.cluster_stack import node_role
-from stacks.node_launch_template import metadata_options, pin_kubernetes_version, root_volume
+from stacks.node_launch_template import metadata_options, pin_kubernetes_version, rolling_update, root_volume
 
 GPU_TAINT = eks.TaintSpec(key=GPU_TAINT_KEY, value=GPU_TAINT_VALUE, effect=eks.TaintEffect.NO_SCHEDULE)
 
@@ -68,6 +68,7 @@ class EfaNodegroupProps:
     instance: InstanceFacts
     node_count: int
     root_volume_gib: int
+    update_strategy: str  # settings.gpu_update_strategy: "minimal" | "default"
 
 
 class EfaNodegroup(Construct):
@@ -115,3 +116,4 @@ class EfaNodegroup(Construct):
             launch_template_spec=eks.LaunchTemplateSpec(id=self.launch_template.ref, version=self.launch_template.attr_latest_version_number),
         )
         pin_kubernetes_version(self.nodegroup, props.kubernetes_version)
+        rolling_update(self.nodegroup, props.update_strategy)

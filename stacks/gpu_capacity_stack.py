@@ -40,6 +40,7 @@ class GpuCapacityStack(Stack):
                 instance=settings.gpu_node,
                 node_count=settings.gpu_node_count,
                 root_volume_gib=settings.gpu_root_volume_gib,
+                update_strategy=settings.gpu_update_strategy,
             ),
         )
         self.device_plugins = DevicePlugins(

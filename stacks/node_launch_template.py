@@ -19,6 +19,14 @@ def pin_kubernetes_version(nodegroup: eks.Nodegroup, kubernetes_version: str) ->
     cast(eks.CfnNodegroup, nodegroup.node.default_child).version = kubernetes_version
 
 
+def rolling_update(nodegroup: eks.Nodegroup, strategy: str) -> None:
+    """One node at a time. "default": EKS launches new nodes first (up to two per AZ of the group) and
+    then drains the old ones; "minimal": it drains and terminates first, so the update needs no quota or
+    placement-group room beyond the group's size (settings.Settings.gpu_update_surge_nodes)."""
+    cfn = cast(eks.CfnNodegroup, nodegroup.node.default_child)
+    cfn.add_property_override("UpdateConfig", {"MaxUnavailable": 1, "UpdateStrategy": strategy.upper()})
+
+
 def metadata_options() -> ec2.CfnLaunchTemplate.MetadataOptionsProperty:
     return ec2.CfnLaunchTemplate.MetadataOptionsProperty(
         http_endpoint="enabled",

@@ -53,15 +53,29 @@ class ServingStack(Stack):
         self.kuberay.node.add_dependency(system_nodegroup)
 
         self.chart = build_rayservice_chart(settings)
+        objects = self.chart.to_json()
+        # Two manifests whose construct ids carry the names: renaming the namespace or the RayService
+        # replaces the resource, so CloudFormation applies the new objects and then deletes the old ones
+        # (`kubectl delete`). Applied in place, the kubectl provider's prune would miss the old RayService
+        # (kubectl's default prune allow-list has no custom resources) and it would keep the GPU nodes.
+        # The Namespace is apart so that renaming only the RayService never deletes the namespace.
+        self.namespace_manifest = eks.KubernetesManifest(
+            self,
+            f"Namespace-{settings.namespace}",
+            cluster=cluster,
+            manifest=[o for o in objects if o["kind"] == "Namespace"],
+            overwrite=True,
+        )
         self.ray_service = eks.KubernetesManifest(
             self,
-            "PdRayService",
+            f"RayService-{settings.namespace}-{settings.ray_service_name}",
             cluster=cluster,
-            manifest=self.chart.to_json(),
+            manifest=[o for o in objects if o["kind"] != "Namespace"],
             # Field ownership conflicts (someone kubectl-edited the RayService) are overwritten by the
             # template: the stack is the source of truth.
             overwrite=True,
         )
+        self.ray_service.node.add_dependency(self.namespace_manifest)
         token = hf_token_of(settings)
         if token is not None:
             for dependency in self._hf_token_access(cluster, settings.namespace, token):

@@ -92,7 +92,6 @@ def test_system_nodegroup(default_synth: Synth) -> None:
         {
             "NodegroupName": "system-nodes",
             "AmiType": "AL2023_x86_64_STANDARD",
-            "InstanceTypes": ["m7i.xlarge"],
             "Labels": {"role": "system"},
             "Version": "1.35",
             "ScalingConfig": {"MinSize": 1, "DesiredSize": 1, "MaxSize": 1},
@@ -100,7 +99,9 @@ def test_system_nodegroup(default_synth: Synth) -> None:
         },
     )
     nodegroup = _only(default_synth.resources("cluster", "AWS::EKS::Nodegroup"))["Properties"]
-    assert "DiskSize" not in nodegroup  # disks live in the launch template
+    # Type and disks live in the launch template: a SYSTEM_NODE_TYPE change is a rolling update.
+    assert "DiskSize" not in nodegroup and "InstanceTypes" not in nodegroup
+    assert nodegroup["UpdateConfig"] == {"MaxUnavailable": 1, "UpdateStrategy": "DEFAULT"}
     # Imported from the network stack: one private subnet per AZ, no public one.
     assert len(nodegroup["Subnets"]) == 3
     assert all("privateSubnet" in s["Fn::ImportValue"] for s in nodegroup["Subnets"])
@@ -108,6 +109,7 @@ def test_system_nodegroup(default_synth: Synth) -> None:
 
 def test_system_launch_template_imdsv2_and_encrypted_gp3(default_synth: Synth) -> None:
     data = _only(default_synth.resources("cluster", "AWS::EC2::LaunchTemplate"))["Properties"]["LaunchTemplateData"]
+    assert data["InstanceType"] == "m7i.xlarge"
     assert data["MetadataOptions"] == {"HttpEndpoint": "enabled", "HttpTokens": "required", "HttpPutResponseHopLimit": 1}
     ebs = data["BlockDeviceMappings"][0]["Ebs"]
     assert ebs == {"VolumeSize": 100, "VolumeType": "gp3", "Encrypted": True, "DeleteOnTermination": True}

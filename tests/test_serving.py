@@ -18,8 +18,10 @@ from tests.validators import crd_errors, pd_serving_args_fields, ray_serve_error
 
 def deployed_manifest(synth: Synth) -> list[dict[str, Any]]:
     """The objects the serving stack applies, without the prune label CDK adds to find them later."""
-    (resource,) = synth.resources("serving", "Custom::AWSCDK-EKS-KubernetesResource").values()
-    manifest: list[dict[str, Any]] = json.loads(resource["Properties"]["Manifest"])
+    resources = synth.resources("serving", "Custom::AWSCDK-EKS-KubernetesResource").values()
+    manifests = [json.loads(resource["Properties"]["Manifest"]) for resource in resources]
+    # The Namespace's manifest first, as the chart (and dist/) orders the objects.
+    manifest: list[dict[str, Any]] = [o for m in sorted(manifests, key=lambda m: m[0]["kind"] != "Namespace") for o in m]
     for obj in manifest:
         labels = obj["metadata"].get("labels", {})
         prune = [k for k in labels if k.startswith("aws.cdk.eks/prune-")]
@@ -166,9 +168,12 @@ def _depends_on(synth: Synth, stack: str, resource_type: str) -> list[str]:
     return list(resource.get("DependsOn", []))
 
 
-def test_rayservice_depends_on_kuberay_in_its_stack(default_synth: Synth) -> None:
+def test_rayservice_depends_on_kuberay_and_its_namespace_in_its_stack(default_synth: Synth) -> None:
     (kuberay_id,) = default_synth.resources("serving", "Custom::AWSCDK-EKS-HelmChart")
-    assert kuberay_id in _depends_on(default_synth, "serving", "Custom::AWSCDK-EKS-KubernetesResource")
+    manifests = default_synth.resources("serving", "Custom::AWSCDK-EKS-KubernetesResource")
+    (namespace_id,) = [k for k, v in manifests.items() if '"kind":"Namespace"' in v["Properties"]["Manifest"]]
+    (ray_service_id,) = [k for k, v in manifests.items() if '"kind":"RayService"' in v["Properties"]["Manifest"]]
+    assert {kuberay_id, namespace_id} <= set(manifests[ray_service_id]["DependsOn"])
 
 
 def test_serving_stack_depends_on_both_nodegroups_stacks(default_synth: Synth) -> None:
@@ -192,6 +197,11 @@ def test_cluster_fingerprint_output_changes_only_with_the_cluster(default_synth:
     # A serve-config-only change (context length) leaves the cluster, and the fingerprint, alone.
     assert build_rayservice_chart(settings_for({"MAX_MODEL_LEN": "2048"})).ray_cluster_fingerprint == fingerprint
     assert build_rayservice_chart(settings_for({"DLC_IMAGE": "example.com/ray:2"})).ray_cluster_fingerprint != fingerprint
+    # KubeRay applies worker replica counts in place: a third GPU node for a second prefill replica is
+    # not a re-create, so the fingerprint stays (the worker count itself does change).
+    more = build_rayservice_chart(settings_for({"PREFILL_REPLICAS": "2", "GPU_NODE_COUNT": "3"}))
+    assert more.ray_cluster_fingerprint == fingerprint
+    assert more.ray_service.to_json()["spec"]["rayClusterConfig"]["workerGroupSpecs"][0]["replicas"] == 3
 
 
 def test_port_forward_output(default_synth: Synth) -> None:

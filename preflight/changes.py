@@ -1,0 +1,152 @@
+"""What a deploy would do to each resource, from two CloudFormation templates: before and after.
+
+Before is either what is deployed (`cloudformation:GetTemplate`, for the preflight) or another synth
+(`make review`); after is the synthesized template. A property change is a replacement when the
+resource type's CloudFormation schema lists it as create-only: the schemas are the ones cfn-lint ships
+(the CloudFormation registry's resource provider schemas). Like `cdk diff --template`, this reads
+templates, not live resources: a change to an intrinsic (a Ref to a replaced resource, an import whose
+export changed) counts as a change, so it may over-report a replacement, never miss one.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+import cfnlint
+
+# Resources whose replacement or removal takes the service down or cannot be done in place at all.
+PROTECTED_TYPES: Mapping[str, str] = {
+    "AWS::EC2::VPC": "the network every node and the control plane live in",
+    "AWS::EC2::Subnet": "the subnets the cluster and its nodes are attached to",
+    "AWS::EC2::NatGateway": "the nodes' only way out (image and weights downloads)",
+    "AWS::EKS::Cluster": "the Kubernetes control plane and everything in it",
+    "AWS::EKS::Nodegroup": "a nodegroup's nodes (the GPU nodes hold the model)",
+    "AWS::KMS::Key": "the key that encrypts the cluster's Secrets",
+    "AWS::EC2::PlacementGroup": "the placement group the GPU nodes run in",
+    "AWS::EC2::LaunchTemplate": "the launch template of a nodegroup",
+    "AWS::EKS::Addon": "a managed add-on (networking, DNS, Pod Identity) the nodes need",
+}
+
+ADD, MODIFY, REPLACE, REMOVE = "add", "modify", "replace", "remove"
+
+
+@dataclass(frozen=True)
+class ResourceChange:
+    logical_id: str
+    resource_type: str
+    action: str  # add | modify | replace | remove
+    properties: tuple[str, ...] = ()  # top-level properties that differ
+    replaced_by: tuple[str, ...] = ()  # for a replacement: the create-only properties that force it
+    before: Mapping[str, Any] = field(default_factory=dict, compare=False, repr=False)
+    after: Mapping[str, Any] = field(default_factory=dict, compare=False, repr=False)
+
+    @property
+    def protected(self) -> bool:
+        return self.resource_type in PROTECTED_TYPES and self.action in (REPLACE, REMOVE)
+
+    def describe(self) -> str:
+        if self.action == REPLACE:
+            return f"{self.resource_type} {self.logical_id} is replaced: {', '.join(self.replaced_by)} cannot change in place"
+        if self.action == REMOVE:
+            return f"{self.resource_type} {self.logical_id} is destroyed"
+        if self.action == ADD:
+            return f"{self.resource_type} {self.logical_id} is added"
+        return f"{self.resource_type} {self.logical_id} changes in place: {', '.join(self.properties)}"
+
+
+@cache
+def create_only_properties(resource_type: str) -> frozenset[str]:
+    """Top-level create-only properties of a type (nested paths count for their top-level property)."""
+    base = Path(cfnlint.__file__).parent / "data" / "schemas"
+    index: dict[str, str] = _provider_index(base)
+    if resource_type not in index:
+        return frozenset()  # custom resources and unknown types: no create-only property
+    schema = json.loads((base / "resources" / f"{index[resource_type]}.json").read_text())
+    return frozenset(path.split("/")[2] for path in schema.get("createOnlyProperties", []))
+
+
+@cache
+def _provider_index(base: Path) -> dict[str, str]:
+    index: dict[str, str] = json.loads((base / "providers" / "us-east-1.json").read_text())
+    return index
+
+
+# Attributes that take a new value whenever their resource is updated (a launch template's new version).
+_VERSION_ATTRIBUTES = frozenset({"LatestVersionNumber", "DefaultVersionNumber"})
+
+
+def _references(value: Any, *, attributes_only: bool = False) -> set[str]:
+    """Logical ids a property value points at (Ref, Fn::GetAtt), or only those whose version attribute it reads."""
+    found: set[str] = set()
+    if isinstance(value, dict):
+        for key, inner in value.items():
+            if key == "Ref" and isinstance(inner, str) and not attributes_only:
+                found.add(inner)
+            elif key == "Fn::GetAtt":
+                target, attribute = (inner[0], inner[1]) if isinstance(inner, list) else str(inner).split(".", 1)
+                if not attributes_only or attribute in _VERSION_ATTRIBUTES:
+                    found.add(str(target))
+            else:
+                found |= _references(inner, attributes_only=attributes_only)
+    elif isinstance(value, list):
+        for inner in value:
+            found |= _references(inner, attributes_only=attributes_only)
+    return found
+
+
+def _entry(resource: Mapping[str, Any]) -> tuple[str, dict[str, Any]]:
+    return str(resource.get("Type", "")), dict(resource.get("Properties", {}) or {})
+
+
+def plan(before: Mapping[str, Any] | None, after: Mapping[str, Any] | None) -> list[ResourceChange]:
+    """Every resource that differs between two templates, with what CloudFormation would do to it.
+
+    A replaced resource makes every property that refers to it change too (its physical id changes), and
+    a modified one every property that reads one of its attributes (a launch template's
+    LatestVersionNumber: the nodegroup rolls), so changes propagate until nothing more changes.
+    """
+    old = dict((before or {}).get("Resources", {}))
+    new = dict((after or {}).get("Resources", {}))
+    replaced: set[str] = set()
+    modified: set[str] = set()
+    changes: dict[str, ResourceChange] = {}
+    while True:
+        for logical_id in sorted(set(old) | set(new)):
+            if logical_id not in new:
+                changes[logical_id] = ResourceChange(logical_id, _entry(old[logical_id])[0], REMOVE, before=old[logical_id])
+                continue
+            if logical_id not in old:
+                changes[logical_id] = ResourceChange(logical_id, _entry(new[logical_id])[0], ADD, after=new[logical_id])
+                continue
+            (old_type, old_props), (new_type, new_props) = _entry(old[logical_id]), _entry(new[logical_id])
+            differing = sorted(
+                name
+                for name in set(old_props) | set(new_props)
+                if old_props.get(name) != new_props.get(name)
+                or _references(new_props.get(name)) & replaced
+                or _references(new_props.get(name), attributes_only=True) & modified
+            )
+            if old_type != new_type:
+                changes[logical_id] = ResourceChange(logical_id, new_type, REPLACE, tuple(differing), ("Type",), old[logical_id], new[logical_id])
+            elif differing:
+                forcing = tuple(name for name in differing if name in create_only_properties(new_type))
+                action = REPLACE if forcing else MODIFY
+                changes[logical_id] = ResourceChange(logical_id, new_type, action, tuple(differing), forcing, old[logical_id], new[logical_id])
+        now_replaced = {k for k, c in changes.items() if c.action == REPLACE}
+        now_modified = {k for k, c in changes.items() if c.action == MODIFY}
+        if (now_replaced, now_modified) == (replaced, modified):
+            return [changes[k] for k in sorted(changes)]
+        replaced, modified = now_replaced, now_modified
+
+
+def counts(changes: list[ResourceChange]) -> dict[str, int]:
+    """Resources added, changed, replaced and destroyed."""
+    tally = {ADD: 0, MODIFY: 0, REPLACE: 0, REMOVE: 0}
+    for change in changes:
+        tally[change.action] += 1
+    return tally
