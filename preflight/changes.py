@@ -19,11 +19,11 @@ from typing import Any
 
 import cfnlint
 
-# Resources whose replacement or removal takes the service down or cannot be done in place at all.
+# Resources whose replacement or removal takes the service down or cannot be done in place at all. (The
+# NAT gateway is not one: it moves with GPU_AZ, and the nodes lose egress only while it is replaced.)
 PROTECTED_TYPES: Mapping[str, str] = {
     "AWS::EC2::VPC": "the network every node and the control plane live in",
     "AWS::EC2::Subnet": "the subnets the cluster and its nodes are attached to",
-    "AWS::EC2::NatGateway": "the nodes' only way out (image and weights downloads)",
     "AWS::EKS::Cluster": "the Kubernetes control plane and everything in it",
     "AWS::EKS::Nodegroup": "a nodegroup's nodes (the GPU nodes hold the model)",
     "AWS::KMS::Key": "the key that encrypts the cluster's Secrets",

@@ -22,7 +22,15 @@ from botocore.exceptions import (
     NoCredentialsError,
 )
 
+from preflight import redeploy as day2
+from preflight.charts import check_helm_charts
+from preflight.deployed import Deployed, read_deployed
+from preflight.redeploy import Redeploy
+from preflight.results import CheckResult
+from preflight.results import fail as _fail
+from preflight.results import ok as _pass
 from settings.instance_types import G_QUOTA, P_QUOTA, STANDARD_QUOTA, on_demand_quota_of
+from settings.versions import HelmChartPin
 
 G_QUOTA_CODE, G_QUOTA_NAME = G_QUOTA
 P_QUOTA_CODE, P_QUOTA_NAME = P_QUOTA
@@ -64,16 +72,14 @@ class PreflightInput:
     system_instance_type: str
     system_vcpus: int
     system_node_count: int
-    cluster_name: str  # used only to print; the nodes we will create
+    cluster_name: str  # the nodes this cluster already runs count as held, not as other workloads
     bootstrap_stack_name: str = "CDKToolkit"
-
-
-@dataclass(frozen=True)
-class CheckResult:
-    name: str  # short check name, e.g. "credentials"
-    ok: bool
-    detail: str  # what was found
-    fix: str  # empty when ok; otherwise one sentence telling how to fix it
+    # Extra nodes a rolling update of each nodegroup launches before it drains the old ones.
+    gpu_update_surge_nodes: int = 0
+    system_update_surge_nodes: int = 0
+    # A deploy over deployed stacks: the synthesized templates to compare with them (None: skip).
+    redeploy: Redeploy | None = None
+    helm_charts: tuple[HelmChartPin, ...] = ()
 
 
 def quota_code_of(instance_type: str) -> str | None:
@@ -91,14 +97,6 @@ def stack_status_usable(status: str) -> bool:
         # A change set created but never executed: the stack exists with no resources.
         or status == "REVIEW_IN_PROGRESS"
     )
-
-
-def _fail(name: str, detail: str, fix: str) -> CheckResult:
-    return CheckResult(name=name, ok=False, detail=detail, fix=fix)
-
-
-def _pass(name: str, detail: str) -> CheckResult:
-    return CheckResult(name=name, ok=True, detail=detail, fix="")
 
 
 def _error_result(name: str, err: Exception) -> CheckResult:
@@ -139,8 +137,9 @@ class _Context:
         self.account = "ACCOUNT"
         self.region_usable = True  # False once the region check finds REGION disabled or unknown
         self._clients: dict[tuple[str, str], Any] = {}
-        self._running: Counter[str] | None = None
+        self._running: Counter[tuple[str, bool]] | None = None
         self._vcpus: dict[str, int] = {}
+        self._deployed: Deployed | None = None
 
     def client(self, service: str, region: str | None = None) -> Any:
         key = (service, region or self.inp.region)
@@ -148,11 +147,19 @@ class _Context:
             self._clients[key] = self.session.client(service, region_name=key[1], config=_CLIENT_CONFIG)
         return self._clients[key]
 
-    def running_vcpus(self, quota_code: str) -> int:
-        """vCPUs of pending/running On-Demand instances in the region that count against `quota_code`."""
+    def deployed(self) -> Deployed:
+        """What is deployed under this cluster's name (read once per run)."""
+        if self._deployed is None:
+            stacks = self.inp.redeploy.templates if self.inp.redeploy else {}
+            self._deployed = read_deployed(self.client, cluster_name=self.inp.cluster_name, stack_names=list(stacks))
+        return self._deployed
+
+    def running_vcpus(self, quota_code: str) -> tuple[int, int]:
+        """(this cluster's, everything else's) vCPUs of pending/running On-Demand instances in the region
+        that count against `quota_code`. This cluster's nodes carry EKS's eks:cluster-name tag."""
         if self._running is None:
             ec2 = self.client("ec2")
-            running: Counter[str] = Counter()
+            running: Counter[tuple[str, bool]] = Counter()
             pages = ec2.get_paginator("describe_instances").paginate(Filters=[{"Name": "instance-state-name", "Values": ["pending", "running"]}])
             for page in pages:
                 for reservation in page["Reservations"]:
@@ -160,15 +167,18 @@ class _Context:
                         # Spot instances count against the Spot quotas, not the On-Demand ones.
                         if instance.get("InstanceLifecycle") == "spot":
                             continue
-                        running[str(instance["InstanceType"])] += 1
-            types = sorted(running)
+                        tags = {str(t["Key"]): str(t["Value"]) for t in instance.get("Tags", [])}
+                        running[(str(instance["InstanceType"]), tags.get("eks:cluster-name") == self.inp.cluster_name)] += 1
+            types = sorted({t for t, _ in running})
             # DescribeInstanceTypes takes at most 100 names per call.
             for start in range(0, len(types), 100):
                 for page in ec2.get_paginator("describe_instance_types").paginate(InstanceTypes=types[start : start + 100]):
                     for info in page["InstanceTypes"]:
                         self._vcpus[str(info["InstanceType"])] = int(info["VCpuInfo"]["DefaultVCpus"])
             self._running = running
-        return sum(self._vcpus[t] * n for t, n in self._running.items() if quota_code_of(t) == quota_code)
+        own = sum(self._vcpus[t] * n for (t, mine), n in self._running.items() if mine and quota_code_of(t) == quota_code)
+        other = sum(self._vcpus[t] * n for (t, mine), n in self._running.items() if not mine and quota_code_of(t) == quota_code)
+        return own, other
 
 
 def _home_region(region: str) -> str:
@@ -278,6 +288,16 @@ def _number(value: float) -> str:
     return str(int(value)) if value.is_integer() else f"{value:g}"
 
 
+_Check = Callable[[_Context], CheckResult]
+
+
+def _planned_nodegroup_change(ctx: _Context, nodegroup_name: str) -> day2.ResourceChange | None:
+    redeploy = ctx.inp.redeploy
+    if redeploy is None:
+        return None
+    return day2.nodegroup_change(redeploy, ctx.deployed(), nodegroup_name)
+
+
 def _check_quota(
     ctx: _Context,
     name: str,
@@ -286,6 +306,9 @@ def _check_quota(
     instance_type: str,
     node_count: int,
     node_vcpus: int,
+    *,
+    nodegroup_name: str = "",
+    surge_nodes: int = 0,
 ) -> CheckResult:
     actual = quota_code_of(instance_type)
     if actual != code:
@@ -296,10 +319,21 @@ def _check_quota(
             f"pass the quota code of {instance_type} ({actual or 'its family quota'}) to the preflight",
         )
     value, is_default = _quota_value(ctx, code)
-    new = node_count * node_vcpus
-    running = ctx.running_vcpus(code)
-    need = new + running
-    detail = f"need {new} vCPU ({node_count} x {node_vcpus}) + {running} running; quota {_number(value)}{' (AWS default)' if is_default else ''}"
+    target = node_count * node_vcpus
+    # This cluster's own nodes are capacity it already holds: a redeploy asks only for what it adds.
+    held, others = ctx.running_vcpus(code)
+    change = _planned_nodegroup_change(ctx, nodegroup_name) if nodegroup_name else None
+    if change is not None and change.action == day2.REPLACE:
+        peak, how = held + target, "the new nodegroup starts beside the old one"
+    elif day2.rolls(change):
+        peak, how = max(held + surge_nodes * node_vcpus, target), f"rolling update with {surge_nodes} extra node(s)"
+    else:
+        peak, how = max(held, target), "no node replaced"
+    need = others + peak
+    detail = (
+        f"need {need} vCPU: {node_count} x {node_vcpus} after the deploy, at most {peak} during it ({how}); "
+        f"this cluster holds {held}, other workloads {others}; quota {_number(value)}{' (AWS default)' if is_default else ''}"
+    )
     if value >= need:
         return _pass(name, detail)
     return _fail(
@@ -319,6 +353,8 @@ def _check_gpu_quota(ctx: _Context) -> CheckResult:
         inp.gpu_instance_type,
         inp.gpu_node_count,
         inp.gpu_vcpus,
+        nodegroup_name=inp.redeploy.gpu_nodegroup_name if inp.redeploy else "",
+        surge_nodes=inp.gpu_update_surge_nodes,
     )
 
 
@@ -332,7 +368,28 @@ def _check_standard_quota(ctx: _Context) -> CheckResult:
         inp.system_instance_type,
         inp.system_node_count,
         inp.system_vcpus,
+        nodegroup_name=inp.redeploy.system_nodegroup_name if inp.redeploy else "",
+        surge_nodes=inp.system_update_surge_nodes,
     )
+
+
+def _redeploy_check(check: Callable[[Redeploy, Deployed], CheckResult], name: str) -> _Check:
+    def run(ctx: _Context) -> CheckResult:
+        if ctx.inp.redeploy is None:
+            return _pass(name, "no synthesized assembly to compare (first deploy checks only)")
+        return check(ctx.inp.redeploy, ctx.deployed())
+
+    return run
+
+
+def _check_log_group(ctx: _Context) -> CheckResult:
+    if ctx.inp.redeploy is None:
+        return _pass("control-plane-log-group", "no synthesized assembly to compare (first deploy checks only)")
+    return day2.check_control_plane_log_group(ctx.inp.redeploy, ctx.deployed(), ctx.client("logs"))
+
+
+def _check_charts(ctx: _Context) -> CheckResult:
+    return check_helm_charts(ctx.inp.helm_charts)
 
 
 def _check_bootstrap(ctx: _Context) -> CheckResult:
@@ -361,16 +418,20 @@ def _check_bootstrap(ctx: _Context) -> CheckResult:
     return _pass("cdk-bootstrap", f"stack {stack_name} is {status}{version}")
 
 
-_Check = Callable[[_Context], CheckResult]
-
 # After credentials: (name, check) in the order they are reported.
 _AWS_CHECKS: tuple[tuple[str, _Check], ...] = (
     ("region", _check_region),
     ("gpu-az-offering", _check_gpu_offering),
     ("gpu-efa", _check_gpu_efa),
+    ("stack-states", _redeploy_check(day2.check_stack_states, "stack-states")),
+    ("kubernetes-version", _redeploy_check(day2.check_kubernetes_version, "kubernetes-version")),
+    ("stack-changes", _redeploy_check(day2.check_stack_changes, "stack-changes")),
+    ("kuberay-crds", _redeploy_check(day2.check_kuberay_crds, "kuberay-crds")),
+    ("control-plane-log-group", _check_log_group),
     ("gpu-vcpu-quota", _check_gpu_quota),
     ("standard-vcpu-quota", _check_standard_quota),
     ("cdk-bootstrap", _check_bootstrap),
+    ("helm-charts", _check_charts),
 )
 
 

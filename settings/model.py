@@ -68,6 +68,16 @@ class Settings:
         return self.cluster_name
 
     @property
+    def stack_names(self) -> dict[str, str]:
+        """The deployable units, in deploy order (destroy is the reverse): part -> stack name."""
+        return {part: f"{self.stack_prefix}-{part}" for part in ("network", "cluster", "gpu", "serving")}
+
+    @property
+    def system_update_surge_nodes(self) -> int:
+        """Extra system nodes a rolling update may launch first: up to two per AZ of the group."""
+        return 2 * len(self.availability_zones)
+
+    @property
     def serve_service_name(self) -> str:
         """The Service KubeRay creates for the Serve endpoint."""
         return f"{self.ray_service_name}-serve-svc"

@@ -43,12 +43,12 @@ def build_stacks(app: App, settings: Settings) -> Deployment:
     # Region only, no account: the templates do not depend on who synthesizes them and no CDK
     # context look-up (which would need credentials) is triggered.
     env = Environment(region=settings.region)
-    prefix = settings.stack_prefix
-    network = NetworkStack(app, f"{prefix}-network", settings=settings, env=env)
-    cluster = ClusterStack(app, f"{prefix}-cluster", settings=settings, vpc=network.vpc, env=env)
+    names = settings.stack_names
+    network = NetworkStack(app, names["network"], settings=settings, env=env)
+    cluster = ClusterStack(app, names["cluster"], settings=settings, vpc=network.vpc, env=env)
     gpu = GpuCapacityStack(
         app,
-        f"{prefix}-gpu",
+        names["gpu"],
         settings=settings,
         cluster=cluster.cluster_ref,
         vpc=network.vpc,
@@ -57,7 +57,7 @@ def build_stacks(app: App, settings: Settings) -> Deployment:
     )
     serving = ServingStack(
         app,
-        f"{prefix}-serving",
+        names["serving"],
         settings=settings,
         cluster=cluster.cluster_ref,
         system_nodegroup=cluster.system_nodegroup,

@@ -47,10 +47,17 @@ ORDER = [
     "region",
     "gpu-az-offering",
     "gpu-efa",
+    "stack-states",
+    "kubernetes-version",
+    "stack-changes",
+    "kuberay-crds",
+    "control-plane-log-group",
     "gpu-vcpu-quota",
     "standard-vcpu-quota",
     "cdk-bootstrap",
+    "helm-charts",
 ]
+NO_ASSEMBLY = "no synthesized assembly to compare (first deploy checks only)"
 INPUT = PreflightInput(
     region=REGION,
     gpu_az="sa-east-1a",
@@ -163,16 +170,18 @@ def test_all_checks_pass(aws: None, capsys: pytest.CaptureFixture[str]) -> None:
         ("region", True, "sa-east-1 enabled (opt-in-not-required)", ""),
         ("gpu-az-offering", True, "g6.8xlarge is offered in sa-east-1a", ""),
         ("gpu-efa", True, "g6.8xlarge supports EFA (up to 1 EFA interfaces)", ""),
-        ("gpu-vcpu-quota", True, "need 64 vCPU (2 x 32) + 0 running; quota 64", ""),
-        ("standard-vcpu-quota", True, "need 4 vCPU (1 x 4) + 0 running; quota 4", ""),
+        *[(name, True, NO_ASSEMBLY, "") for name in ("stack-states", "kubernetes-version", "stack-changes", "kuberay-crds", "control-plane-log-group")],
+        ("gpu-vcpu-quota", True, "need 64 vCPU: 2 x 32 after the deploy, at most 64 during it (no node replaced); this cluster holds 0, other workloads 0; quota 64", ""),
+        ("standard-vcpu-quota", True, "need 4 vCPU: 1 x 4 after the deploy, at most 4 during it (no node replaced); this cluster holds 0, other workloads 0; quota 4", ""),
         ("cdk-bootstrap", True, "stack CDKToolkit is CREATE_COMPLETE, bootstrap version 28", ""),
+        ("helm-charts", True, "no Helm chart to install", ""),
     ]
 
     session, _ = default_quotas()
     assert main(INPUT, session) == 0
     out = capsys.readouterr().out
     assert "FAIL" not in out
-    assert out.count("PASS") == 7
+    assert out.count("PASS") == len(ORDER)
     assert "fix:" not in out
     assert out.rstrip().endswith("All checks passed.")
 
@@ -198,7 +207,7 @@ def test_p5_with_p_quota_passes(aws: None) -> None:
     stubber.assert_no_pending_responses()
     assert all(r.ok for r in results.values()), results
     assert results["gpu-efa"].detail == "p5.48xlarge supports EFA (up to 32 EFA interfaces)"
-    assert results["gpu-vcpu-quota"].detail == "need 192 vCPU (1 x 192) + 0 running; quota 192"
+    assert results["gpu-vcpu-quota"].detail == "need 192 vCPU: 1 x 192 after the deploy, at most 192 during it (no node replaced); this cluster holds 0, other workloads 0; quota 192"
 
 
 def test_gpu_type_not_offered_in_az_names_the_azs_that_offer_it(aws: None, capsys: pytest.CaptureFixture[str]) -> None:
@@ -272,7 +281,7 @@ def test_gpu_quota_too_small(aws: None, capsys: pytest.CaptureFixture[str]) -> N
 
     stubber.assert_no_pending_responses()
     out, err = capsys.readouterr()
-    assert "need 96 vCPU (3 x 32) + 0 running; quota 64" in out
+    assert "need 96 vCPU: 3 x 32 after the deploy" in out and "quota 64" in out
     assert (
         "fix: gpu-vcpu-quota: request an increase of Running On-Demand G and VT instances (L-DB2E81BA) "
         "in sa-east-1 to at least 96 in the Service Quotas console"
@@ -300,9 +309,9 @@ def test_running_instances_count_against_their_own_quota_only(aws: None) -> None
 
     stubber.assert_no_pending_responses()
     gpu, standard = results["gpu-vcpu-quota"], results["standard-vcpu-quota"]
-    assert (gpu.ok, gpu.detail) == (False, "need 64 vCPU (2 x 32) + 4 running; quota 64")
+    assert (gpu.ok, gpu.detail) == (False, "need 68 vCPU: 2 x 32 after the deploy, at most 64 during it (no node replaced); this cluster holds 0, other workloads 4; quota 64")
     assert "to at least 68 in the Service Quotas console" in gpu.fix
-    assert (standard.ok, standard.detail) == (True, "need 4 vCPU (1 x 4) + 2 running; quota 8")
+    assert (standard.ok, standard.detail) == (True, "need 6 vCPU: 1 x 4 after the deploy, at most 4 during it (no node replaced); this cluster holds 0, other workloads 2; quota 8")
 
 
 def test_quota_falls_back_to_the_aws_default(aws: None) -> None:
@@ -330,8 +339,8 @@ def test_quota_falls_back_to_the_aws_default(aws: None) -> None:
 
     stubber.assert_no_pending_responses()
     assert results["gpu-vcpu-quota"].ok is False
-    assert results["gpu-vcpu-quota"].detail == "need 64 vCPU (2 x 32) + 0 running; quota 0 (AWS default)"
-    assert results["standard-vcpu-quota"].detail == "need 4 vCPU (1 x 4) + 0 running; quota 5"
+    assert results["gpu-vcpu-quota"].detail == "need 64 vCPU: 2 x 32 after the deploy, at most 64 during it (no node replaced); this cluster holds 0, other workloads 0; quota 0 (AWS default)"
+    assert results["standard-vcpu-quota"].detail == "need 4 vCPU: 1 x 4 after the deploy, at most 4 during it (no node replaced); this cluster holds 0, other workloads 0; quota 5"
 
 
 def test_gpu_type_and_quota_code_mismatch(aws: None) -> None:
@@ -354,7 +363,7 @@ def test_missing_bootstrap_stack(aws: None, capsys: pytest.CaptureFixture[str]) 
     assert main(INPUT, session) == 1
 
     out, err = capsys.readouterr()
-    assert "cdk-bootstrap        FAIL    stack CDKToolkit not found in sa-east-1" in out.splitlines()
+    assert "cdk-bootstrap            FAIL    stack CDKToolkit not found in sa-east-1" in out.splitlines()
     assert f"fix: cdk-bootstrap: run `npx cdk bootstrap aws://{ACCOUNT}/sa-east-1`" in out.splitlines()
     assert out.count("FAIL") == 1
     assert "Traceback" not in out + err
@@ -408,12 +417,12 @@ def test_no_credentials_fails_every_check(aws: None, monkeypatch: pytest.MonkeyP
     assert main(INPUT) == 1  # main builds its own session
 
     out, err = capsys.readouterr()
-    rows = {line.split()[0]: line.split(None, 2) for line in out.splitlines()[3:10]}
+    rows = {line.split()[0]: line.split(None, 2) for line in out.splitlines()[3 : 3 + len(ORDER)]}
     assert list(rows) == ORDER
     assert rows["credentials"] == ["credentials", "FAIL", "no AWS credentials found"]
     assert all(rows[name] == [name, "FAIL", "skipped: no credentials"] for name in ORDER[1:])
     assert ("fix: credentials: configure credentials (`aws configure`, `aws sso login` or AWS_PROFILE) and run the preflight again") in out.splitlines()
-    assert out.rstrip().endswith("7 of 7 checks failed.")
+    assert out.rstrip().endswith(f"{len(ORDER)} of {len(ORDER)} checks failed.")
     assert "Traceback" not in out + err
 
 
@@ -425,7 +434,7 @@ def test_unknown_profile_fails_every_check(aws: None, monkeypatch: pytest.Monkey
 
     out, err = capsys.readouterr()
     assert "AWS configuration error: The config profile (no-such-profile) could not be found" in out
-    assert out.count("FAIL") == 7
+    assert out.count("FAIL") == len(ORDER)
     assert "Traceback" not in out + err
 
 

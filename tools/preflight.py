@@ -1,19 +1,67 @@
-"""`make preflight`: check the AWS account before a deploy (credentials, region, GPU offering, EFA,
-vCPU quotas, CDK bootstrap) and print a table; exits 1 when a check fails."""
+"""`make preflight`: check the AWS account, and what is deployed, before a deploy: credentials, region,
+GPU offering, EFA, the state of the deployed stacks, the Kubernetes version step, changes that cannot
+be applied as they are, KubeRay's CRDs, a leftover control-plane log group, vCPU quotas (this cluster's
+own nodes counted as held), the CDK bootstrap and the pinned Helm charts. Prints a table; exits 1 when
+a check fails.
+
+It compares the deployed stacks with the synthesized assembly (`cdk.out/`, written by `make synth`),
+which `make deploy` then deploys unchanged.
+"""
 
 from __future__ import annotations
 
+import argparse
+import json
 import os
 import sys
+from pathlib import Path
 
 from preflight.checks import PreflightInput
 from preflight.checks import main as run_preflight
-from settings import SettingError, Settings, load_settings
-from settings.context_files import read_project_context
+from preflight.redeploy import Redeploy
+from settings import SettingError, Settings, load_settings, versions
+from settings.context_files import REPO, read_project_context
+
+ASSEMBLY = REPO / "cdk.out"
 
 
-def preflight_input(settings: Settings) -> PreflightInput:
+def helm_charts(settings: Settings) -> tuple[versions.HelmChartPin, ...]:
+    """Every chart this configuration installs."""
+    from dataclasses import replace
+
+    charts = [replace(versions.KUBERAY_OPERATOR, version=settings.kuberay_version), versions.NVIDIA_DEVICE_PLUGIN, versions.EFA_DEVICE_PLUGIN]
+    if settings.hf_token_secret_name:
+        charts.append(versions.SECRETS_PROVIDER)
+    return tuple(charts)
+
+
+def read_assembly(settings: Settings, assembly: Path) -> dict[str, dict[str, object]]:
+    """Stack name -> synthesized template, for every stack of this configuration."""
+    templates: dict[str, dict[str, object]] = {}
+    for name in settings.stack_names.values():
+        path = assembly / f"{name}.template.json"
+        if not path.exists():
+            raise FileNotFoundError(f"{path} not found: run `make synth` first (with the same settings)")
+        templates[name] = json.loads(path.read_text())
+    return templates
+
+
+def preflight_input(settings: Settings, templates: dict[str, dict[str, object]] | None = None) -> PreflightInput:
     quota_code, quota_name = settings.gpu_node.on_demand_quota
+    redeploy = (
+        Redeploy(
+            cluster_name=settings.cluster_name,
+            kubernetes_version=settings.kubernetes_version,
+            gpu_nodegroup_name=settings.gpu_nodegroup_name,
+            system_nodegroup_name=settings.system_nodegroup_name,
+            gpu_node_count=settings.gpu_node_count,
+            kuberay_version=settings.kuberay_version,
+            stack_prefix=settings.stack_prefix,
+            templates=templates,
+        )
+        if templates is not None
+        else None
+    )
     return PreflightInput(
         region=settings.region,
         gpu_az=settings.gpu_az,
@@ -26,13 +74,24 @@ def preflight_input(settings: Settings) -> PreflightInput:
         system_vcpus=settings.system_node.vcpus,
         system_node_count=settings.system_node_count,
         cluster_name=settings.cluster_name,
+        gpu_update_surge_nodes=settings.gpu_update_surge_nodes,
+        system_update_surge_nodes=settings.system_update_surge_nodes,
+        redeploy=redeploy,
+        helm_charts=helm_charts(settings),
     )
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--assembly", type=Path, default=ASSEMBLY, help="the synthesized cloud assembly (default: cdk.out)")
+    args = parser.parse_args(argv)
     try:
         settings = load_settings(os.environ, read_project_context())
+        templates = read_assembly(settings, args.assembly)
     except SettingError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    except FileNotFoundError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
     if not settings.admin_principal_arns:
@@ -40,7 +99,7 @@ def main() -> int:
             "note: ADMIN_PRINCIPAL_ARNS is empty: only the CloudFormation execution role and the kubectl provider "
             "will be cluster admins, so your own kubectl will be refused (add your role's ARN)."
         )
-    return run_preflight(preflight_input(settings))
+    return run_preflight(preflight_input(settings, templates))
 
 
 if __name__ == "__main__":

@@ -1,0 +1,221 @@
+"""Checks for a deploy over deployed stacks: every change applies cleanly, or it is refused before
+anything is touched, with the procedure that applies it.
+
+The deployed side is read from AWS (preflight.deployed); the new side is the synthesized assembly that
+`make deploy` then deploys unchanged (`cdk deploy --app cdk.out`).
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from preflight.changes import MODIFY, REPLACE, ResourceChange, plan
+
+__all__ = ["MODIFY", "REPLACE", "Redeploy", "ResourceChange"]
+from preflight.deployed import Deployed, find_resources
+from preflight.results import CheckResult, fail, ok
+
+NODEGROUP = "AWS::EKS::Nodegroup"
+# A nodegroup property change that makes EKS replace its nodes one by one (UpdateNodegroupVersion).
+ROLLING_PROPERTIES = frozenset({"LaunchTemplate", "Version", "ReleaseVersion"})
+KUBERAY_CRD_LABEL = "ray-llm.aws/kuberay-crds-version"
+_BUSY = ("_IN_PROGRESS",)
+
+
+@dataclass(frozen=True)
+class Redeploy:
+    """What the day-2 checks need to know about the deploy being checked."""
+
+    cluster_name: str
+    kubernetes_version: str
+    gpu_nodegroup_name: str
+    system_nodegroup_name: str
+    gpu_node_count: int
+    kuberay_version: str
+    stack_prefix: str
+    templates: Mapping[str, Mapping[str, Any]]  # stack name -> synthesized template
+
+
+def stack_plans(redeploy: Redeploy, deployed: Deployed) -> dict[str, list[ResourceChange]]:
+    """For each deployed stack, what deploying the synthesized template would do to its resources."""
+    return {name: plan(deployed.stacks[name].template, template) for name, template in redeploy.templates.items() if name in deployed.stacks}
+
+
+def nodegroup_change(redeploy: Redeploy, deployed: Deployed, nodegroup_name: str) -> ResourceChange | None:
+    """The planned change of the nodegroup deployed under ``nodegroup_name``, if any."""
+    for changes in stack_plans(redeploy, deployed).values():
+        for change in changes:
+            names = {side.get("Properties", {}).get("NodegroupName") for side in (change.before, change.after)}
+            if change.resource_type == NODEGROUP and nodegroup_name in names:
+                return change
+    return None
+
+
+def rolls(change: ResourceChange | None) -> bool:
+    """Whether a planned nodegroup change replaces its nodes (a new launch template version, AMI or version)."""
+    return change is not None and change.action == MODIFY and bool(ROLLING_PROPERTIES & set(change.properties))
+
+
+def check_stack_states(redeploy: Redeploy, deployed: Deployed) -> CheckResult:
+    name = "stack-states"
+    if not deployed.stacks:
+        return ok(name, "no stack deployed yet: a first deploy")
+    states = ", ".join(f"{s.name.removeprefix(redeploy.stack_prefix + '-')}={s.status}" for s in deployed.stacks.values())
+    for stack in deployed.stacks.values():
+        if stack.status.endswith(_BUSY):
+            return fail(name, states, f"wait until {stack.name} leaves {stack.status} (another deploy or destroy is running), then run the preflight again")
+        if stack.status == "UPDATE_ROLLBACK_FAILED":
+            return fail(
+                name, states, f"finish the rollback of {stack.name} first: `npx cdk rollback {stack.name}` (or continue-update-rollback in the console)"
+            )
+        if stack.status in ("ROLLBACK_COMPLETE", "ROLLBACK_FAILED", "CREATE_FAILED", "DELETE_FAILED"):
+            return fail(
+                name, states, f"{stack.name} cannot be updated from {stack.status}: delete it (`make destroy STACKS={stack.name}`) and deploy again"
+            )
+    return ok(name, states)
+
+
+def _minor(version: str) -> tuple[int, int]:
+    major, minor = version.split(".")[:2]
+    return int(major), int(minor)
+
+
+def check_kubernetes_version(redeploy: Redeploy, deployed: Deployed) -> CheckResult:
+    name = "kubernetes-version"
+    target = redeploy.kubernetes_version
+    current = deployed.cluster_version
+    if current is None:
+        return ok(name, f"no cluster {redeploy.cluster_name} yet: it is created at {target}")
+    if current == target:
+        lagging = [f"{n.name}={n.version}" for n in deployed.nodegroups.values() if n.version and n.version != target]
+        if lagging:
+            return ok(name, f"control plane at {target}; nodegroups brought to it by this deploy: {', '.join(sorted(lagging))}")
+        return ok(name, f"control plane and nodegroups at {target}")
+    (cur_major, cur_minor), (new_major, new_minor) = _minor(current), _minor(target)
+    if (new_major, new_minor) < (cur_major, cur_minor):
+        return fail(name, f"the cluster runs {current}; K8S_VERSION={target}", f"EKS cannot downgrade: set K8S_VERSION={current} (or destroy and redeploy at {target})")
+    if new_major != cur_major or new_minor - cur_minor > 1:
+        step = f"{cur_major}.{cur_minor + 1}"
+        return fail(
+            name,
+            f"the cluster runs {current}; K8S_VERSION={target} skips a minor version",
+            f"EKS upgrades one minor version at a time: deploy K8S_VERSION={step} first (`make lookup` then `make deploy`), then each next version",
+        )
+    return ok(name, f"upgrade {current} -> {target}: the control plane first, then the add-ons and each nodegroup roll")
+
+
+def _procedure(change: ResourceChange, redeploy: Redeploy, deployed: Deployed) -> str | None:
+    """How to apply a change that cannot be deployed as it is; None when it can."""
+    props = set(change.replaced_by)
+    after = change.after.get("Properties", {})
+    before = change.before.get("Properties", {})
+    if change.resource_type == NODEGROUP and change.action == REPLACE:
+        name_before, name_after = before.get("NodegroupName"), after.get("NodegroupName")
+        if name_before == name_after:
+            return (
+                f"nodegroup {name_after} would be replaced ({', '.join(sorted(props))}) under the same name, which EKS refuses "
+                f"('already exists'): change GPU_NODEGROUP_NAME/SYSTEM_NODEGROUP_NAME in the same deploy (the new group is created "
+                f"beside the old one), or destroy the stack that holds it first"
+            )
+        parked = redeploy.gpu_node_count == 0 and all(n.desired_size == 0 for n in deployed.nodegroups.values() if n.name == name_before)
+        if name_after == redeploy.gpu_nodegroup_name and not parked:
+            return (
+                f"GPU nodegroup {name_before} -> {name_after}: the new group would need GPUs of its own (quota and placement-group "
+                f"room) while the old one holds the RayService's: park first (`GPU_NODE_COUNT=0 make deploy`), deploy the change "
+                f"with GPU_NODE_COUNT=0, then unpark"
+            )
+        return None  # a renamed system nodegroup, or a parked GPU one: the new group starts beside the old one
+    if change.action == REPLACE and change.resource_type in ("AWS::EC2::VPC", "AWS::EC2::Subnet"):
+        return (
+            f"{change.resource_type} {change.logical_id} would be replaced ({', '.join(sorted(props))}: VPC_CIDR or the AZs, which follow "
+            f"GPU_AZ and the cached look-up) while the cluster uses it: keep the deployed value, or `make destroy` and deploy again"
+        )
+    if change.action == REPLACE and change.resource_type == "AWS::EKS::Cluster":
+        return f"the EKS cluster would be replaced ({', '.join(sorted(props))}): keep the deployed value, or `make destroy` and deploy again"
+    if change.protected:
+        return f"{change.describe()}: keep the deployed value, or destroy the stack that holds it (`make destroy STACKS=...`) and deploy again"
+    return None
+
+
+def check_stack_changes(redeploy: Redeploy, deployed: Deployed) -> CheckResult:
+    name = "stack-changes"
+    plans = stack_plans(redeploy, deployed)
+    if not plans:
+        return ok(name, "nothing deployed to change")
+    refused: list[str] = []
+    for stack, changes in plans.items():
+        for change in changes:
+            procedure = _procedure(change, redeploy, deployed)
+            if procedure:
+                refused.append(f"{stack}: {procedure}")
+            if change.resource_type == NODEGROUP and change.action == MODIFY and "Version" in change.properties and len(change.properties) > 1:
+                others = ", ".join(p for p in change.properties if p != "Version")
+                refused.append(
+                    f"{stack}: nodegroup {change.after.get('Properties', {}).get('NodegroupName')} would change its Kubernetes version "
+                    f"together with {others}, which EKS refuses in one update: deploy the K8S_VERSION change alone first, then the rest"
+                )
+    summary = "; ".join(f"{s.removeprefix(redeploy.stack_prefix + '-')}: {len(c)} change(s)" for s, c in plans.items())
+    if refused:
+        return fail(name, f"{len(refused)} change(s) cannot be deployed as they are ({summary})", " | ".join(refused))
+    rolling = [
+        str(c.after.get("Properties", {}).get("NodegroupName")) for changes in plans.values() for c in changes if c.resource_type == NODEGROUP and rolls(c)
+    ]
+    suffix = f"; rolling update of {', '.join(rolling)}" if rolling else ""
+    return ok(name, f"every change applies in place ({summary}){suffix}")
+
+
+def deployed_kuberay_version(deployed: Deployed) -> str | None:
+    for stack in deployed.stacks.values():
+        for resource in find_resources(stack.template, "Custom::AWSCDK-EKS-HelmChart", Chart="kuberay-operator").values():
+            return str(resource["Properties"].get("Version"))
+    return None
+
+
+Kubectl = Callable[[list[str]], "subprocess.CompletedProcess[str]"]
+
+
+def run_kubectl(args: list[str]) -> subprocess.CompletedProcess[str]:
+    if shutil.which("kubectl") is None:
+        return subprocess.CompletedProcess(["kubectl", *args], 127, "", "kubectl not found on PATH")
+    return subprocess.run(["kubectl", *args], capture_output=True, text=True, timeout=60, check=False)
+
+
+def check_kuberay_crds(redeploy: Redeploy, deployed: Deployed, kubectl: Kubectl = run_kubectl) -> CheckResult:
+    """Helm installs a chart's CRDs once and never upgrades them: a new KubeRay needs them applied first."""
+    name = "kuberay-crds"
+    current = deployed_kuberay_version(deployed)
+    target = redeploy.kuberay_version
+    if current is None or current == target:
+        return ok(name, f"KubeRay {target}: {'installed with its CRDs by Helm' if current is None else 'unchanged'}")
+    label = KUBERAY_CRD_LABEL.replace(".", "\\.")
+    result = kubectl(["get", "crd", "rayservices.ray.io", "rayclusters.ray.io", "-o", f"jsonpath={{.items[*].metadata.labels.{label}}}"])
+    found = result.stdout.split() if result.returncode == 0 else []
+    fix = f"apply the KubeRay {target} CRDs first: `make kubeconfig && make kuberay-crds`, then `make deploy`"
+    if result.returncode != 0:
+        return fail(name, f"KubeRay {current} -> {target}; cannot read the cluster's CRDs: {result.stderr.strip()[:200]}", fix)
+    if found == [target, target]:
+        return ok(name, f"KubeRay {current} -> {target}; the {target} CRDs are applied")
+    return fail(name, f"KubeRay {current} -> {target}; the cluster's CRDs are not those of {target} (Helm never upgrades them)", fix)
+
+
+def check_control_plane_log_group(redeploy: Redeploy, deployed: Deployed, logs: Any) -> CheckResult:
+    """EKS never deletes /aws/eks/NAME/cluster: a cluster made earlier under this name leaves it, and our
+    create of the same group then fails."""
+    name = "control-plane-log-group"
+    group = f"/aws/eks/{redeploy.cluster_name}/cluster"
+    cluster_stack = f"{redeploy.stack_prefix}-cluster"
+    if cluster_stack in deployed.stacks:
+        return ok(name, f"{group} belongs to {cluster_stack}")
+    found = [g for g in logs.describe_log_groups(logGroupNamePrefix=group)["logGroups"] if g["logGroupName"] == group]
+    if not found:
+        return ok(name, f"{group} does not exist yet")
+    return fail(
+        name,
+        f"{group} already exists (left by an earlier cluster of this name; EKS never deletes it)",
+        f"remove it (`aws logs delete-log-group --log-group-name {group}`), or adopt it and its logs: "
+        f'`make deploy ARGS="--import-existing-resources"`',
+    )
