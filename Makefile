@@ -10,7 +10,7 @@ CDK := node_modules/.bin/cdk
 export JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION := 20
 ARGS ?=
 
-.PHONY: status verify-efa help install install-dev synth test lint format diff deploy destroy bench lookup preflight imports dist settings-table checkov clean
+.PHONY: status verify-efa help install install-dev synth test lint format diff deploy destroy park review stacks kubeconfig kuberay-crds wait-ready bench lookup preflight imports dist settings-table checkov clean
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-15s %s\n", $$1, $$2}'
@@ -49,14 +49,42 @@ format: install-dev ## Format the code with ruff
 	$(PY) -m ruff format .
 	$(PY) -m ruff check --fix .
 
-diff: install ## cdk diff (ARGS="..." is passed to the CDK CLI)
+diff: install ## cdk diff against what is deployed (ARGS="..." is passed to the CDK CLI; no stack names = every stack)
 	$(CDK) diff $(ARGS)
 
-deploy: install preflight ## Preflight, then cdk deploy --all (in CI: ARGS="--require-approval never")
-	$(CDK) deploy --all $(ARGS)
+review: install ## Offline review of a change: BASE=<git ref> [REVIEW_FILE=review.md]; exit 1 on a protected replacement unless ALLOW_REPLACEMENT=1
+	$(PY) -m tools.review --base "$(BASE)" $(if $(REVIEW_FILE),--output "$(REVIEW_FILE)")
 
-destroy: install ## cdk destroy (reverse order: serving, GPU, cluster, network); ARGS="..." to pick stacks
-	$(CDK) destroy $(if $(ARGS),$(ARGS),--all)
+# The assembly that preflight checked is the one deployed: `cdk deploy --app cdk.out` does not synthesize again.
+deploy: preflight ## synth, preflight, then cdk deploy --all of that assembly (in CI: ARGS="--require-approval never")
+	$(CDK) deploy --app cdk.out --all $(ARGS)
+
+park: ## Park the GPUs: the GPU_NODE_COUNT=0 deploy (unpark: make deploy)
+	GPU_NODE_COUNT=0 $(MAKE) --no-print-directory deploy ARGS="$(ARGS)"
+
+# Everything: what Kubernetes created in AWS first, then the stacks in reverse order, then a leftovers check.
+# STACKS=name destroys only those stacks (and the ones that depend on them), e.g. STACKS=ray-llm-multinode-serving.
+STACKS ?=
+destroy: install ## cdk destroy: everything (ARGS="--force" in CI), or STACKS="..." only
+ifeq ($(strip $(STACKS)),)
+	$(PY) -m tools.teardown before
+	$(CDK) destroy --all $(ARGS)
+	$(PY) -m tools.teardown after
+else
+	$(CDK) destroy $(STACKS) $(ARGS)
+endif
+
+stacks: install ## The stack names of this configuration, one per line
+	@$(PY) -m tools.cluster stacks
+
+kubeconfig: install ## aws eks update-kubeconfig for the configured cluster
+	$(PY) -m tools.cluster kubeconfig
+
+kuberay-crds: install ## Apply the repository's KubeRay CRDs server-side (before a KubeRay upgrade: Helm never updates them)
+	$(PY) -m tools.cluster kuberay-crds
+
+wait-ready: install ## Wait for the RayService to be Ready (WAIT_TIMEOUT=45m)
+	$(PY) -m tools.cluster wait-ready
 
 bench: install ## Median cdk synth time against a one-bucket CDK app
 	$(PY) -m tools.bench
@@ -64,7 +92,7 @@ bench: install ## Median cdk synth time against a one-bucket CDK app
 lookup: install ## Look up AZs and instance facts with AWS credentials; cache them in cdk.context.json
 	$(PY) -m tools.lookup
 
-preflight: install ## Check the AWS account before a deploy (quotas, AZ offering, EFA, bootstrap)
+preflight: synth ## Check the account and what is deployed against the synthesized assembly (quotas, versions, changes that cannot apply, charts)
 	$(PY) -m tools.preflight
 
 imports: install ## Regenerate imports/ from the KubeRay CRD (cdk8s import)
@@ -84,19 +112,12 @@ settings-table: install ## Rewrite the README's settings table from the code
 checkov: synth .checkov-venv/.installed ## checkov in its own environment (it pins old boto3 and breaks pytest's)
 	.checkov-venv/bin/checkov --skip-download --quiet --compact --framework cloudformation -d cdk.out --check CKV_AWS_58,CKV_AWS_37,CKV_AWS_79
 
-# After a deploy (kubectl configured with `aws eks update-kubeconfig`); names follow the settings.
-NAMESPACE ?= inference
-RAY_SERVICE_NAME ?= ray-llm
+# After a deploy (kubectl configured with `make kubeconfig`); names follow the settings.
+status: install ## RayService, pods and their nodes, GPU/EFA capacity of the GPU nodes
+	$(PY) -m tools.cluster status
 
-status: ## RayService, pods and their nodes, GPU/EFA capacity of the GPU nodes
-	kubectl get rayservice -n $(NAMESPACE) $(RAY_SERVICE_NAME)
-	kubectl get pods -n $(NAMESPACE) -o wide
-	kubectl get nodes -l role=gpu-worker -o custom-columns='NAME:.metadata.name,GPU:.status.allocatable.nvidia\.com/gpu,EFA:.status.allocatable.vpc\.amazonaws\.com/efa'
-
-verify-efa: ## Which NIXL backend each GPU worker started (must be LIBFABRIC, not UCX)
-	@for pod in $$(kubectl get pods -n $(NAMESPACE) -l ray.io/node-type=worker -o jsonpath='{.items[*].metadata.name}'); do \
-	  kubectl exec -n $(NAMESPACE) "$$pod" -c ray-worker -- grep -rhoE "Backend (LIBFABRIC|UCX) was instantiated" /tmp/ray/session_latest/logs/ 2>/dev/null; \
-	done | sort | uniq -c
+verify-efa: install ## Which NIXL backend each GPU worker started (must be LIBFABRIC, not UCX); exit 1 otherwise
+	$(PY) -m tools.cluster verify-efa
 
 clean: ## Remove build output (keeps the virtual environments)
 	rm -rf cdk.out .pytest_cache .mypy_cache .ruff_cache

@@ -1,0 +1,131 @@
+"""`make destroy` around `cdk destroy --all`; the CI destroy workflow runs the same two steps.
+
+before: delete what Kubernetes created in AWS outside CloudFormation (Services of type LoadBalancer,
+        Ingresses: their load balancers and security groups hold the VPC's subnets) and the RayService,
+        while the KubeRay operator and the nodes still run to clean up after them.
+after:  list everything still tagged with the cluster (volumes, network interfaces, security groups,
+        load balancers, log groups) with the command that removes each; exit 1 if anything is left.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from settings import SettingError, Settings, load_settings
+from settings.context_files import read_project_context
+
+Kubectl = Callable[[list[str]], "subprocess.CompletedProcess[str]"]
+
+
+def run_kubectl(args: list[str]) -> subprocess.CompletedProcess[str]:
+    if shutil.which("kubectl") is None:
+        return subprocess.CompletedProcess(["kubectl", *args], 127, "", "kubectl not found on PATH")
+    return subprocess.run(["kubectl", *args], capture_output=True, text=True, timeout=900, check=False)
+
+
+def before(settings: Settings, kubectl: Kubectl = run_kubectl) -> list[str]:
+    """Delete the cluster's load balancer Services, Ingresses and the RayService. Returns what it did."""
+    done: list[str] = []
+    listed = kubectl(["get", "services", "--all-namespaces", "-o", "json"])
+    if listed.returncode != 0:
+        # No cluster (already gone) or no access: nothing to clean from here; `after` lists what is left.
+        return [f"skipped: cannot reach the cluster ({listed.stderr.strip()[:200]}); run `make kubeconfig` if it still exists"]
+    for item in json.loads(listed.stdout or "{}").get("items", []):
+        if item.get("spec", {}).get("type") == "LoadBalancer":
+            namespace, name = item["metadata"]["namespace"], item["metadata"]["name"]
+            kubectl(["delete", "service", "-n", namespace, name, "--wait=true"])
+            done.append(f"deleted Service {namespace}/{name} (type LoadBalancer)")
+    ingresses = kubectl(["delete", "ingress", "--all-namespaces", "--all", "--wait=true"])
+    if ingresses.returncode == 0 and ingresses.stdout.strip():
+        done.append(f"deleted Ingresses: {ingresses.stdout.strip()}")
+    ray = kubectl(["delete", "rayservice", "-n", settings.namespace, settings.ray_service_name, "--ignore-not-found", "--wait=true"])
+    done.append(f"deleted RayService {settings.namespace}/{settings.ray_service_name}" if ray.returncode == 0 else f"RayService: {ray.stderr.strip()[:200]}")
+    return done
+
+
+@dataclass(frozen=True)
+class Leftover:
+    kind: str
+    identifier: str
+    remove: str  # the command that removes it
+
+
+def _tag_filters(cluster: str) -> list[list[dict[str, Any]]]:
+    # EKS and its controllers tag what they create with one of these.
+    return [
+        [{"Name": f"tag:kubernetes.io/cluster/{cluster}", "Values": ["owned", "shared"]}],
+        [{"Name": "tag:cluster.k8s.amazonaws.com/name", "Values": [cluster]}],
+        [{"Name": "tag:eks:cluster-name", "Values": [cluster]}],
+        [{"Name": "tag:cluster", "Values": [cluster]}],  # this project's own tag
+    ]
+
+
+def after(settings: Settings, session: Any) -> list[Leftover]:
+    cluster, region = settings.cluster_name, settings.region
+    ec2 = session.client("ec2", region_name=region)
+    found: dict[str, Leftover] = {}
+    for filters in _tag_filters(cluster):
+        for volume in ec2.describe_volumes(Filters=filters)["Volumes"]:
+            vid = volume["VolumeId"]
+            found[vid] = Leftover("EBS volume", vid, f"aws ec2 delete-volume --region {region} --volume-id {vid}")
+        for eni in ec2.describe_network_interfaces(Filters=filters)["NetworkInterfaces"]:
+            eid = eni["NetworkInterfaceId"]
+            found[eid] = Leftover("network interface", eid, f"aws ec2 delete-network-interface --region {region} --network-interface-id {eid}")
+        for group in ec2.describe_security_groups(Filters=filters)["SecurityGroups"]:
+            gid = group["GroupId"]
+            found[gid] = Leftover("security group", gid, f"aws ec2 delete-security-group --region {region} --group-id {gid}")
+    elb = session.client("elbv2", region_name=region)
+    arns = [lb["LoadBalancerArn"] for page in elb.get_paginator("describe_load_balancers").paginate() for lb in page["LoadBalancers"]]
+    for start in range(0, len(arns), 20):  # DescribeTags takes at most 20 ARNs
+        for description in elb.describe_tags(ResourceArns=arns[start : start + 20])["TagDescriptions"]:
+            tags = {t["Key"]: t.get("Value", "") for t in description.get("Tags", [])}
+            if tags.get("elbv2.k8s.aws/cluster") == cluster or f"kubernetes.io/cluster/{cluster}" in tags or tags.get("cluster") == cluster:
+                arn = description["ResourceArn"]
+                found[arn] = Leftover("load balancer", arn, f"aws elbv2 delete-load-balancer --region {region} --load-balancer-arn {arn}")
+    logs = session.client("logs", region_name=region)
+    for group in logs.describe_log_groups(logGroupNamePrefix=f"/aws/eks/{cluster}/")["logGroups"]:
+        name = group["logGroupName"]
+        found[name] = Leftover("log group", name, f"aws logs delete-log-group --region {region} --log-group-name {name}")
+    return sorted(found.values(), key=lambda leftover: (leftover.kind, leftover.identifier))
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("step", choices=("before", "after"))
+    args = parser.parse_args(argv)
+    try:
+        settings = load_settings(os.environ, read_project_context())
+    except SettingError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    if args.step == "before":
+        for line in before(settings):
+            print(f"before destroy: {line}")
+        return 0
+    import boto3
+    from botocore.exceptions import BotoCoreError, ClientError
+
+    try:
+        leftovers = after(settings, boto3.session.Session())
+    except (BotoCoreError, ClientError) as error:
+        print(f"error: cannot list what is left of {settings.cluster_name}: {error}", file=sys.stderr)
+        return 1
+    if not leftovers:
+        print(f"after destroy: nothing tagged with {settings.cluster_name} is left in {settings.region}")
+        return 0
+    print(f"after destroy: {len(leftovers)} resource(s) tagged with {settings.cluster_name} are left in {settings.region}:")
+    for leftover in leftovers:
+        print(f"  {leftover.kind} {leftover.identifier}\n    remove: {leftover.remove}")
+    return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
