@@ -10,7 +10,7 @@ CDK := node_modules/.bin/cdk
 export JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION := 20
 ARGS ?=
 
-.PHONY: status verify-efa help install install-dev synth test lint format diff deploy destroy park review stacks kubeconfig kuberay-crds wait-ready bench lookup preflight imports dist settings-table checkov clean
+.PHONY: status verify-efa help install install-dev synth test lint format diff deploy destroy park review stacks kubeconfig kuberay-crds wait-ready bench lookup preflight imports dist settings-table checkov ci-access ci-access-synth clean
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-15s %s\n", $$1, $$2}'
@@ -85,6 +85,16 @@ kuberay-crds: install ## Apply the repository's KubeRay CRDs server-side (before
 
 wait-ready: install ## Wait for the RayService to be Ready (WAIT_TIMEOUT=45m)
 	$(PY) -m tools.cluster wait-ready
+
+# The CI access stack (ci_app.py): an app of its own, with its own cloud assembly directory. Deployed with
+# your own (administrator) credentials, never by CI: it holds the roles CI assumes.
+CI_ACCESS := --app '$(PY) ci_app.py' --output cdk.out.ci-access
+
+ci-access-synth: install ## Synthesize the CI access stack to cdk.out.ci-access/ (GITHUB_REPOSITORY=org/repo; no credentials)
+	$(CDK) synth --quiet $(CI_ACCESS) $(ARGS)
+
+ci-access: install ## Deploy the GitHub OIDC provider and the CI diff/deploy roles (GITHUB_REPOSITORY=org/repo; admin credentials)
+	$(CDK) deploy $(CI_ACCESS) $(ARGS)
 
 bench: install ## Median cdk synth time against a one-bucket CDK app
 	$(PY) -m tools.bench

@@ -1,0 +1,144 @@
+"""Settings of the CI access app (ci_app.py): who may assume the GitHub Actions roles, and what for.
+
+The CI access stack is the trust anchor of the deploy pipeline, so it is a separate app with a settings
+object of its own; CLUSTER_NAME and REGION are read and checked exactly as the main app reads them (the
+roles are scoped to that cluster's stacks), the rest only from the environment. A bad value raises
+SettingError naming the setting, the value and what is allowed.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from settings.errors import SettingError
+from settings.loader import SPECS, SettingSpec, _dns_label, _integer, _region, raw_values
+
+DEFAULT_CDK_QUALIFIER = "hnb659fds"  # `cdk bootstrap`'s default qualifier
+# The context key the CDK's DefaultStackSynthesizer reads its qualifier from (cdk.json).
+BOOTSTRAP_QUALIFIER_CONTEXT_KEY = "@aws-cdk/core:bootstrapQualifier"
+GITHUB_OIDC_HOST = "token.actions.githubusercontent.com"
+IAM_ROLE_NAME_MAX = 64
+
+# GitHub: an owner is 1-39 letters, digits and single inner hyphens; a repository name 1-100 letters,
+# digits, '.', '_' and '-', but not '.' or '..'. No '*' or '?': they would be wildcards in StringLike.
+_GITHUB_REPOSITORY = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9]|-(?=[A-Za-z0-9])){0,38}/(?!\.\.?$)[A-Za-z0-9._-]{1,100}")
+_OIDC_PROVIDER_ARN = re.compile(rf"arn:aws:iam::\d{{12}}:oidc-provider/{re.escape(GITHUB_OIDC_HOST)}")
+_QUALIFIER = re.compile(r"[a-z0-9]{1,10}")
+
+_MAIN_SPECS = {spec.env: spec for spec in SPECS}
+
+CI_SPECS: tuple[SettingSpec, ...] = (
+    SettingSpec("GITHUB_REPOSITORY", "", "GitHub repository whose workflows may assume the CI roles (required)", "OWNER/NAME, e.g. octo-org/ray-llm"),
+    _MAIN_SPECS["REGION"],
+    _MAIN_SPECS["CLUSTER_NAME"],
+    SettingSpec(
+        "GITHUB_OIDC_PROVIDER_ARN",
+        "",
+        "Existing GitHub OIDC provider of the account to reuse (empty = the stack creates one; an account holds only one)",
+        f"arn:aws:iam::ACCOUNT:oidc-provider/{GITHUB_OIDC_HOST}",
+    ),
+    SettingSpec(
+        "CDK_QUALIFIER",
+        DEFAULT_CDK_QUALIFIER,
+        f"Qualifier of the CDK bootstrap the service stacks deploy with (default: cdk.json's {BOOTSTRAP_QUALIFIER_CONTEXT_KEY}, else {DEFAULT_CDK_QUALIFIER})",
+        "lowercase letters and digits, at most 10 characters",
+    ),
+    SettingSpec("CI_SESSION_HOURS", "2", "MaxSessionDuration of the deploy role (role-duration-seconds up to this)", "integer 1-12"),
+)
+
+
+@dataclass(frozen=True)
+class CiAccessSettings:
+    """What the CI access stack needs, parsed and validated once in ci_app.py."""
+
+    github_repository: str  # OWNER/NAME, exactly as GitHub spells it (the OIDC subject is case-sensitive)
+    region: str
+    cluster_name: str
+    github_oidc_provider_arn: str  # "" = create the provider
+    cdk_qualifier: str
+    session_hours: int
+
+    @property
+    def stack_name(self) -> str:
+        return f"{self.cluster_name}-ci-access"
+
+    @property
+    def service_stack_prefix(self) -> str:
+        """The main app's stacks are named CLUSTER_NAME-network, -cluster, -gpu, -serving."""
+        return self.cluster_name
+
+    @property
+    def deploy_role_name(self) -> str:
+        # IAM names are account-wide, the roles are per Region: the Region is part of the name.
+        return f"{self.cluster_name}-ci-deploy-{self.region}"
+
+    @property
+    def diff_role_name(self) -> str:
+        return f"{self.cluster_name}-ci-diff-{self.region}"
+
+    @property
+    def session_seconds(self) -> int:
+        return self.session_hours * 3600
+
+    @property
+    def pull_request_subject(self) -> str:
+        """The OIDC `sub` of a workflow run for a pull request (no environment)."""
+        return f"repo:{self.github_repository}:pull_request"
+
+    @property
+    def deploy_subjects(self) -> tuple[str, str]:
+        """The OIDC `sub` of jobs that run in the GitHub environments `deploy` and `destroy`."""
+        return (f"repo:{self.github_repository}:environment:deploy", f"repo:{self.github_repository}:environment:destroy")
+
+
+def _github_repository(raw: str) -> str:
+    if not raw:
+        raise SettingError("GITHUB_REPOSITORY", raw, "required: OWNER/NAME of the GitHub repository whose workflows may assume the CI roles")
+    if not _GITHUB_REPOSITORY.fullmatch(raw):
+        raise SettingError(
+            "GITHUB_REPOSITORY", raw, "OWNER/NAME as GitHub spells it: the owner 1-39 letters, digits and '-', the name letters, digits, '.', '_' and '-'"
+        )
+    return raw
+
+
+def _oidc_provider_arn(raw: str) -> str:
+    if raw and not _OIDC_PROVIDER_ARN.fullmatch(raw):
+        raise SettingError("GITHUB_OIDC_PROVIDER_ARN", raw, f"empty (create one) or arn:aws:iam::123456789012:oidc-provider/{GITHUB_OIDC_HOST}")
+    return raw
+
+
+def _qualifier(raw: str) -> str:
+    if not _QUALIFIER.fullmatch(raw):
+        raise SettingError("CDK_QUALIFIER", raw, "the `cdk bootstrap --qualifier`: lowercase letters and digits, at most 10 characters")
+    return raw
+
+
+def load_ci_access_settings(environ: Mapping[str, str], context: Mapping[str, Any]) -> CiAccessSettings:
+    """Parse and check the CI access settings; raise SettingError on the first bad one.
+
+    CLUSTER_NAME and REGION come from where the main app reads them (environment, `-c`, cdk.json, default)
+    so both apps agree on the cluster; the CI-only settings come from the environment.
+    """
+    main_raw = raw_values(environ, context)
+    region = _region(main_raw["REGION"])
+    cluster_name = _dns_label("CLUSTER_NAME", main_raw["CLUSTER_NAME"], max_len=40)
+    default_qualifier = str(context.get(BOOTSTRAP_QUALIFIER_CONTEXT_KEY, DEFAULT_CDK_QUALIFIER))
+    settings = CiAccessSettings(
+        github_repository=_github_repository(environ.get("GITHUB_REPOSITORY", "").strip()),
+        region=region,
+        cluster_name=cluster_name,
+        github_oidc_provider_arn=_oidc_provider_arn(environ.get("GITHUB_OIDC_PROVIDER_ARN", "").strip()),
+        cdk_qualifier=_qualifier(environ.get("CDK_QUALIFIER", default_qualifier).strip()),
+        session_hours=_integer("CI_SESSION_HOURS", environ.get("CI_SESSION_HOURS", "2"), 1, 12),
+    )
+    longest = max(settings.deploy_role_name, settings.diff_role_name, key=len)
+    if len(longest) > IAM_ROLE_NAME_MAX:
+        raise SettingError(
+            "CLUSTER_NAME",
+            cluster_name,
+            f"at most {IAM_ROLE_NAME_MAX - len(longest) + len(cluster_name)} characters in {region}: the CI role name {longest} must fit IAM's {IAM_ROLE_NAME_MAX}",
+        )
+    return settings

@@ -1,0 +1,213 @@
+"""GitHub Actions access to the account as code: the OIDC provider and the CI diff and deploy roles.
+
+Not one of the four service stacks: a stack of its own app (ci_app.py) that an administrator deploys
+with their own credentials (CliCredentialsStackSynthesizer), never through the CDK bootstrap roles that
+the deploy role may assume, so a CI run cannot widen its own access by deploying a changed copy of it.
+
+- diff role (pull requests): may assume only the CDK lookup role and read this cluster's stacks, which
+  is what `cdk diff` needs;
+- deploy role (jobs in the GitHub environments `deploy` and `destroy`): may assume only the four CDK
+  bootstrap roles (deploy, file-publishing, image-publishing, lookup) of this account and Region, plus
+  the read-only calls that `make preflight`, the destroy leftovers check and `aws eks update-kubeconfig`
+  make with the caller's own credentials. Its Kubernetes access comes from ADMIN_PRINCIPAL_ARNS.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from aws_cdk import CfnOutput, CliCredentialsStackSynthesizer, Duration, Environment, Stack, Tags
+from aws_cdk import aws_iam as iam
+from constructs import Construct
+
+from settings.ci_access import GITHUB_OIDC_HOST, CiAccessSettings
+from stacks import nag
+from stacks.application import PROJECT_TAG
+
+STS_AUDIENCE = "sts.amazonaws.com"
+# The CDK bootstrap roles a `cdk deploy` / `cdk destroy` assumes (bootstrap template names).
+CDK_DEPLOY_ROLE_KINDS = ("deploy", "file-publishing", "image-publishing", "lookup")
+CDK_TOOLKIT_STACK = "CDKToolkit"  # the bootstrap stack that `make preflight` reads
+
+# Read by `make preflight` (preflight/) and the destroy leftovers check with the caller's own credentials.
+# None of these calls supports resource-level permissions (Service Authorization Reference): Resource "*".
+DEPLOY_READ_ONLY_UNSCOPED = (
+    "sts:GetCallerIdentity",
+    "ec2:DescribeRegions",
+    "ec2:DescribeInstanceTypeOfferings",
+    "ec2:DescribeInstanceTypes",
+    "ec2:DescribeInstances",
+    "ec2:DescribeLaunchTemplateVersions",
+    "ec2:DescribeNetworkInterfaces",
+    "ec2:DescribeSecurityGroups",
+    "ec2:DescribeVolumes",
+    "servicequotas:GetAWSDefaultServiceQuota",
+    "eks:DescribeAddonVersions",
+    "logs:DescribeLogGroups",
+    "elasticloadbalancing:DescribeLoadBalancers",
+    "elasticloadbalancing:DescribeTags",
+    "tag:GetResources",
+)
+# What `cdk diff` reads when it falls back from the lookup role to the caller's credentials.
+DIFF_STACK_READS = (
+    "cloudformation:DescribeStacks",
+    "cloudformation:DescribeStackEvents",
+    "cloudformation:DescribeStackResources",
+    "cloudformation:GetTemplate",
+    "cloudformation:GetTemplateSummary",
+    "cloudformation:ListStackResources",
+)
+DEPLOY_STACK_READS = ("cloudformation:DescribeStacks", "cloudformation:GetTemplate")
+
+_NAG_ACCOUNT = "<AWS::AccountId>"  # how cdk-nag names the account pseudo parameter in its findings
+
+
+class CiAccessStack(Stack):
+    """The GitHub OIDC provider (created, or an existing one reused) and the two CI roles."""
+
+    def __init__(self, scope: Construct, construct_id: str, *, settings: CiAccessSettings, env: Environment) -> None:
+        super().__init__(
+            scope,
+            construct_id,
+            env=env,
+            # The admin's own credentials: the stack never goes through the bootstrap roles CI may assume.
+            synthesizer=CliCredentialsStackSynthesizer(qualifier=settings.cdk_qualifier),
+            description=f"{settings.cluster_name}: GitHub Actions OIDC roles for {settings.github_repository} (CI diff and deploy)",
+        )
+        self._settings = settings
+
+        if settings.github_oidc_provider_arn:
+            self.oidc_provider: iam.IOidcProvider = iam.OidcProviderNative.from_oidc_provider_arn(self, "GitHubOidcProvider", settings.github_oidc_provider_arn)
+        else:
+            # The native AWS::IAM::OIDCProvider, not the Lambda-backed OpenIdConnectProvider (kept by
+            # the CDK for backward compatibility only). No thumbprint: IAM trusts GitHub's certificate
+            # authority itself.
+            self.oidc_provider = iam.OidcProviderNative(self, "GitHubOidcProvider", url=f"https://{GITHUB_OIDC_HOST}", client_ids=[STS_AUDIENCE])
+
+        self.diff_role = iam.Role(
+            self,
+            "DiffRole",
+            role_name=settings.diff_role_name,
+            description=f"cdk diff of {settings.cluster_name} from pull requests of {settings.github_repository}",
+            assumed_by=self._github_principal([settings.pull_request_subject]),
+            max_session_duration=Duration.hours(1),
+        )
+        iam.Policy(
+            self,
+            "DiffCdkRolesPolicy",
+            roles=[self.diff_role],
+            statements=[
+                iam.PolicyStatement(sid="AssumeCdkLookupRole", actions=["sts:AssumeRole"], resources=[self._cdk_role_arn("lookup")]),
+            ],
+        )
+        diff_reads = iam.Policy(
+            self,
+            "DiffReadOnlyPolicy",
+            roles=[self.diff_role],
+            statements=[
+                iam.PolicyStatement(sid="ReadServiceStacks", actions=list(DIFF_STACK_READS), resources=[self._stack_arn(f"{settings.service_stack_prefix}-*")]),
+                iam.PolicyStatement(sid="ListStacks", actions=["cloudformation:ListStacks"], resources=["*"]),
+            ],
+        )
+        nag.acknowledge(
+            diff_reads,
+            "AwsSolutions-IAM5",
+            "Read-only CloudFormation calls of cdk diff: the stacks of this cluster by name prefix (CLUSTER_NAME-network, -cluster, -gpu, -serving), "
+            "and ListStacks, which supports no resource-level permission.",
+            applies_to=["Resource::*", self._nag_resource(self._stack_arn(f"{settings.service_stack_prefix}-*", account=_NAG_ACCOUNT))],
+        )
+
+        self.deploy_role = iam.Role(
+            self,
+            "DeployRole",
+            role_name=settings.deploy_role_name,
+            description=f"cdk deploy/destroy of {settings.cluster_name} from the deploy and destroy environments of {settings.github_repository}",
+            assumed_by=self._github_principal(list(settings.deploy_subjects)),
+            # A 30-minute EKS deploy plus the RayService wait outlives the default hour.
+            max_session_duration=Duration.hours(settings.session_hours),
+        )
+        iam.Policy(
+            self,
+            "DeployCdkRolesPolicy",
+            roles=[self.deploy_role],
+            statements=[
+                iam.PolicyStatement(
+                    sid="AssumeCdkBootstrapRoles", actions=["sts:AssumeRole"], resources=[self._cdk_role_arn(kind) for kind in CDK_DEPLOY_ROLE_KINDS]
+                ),
+            ],
+        )
+        nodegroups = self._eks_arn("nodegroup", f"{settings.cluster_name}/*/*")
+        service_stacks = self._stack_arn(f"{settings.service_stack_prefix}-*")
+        ec2_quotas = self._ec2_quotas_arn()
+        deploy_reads = iam.Policy(
+            self,
+            "DeployReadOnlyPolicy",
+            roles=[self.deploy_role],
+            statements=[
+                iam.PolicyStatement(sid="PreflightAndLeftoverReads", actions=list(DEPLOY_READ_ONLY_UNSCOPED), resources=["*"]),
+                # DescribeCluster is also what `aws eks update-kubeconfig` calls.
+                iam.PolicyStatement(sid="ReadTheCluster", actions=["eks:DescribeCluster", "eks:ListNodegroups"], resources=[self._cluster_arn()]),
+                iam.PolicyStatement(sid="ReadTheNodegroups", actions=["eks:DescribeNodegroup"], resources=[nodegroups]),
+                iam.PolicyStatement(sid="ReadEc2Quotas", actions=["servicequotas:GetServiceQuota"], resources=[ec2_quotas]),
+                iam.PolicyStatement(
+                    sid="ReadServiceAndBootstrapStacks", actions=list(DEPLOY_STACK_READS), resources=[service_stacks, self._stack_arn(CDK_TOOLKIT_STACK)]
+                ),
+            ],
+        )
+        nag.acknowledge(
+            deploy_reads,
+            "AwsSolutions-IAM5",
+            "Read-only calls of make preflight and the destroy leftovers check: EC2, ELB, tag, log-group and default-quota "
+            "Describe/Get calls support no resource-level permission; the EC2 quotas, and the nodegroups and stacks of this cluster by name prefix.",
+            applies_to=[
+                "Resource::*",
+                self._nag_resource(self._eks_arn("nodegroup", f"{settings.cluster_name}/*/*", account=_NAG_ACCOUNT)),
+                self._nag_resource(self._stack_arn(f"{settings.service_stack_prefix}-*", account=_NAG_ACCOUNT)),
+                self._nag_resource(self._stack_arn(CDK_TOOLKIT_STACK, account=_NAG_ACCOUNT)),
+                self._nag_resource(self._ec2_quotas_arn(account=_NAG_ACCOUNT)),
+            ],
+        )
+
+        CfnOutput(
+            self,
+            "DeployRoleArn",
+            value=self.deploy_role.role_arn,
+            description="role-to-assume of the deploy and destroy workflows; add it to ADMIN_PRINCIPAL_ARNS",
+        )
+        CfnOutput(self, "DiffRoleArn", value=self.diff_role.role_arn, description="role-to-assume of the pull-request diff workflow")
+        CfnOutput(self, "OidcProviderArn", value=self.oidc_provider.oidc_provider_arn, description="GitHub Actions OIDC provider of the account")
+        Tags.of(self).add("project", PROJECT_TAG)
+        Tags.of(self).add("cluster", settings.cluster_name)
+
+    def _github_principal(self, subjects: Sequence[str]) -> iam.OpenIdConnectPrincipal:
+        """Web identity from GitHub Actions: our audience and exactly these subjects (StringEquals, no wildcard)."""
+        subject: str | list[str] = subjects[0] if len(subjects) == 1 else list(subjects)
+        return iam.OpenIdConnectPrincipal(
+            self.oidc_provider,
+            {"StringEquals": {f"{GITHUB_OIDC_HOST}:aud": STS_AUDIENCE, f"{GITHUB_OIDC_HOST}:sub": subject}},
+        )
+
+    # ARNs with a literal `aws` partition: the settings accept only commercial Regions, and the policies
+    # read the same whatever the CDK feature flags say about partition literals.
+    def _arn(self, service: str, region: str, resource: str, account: str | None = None) -> str:
+        return f"arn:aws:{service}:{region}:{account or self.account}:{resource}"
+
+    def _cdk_role_arn(self, kind: str, account: str | None = None) -> str:
+        account = account or self.account
+        return self._arn("iam", "", f"role/cdk-{self._settings.cdk_qualifier}-{kind}-role-{account}-{self._settings.region}", account)
+
+    def _stack_arn(self, stack_name: str, account: str | None = None) -> str:
+        return self._arn("cloudformation", self._settings.region, f"stack/{stack_name}/*", account)
+
+    def _eks_arn(self, resource_type: str, name: str, account: str | None = None) -> str:
+        return self._arn("eks", self._settings.region, f"{resource_type}/{name}", account)
+
+    def _ec2_quotas_arn(self, account: str | None = None) -> str:
+        return self._arn("servicequotas", self._settings.region, "ec2/*", account)
+
+    def _cluster_arn(self) -> str:
+        return self._eks_arn("cluster", self._settings.cluster_name)
+
+    @staticmethod
+    def _nag_resource(arn: str) -> str:
+        return f"Resource::{arn}"

@@ -1,0 +1,382 @@
+"""The CI access stack (ci_app.py): GitHub OIDC trust, least-privilege CI roles, cfn-lint, cdk-nag, settings."""
+
+from __future__ import annotations
+
+import filecmp
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import cfnlint
+import pytest
+from aws_cdk import Environment, Validations
+from aws_cdk.assertions import Match, Template
+from cdk_nag import AwsSolutionsChecks
+
+from settings.ci_access import CiAccessSettings, load_ci_access_settings
+from settings.errors import SettingError
+from settings.loader import SPECS
+from stacks.application import new_app
+from stacks.ci_access_stack import DEPLOY_READ_ONLY_UNSCOPED, CiAccessStack
+from tests.conftest import REPO
+
+REPOSITORY = "octo-org/ray-llm"
+EXISTING_PROVIDER = "arn:aws:iam::123456789012:oidc-provider/token.actions.githubusercontent.com"
+HOST = "token.actions.githubusercontent.com"
+ACCOUNT = "${AWS::AccountId}"  # how _render writes the account pseudo parameter
+# Settings of the CI app that a developer's shell (or a GitHub runner: GITHUB_REPOSITORY) may hold.
+CI_ENV_NAMES = ("GITHUB_REPOSITORY", "GITHUB_OIDC_PROVIDER_ARN", "CDK_QUALIFIER", "CI_SESSION_HOURS", "REGION", "CLUSTER_NAME")
+
+
+@dataclass
+class CiSynth:
+    settings: CiAccessSettings
+    stack: CiAccessStack
+    outdir: Path
+    template_json: dict[str, Any]
+    nag_error: str
+
+    @property
+    def template(self) -> Template:
+        return Template.from_json(self.template_json)
+
+    def resources(self, resource_type: str) -> dict[str, dict[str, Any]]:
+        return {k: v for k, v in self.template_json["Resources"].items() if v["Type"] == resource_type}
+
+    def role_id(self, role_name: str) -> str:
+        (logical_id,) = [k for k, v in self.resources("AWS::IAM::Role").items() if v["Properties"]["RoleName"] == role_name]
+        return logical_id
+
+    def statements_of(self, role_name: str) -> list[dict[str, Any]]:
+        """Every statement of every identity policy of the role (inline in the role or an AWS::IAM::Policy)."""
+        role_id = self.role_id(role_name)
+        role = self.template_json["Resources"][role_id]["Properties"]
+        statements = [s for p in role.get("Policies", []) for s in p["PolicyDocument"]["Statement"]]
+        for policy in self.resources("AWS::IAM::Policy").values():
+            if {"Ref": role_id} in policy["Properties"]["Roles"]:
+                statements += policy["Properties"]["PolicyDocument"]["Statement"]
+        return statements
+
+
+def _render(value: Any) -> Any:
+    """Fn::Join / Ref of pseudo parameters as plain strings, so ARNs compare as text."""
+    if isinstance(value, dict) and set(value) == {"Fn::Join"}:
+        separator, parts = value["Fn::Join"]
+        return separator.join(str(_render(p)) for p in parts)
+    if isinstance(value, dict) and set(value) == {"Ref"} and str(value["Ref"]).startswith("AWS::"):
+        return "${" + value["Ref"] + "}"
+    return value
+
+
+def _as_list(value: Any) -> list[Any]:
+    return value if isinstance(value, list) else [value]
+
+
+def _synthesize(env: Mapping[str, str], outdir: Path) -> CiSynth:
+    app = new_app(str(outdir))
+    # What the CDK CLI passes to `ci_app.py`: cdk.json's context (feature flags).
+    for key, value in json.loads((REPO / "cdk.json").read_text())["context"].items():
+        app.node.set_context(key, value)
+    Validations.of(app).add_plugins(AwsSolutionsChecks(app))
+    settings = load_ci_access_settings(env, app.node.get_all_context())
+    stack = CiAccessStack(app, settings.stack_name, settings=settings, env=Environment(region=settings.region))
+    nag_error = ""
+    try:
+        app.synth()
+    except Exception as error:  # cdk-nag findings fail the synth; the nag test reports them
+        nag_error = str(error)
+    template = json.loads((outdir / f"{settings.stack_name}.template.json").read_text())
+    return CiSynth(settings=settings, stack=stack, outdir=outdir, template_json=template, nag_error=nag_error)
+
+
+@pytest.fixture(scope="module")
+def ci(tmp_path_factory: pytest.TempPathFactory) -> Iterator[CiSynth]:
+    yield _synthesize({"GITHUB_REPOSITORY": REPOSITORY}, tmp_path_factory.mktemp("ci_access"))
+
+
+@pytest.fixture(scope="module")
+def ci_existing_provider(tmp_path_factory: pytest.TempPathFactory) -> Iterator[CiSynth]:
+    env = {"GITHUB_REPOSITORY": REPOSITORY, "GITHUB_OIDC_PROVIDER_ARN": EXISTING_PROVIDER}
+    yield _synthesize(env, tmp_path_factory.mktemp("ci_access_existing"))
+
+
+# --- the stack --------------------------------------------------------------------------------------
+
+
+def test_creates_the_github_oidc_provider_natively(ci: CiSynth) -> None:
+    template = ci.template
+    template.resource_count_is("AWS::IAM::OIDCProvider", 1)
+    template.has_resource_properties(
+        "AWS::IAM::OIDCProvider",
+        {"Url": "https://token.actions.githubusercontent.com", "ClientIdList": Match.exact(["sts.amazonaws.com"])},
+    )
+    # The native resource: no Lambda-backed custom resource, nothing else than IAM in the stack.
+    assert {r["Type"] for r in ci.template_json["Resources"].values()} == {"AWS::IAM::OIDCProvider", "AWS::IAM::Role", "AWS::IAM::Policy"}
+    assert ci.stack.stack_name == "ray-llm-multinode-ci-access"
+    assert "Parameters" not in ci.template_json  # CLI credentials: no bootstrap version check
+
+
+def _trust(subjects: str | list[str], provider: Any) -> dict[str, Any]:
+    return {
+        "Version": "2012-10-17",
+        "Statement": [
+            {
+                "Action": "sts:AssumeRoleWithWebIdentity",
+                "Effect": "Allow",
+                "Principal": {"Federated": provider},
+                "Condition": {"StringEquals": {f"{HOST}:aud": "sts.amazonaws.com", f"{HOST}:sub": subjects}},
+            }
+        ],
+    }
+
+
+def test_diff_role_trusts_only_pull_requests_of_the_repository(ci: CiSynth) -> None:
+    provider = {"Ref": next(iter(ci.resources("AWS::IAM::OIDCProvider")))}
+    ci.template.has_resource_properties(
+        "AWS::IAM::Role",
+        {
+            "RoleName": "ray-llm-multinode-ci-diff-sa-east-1",
+            "AssumeRolePolicyDocument": Match.object_equals(_trust("repo:octo-org/ray-llm:pull_request", provider)),
+            "MaxSessionDuration": 3600,
+        },
+    )
+
+
+def test_deploy_role_trusts_only_the_deploy_and_destroy_environments(ci: CiSynth) -> None:
+    provider = {"Ref": next(iter(ci.resources("AWS::IAM::OIDCProvider")))}
+    subjects = ["repo:octo-org/ray-llm:environment:deploy", "repo:octo-org/ray-llm:environment:destroy"]
+    ci.template.has_resource_properties(
+        "AWS::IAM::Role",
+        {
+            "RoleName": "ray-llm-multinode-ci-deploy-sa-east-1",
+            "AssumeRolePolicyDocument": Match.object_equals(_trust(subjects, provider)),
+            # The workflows ask for role-duration-seconds: 7200.
+            "MaxSessionDuration": 7200,
+        },
+    )
+
+
+def _cdk_role(kind: str) -> str:
+    return f"arn:aws:iam::{ACCOUNT}:role/cdk-hnb659fds-{kind}-role-{ACCOUNT}-sa-east-1"
+
+
+def _assumable(ci: CiSynth, role_name: str) -> set[str]:
+    return {
+        _render(resource)
+        for statement in ci.statements_of(role_name)
+        if "sts:AssumeRole" in _as_list(statement["Action"])
+        for resource in _as_list(statement["Resource"])
+    }
+
+
+def test_deploy_role_may_assume_exactly_the_four_cdk_bootstrap_roles(ci: CiSynth) -> None:
+    expected = {_cdk_role(kind) for kind in ("deploy", "file-publishing", "image-publishing", "lookup")}
+    assert _assumable(ci, ci.settings.deploy_role_name) == expected
+
+
+def test_diff_role_may_assume_exactly_the_lookup_role(ci: CiSynth) -> None:
+    assert _assumable(ci, ci.settings.diff_role_name) == {_cdk_role("lookup")}
+
+
+def test_deploy_role_has_exactly_the_read_only_calls_it_needs(ci: CiSynth) -> None:
+    statements = ci.statements_of(ci.settings.deploy_role_name)
+    actions = {a for s in statements for a in _as_list(s["Action"])}
+    scoped = {
+        "eks:DescribeCluster",
+        "eks:ListNodegroups",
+        "eks:DescribeNodegroup",
+        "cloudformation:DescribeStacks",
+        "cloudformation:GetTemplate",
+        "servicequotas:GetServiceQuota",
+    }
+    assert actions == {"sts:AssumeRole", *DEPLOY_READ_ONLY_UNSCOPED, *scoped}
+    assert all(a.split(":")[1].startswith(("Describe", "Get", "List")) for a in actions - {"sts:AssumeRole"})
+    # The scoped ones name this cluster and these stacks, not "*".
+    by_action = {a: {_render(r) for r in _as_list(s["Resource"])} for s in statements for a in _as_list(s["Action"]) if a in scoped}
+    assert by_action["eks:DescribeCluster"] == {f"arn:aws:eks:sa-east-1:{ACCOUNT}:cluster/ray-llm-multinode"}
+    assert by_action["eks:DescribeNodegroup"] == {f"arn:aws:eks:sa-east-1:{ACCOUNT}:nodegroup/ray-llm-multinode/*/*"}
+    assert by_action["cloudformation:DescribeStacks"] == {
+        f"arn:aws:cloudformation:sa-east-1:{ACCOUNT}:stack/ray-llm-multinode-*/*",
+        f"arn:aws:cloudformation:sa-east-1:{ACCOUNT}:stack/CDKToolkit/*",
+    }
+    assert by_action["servicequotas:GetServiceQuota"] == {f"arn:aws:servicequotas:sa-east-1:{ACCOUNT}:ec2/*"}
+
+
+def _resource_types(action: str) -> list[str]:
+    """The resource types an IAM action can be scoped to, from cfn-lint's copy of the Service Authorization Reference."""
+    policies = json.loads((Path(cfnlint.__file__).parent / "data" / "AdditionalSpecs" / "Policies.json").read_text())
+    service, name = action.split(":")
+    resources: list[str] = policies[service]["Actions"][name.lower()].get("Resources", [])
+    return resources
+
+
+def test_resource_star_only_where_no_resource_level_permission_exists(ci: CiSynth) -> None:
+    for role_name in (ci.settings.deploy_role_name, ci.settings.diff_role_name):
+        for statement in ci.statements_of(role_name):
+            actions = _as_list(statement["Action"])
+            for action in actions:
+                _resource_types(action)  # every action exists
+            if "*" in _as_list(statement["Resource"]):
+                scopable = [a for a in actions if _resource_types(a)]
+                assert scopable == [], f"{role_name}: {scopable} can be scoped to a resource"
+
+
+def test_diff_role_only_reads_the_cluster_stacks(ci: CiSynth) -> None:
+    statements = ci.statements_of(ci.settings.diff_role_name)
+    for statement in statements:
+        actions = _as_list(statement["Action"])
+        resources = {_render(r) for r in _as_list(statement["Resource"])}
+        if actions == ["sts:AssumeRole"]:
+            continue
+        assert all(a.startswith("cloudformation:") and a.split(":")[1].startswith(("Describe", "Get", "List")) for a in actions)
+        if resources == {"*"}:
+            assert actions == ["cloudformation:ListStacks"]  # no resource-level permission exists for it
+        else:
+            assert resources == {f"arn:aws:cloudformation:sa-east-1:{ACCOUNT}:stack/ray-llm-multinode-*/*"}
+
+
+def test_no_wildcard_action_and_no_managed_policy(ci: CiSynth) -> None:
+    for name in (ci.settings.deploy_role_name, ci.settings.diff_role_name):
+        statements = ci.statements_of(name)
+        assert statements
+        for statement in statements:
+            assert statement["Effect"] == "Allow" and "NotAction" not in statement and "NotResource" not in statement
+            assert not any("*" in action for action in _as_list(statement["Action"])), statement
+    for role in ci.resources("AWS::IAM::Role").values():
+        assert "ManagedPolicyArns" not in role["Properties"]  # no AdministratorAccess, nor any other
+    assert "AdministratorAccess" not in json.dumps(ci.template_json)
+    assert not ci.resources("AWS::IAM::ManagedPolicy")
+
+
+def test_outputs_the_role_and_provider_arns(ci: CiSynth) -> None:
+    outputs = ci.template_json["Outputs"]
+    assert outputs["DeployRoleArn"]["Value"] == {"Fn::GetAtt": [ci.role_id(ci.settings.deploy_role_name), "Arn"]}
+    assert outputs["DiffRoleArn"]["Value"] == {"Fn::GetAtt": [ci.role_id(ci.settings.diff_role_name), "Arn"]}
+    assert outputs["OidcProviderArn"]["Value"] == {"Ref": next(iter(ci.resources("AWS::IAM::OIDCProvider")))}
+
+
+def test_an_existing_provider_is_reused_not_created(ci_existing_provider: CiSynth) -> None:
+    synth = ci_existing_provider
+    synth.template.resource_count_is("AWS::IAM::OIDCProvider", 0)
+    synth.template.has_resource_properties(
+        "AWS::IAM::Role",
+        {
+            "RoleName": synth.settings.deploy_role_name,
+            "AssumeRolePolicyDocument": Match.object_equals(_trust(list(synth.settings.deploy_subjects), EXISTING_PROVIDER)),
+        },
+    )
+    assert synth.template_json["Outputs"]["OidcProviderArn"]["Value"] == EXISTING_PROVIDER
+    assert synth.nag_error == ""
+
+
+def test_cfn_lint_reports_no_error(ci: CiSynth, ci_existing_provider: CiSynth) -> None:
+    templates = [str(s.outdir / f"{s.settings.stack_name}.template.json") for s in (ci, ci_existing_provider)]
+    cfn_lint = Path(sys.executable).parent / "cfn-lint"
+    result = subprocess.run([str(cfn_lint), "--format", "parseable", *templates], capture_output=True, text=True, timeout=300)
+    errors = [line for line in result.stdout.splitlines() if ":E" in line]
+    assert errors == [] and not result.returncode & 2, result.stdout + result.stderr
+
+
+def test_cdk_nag_aws_solutions_has_no_unacknowledged_finding(ci: CiSynth) -> None:
+    report = json.loads((ci.outdir / "validation-report.json").read_text())
+    findings = [f"{v['ruleName']} at {[c['constructPath'] for c in v['violatingConstructs']]}" for p in report["pluginReports"] for v in p["violations"]]
+    assert findings == [] and ci.nag_error == "", "\n".join(findings) or ci.nag_error
+    acknowledged: dict[str, str] = {}
+    for path, entries in json.loads((ci.outdir / f"{ci.settings.stack_name}.metadata.json").read_text()).items():
+        for entry in entries:
+            if entry["type"] == "aws:cdk:acknowledged-rules":
+                acknowledged.update({f"{path} {rule}": reason for rule, reason in entry["data"].items()})
+    # Only IAM5 (wildcard resources of read-only calls), only on the two read-only policies, each with its reason.
+    assert acknowledged, "the read-only policies' wildcards are expected to be acknowledged"
+    assert all("AwsSolutions-IAM5" in key and "ReadOnlyPolicy" in key for key in acknowledged), sorted(acknowledged)
+    assert all(len(reason) > 40 for reason in acknowledged.values())
+
+
+# --- ci_app.py as the CDK CLI runs it ---------------------------------------------------------------
+
+
+def _run_ci_app(env: Mapping[str, str], outdir: Path) -> subprocess.Popen[str]:
+    tmp = outdir.parent / f"{outdir.name}-tmp"  # jsii unpacks its kernel here: no shared path may leak
+    tmp.mkdir(parents=True)
+    clean = {k: v for k, v in os.environ.items() if k not in CI_ENV_NAMES}
+    full_env = clean | {"CDK_OUTDIR": str(outdir), "TMPDIR": str(tmp)} | dict(env)
+    return subprocess.Popen([sys.executable, "ci_app.py"], cwd=REPO, env=full_env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+@pytest.mark.parametrize(
+    ("env", "setting"),
+    [
+        ({}, "GITHUB_REPOSITORY"),
+        ({"GITHUB_REPOSITORY": "octo-org"}, "GITHUB_REPOSITORY"),
+        ({"GITHUB_REPOSITORY": "octo-org/ray-llm:*"}, "GITHUB_REPOSITORY"),
+        ({"GITHUB_REPOSITORY": REPOSITORY, "GITHUB_OIDC_PROVIDER_ARN": "arn:aws:iam::123456789012:oidc-provider/example.com"}, "GITHUB_OIDC_PROVIDER_ARN"),
+        ({"GITHUB_REPOSITORY": REPOSITORY, "CI_SESSION_HOURS": "13"}, "CI_SESSION_HOURS"),
+    ],
+    ids=["missing", "no-slash", "wildcard", "other-provider", "session-too-long"],
+)
+def test_ci_app_stops_with_one_line_on_a_bad_setting(tmp_path: Path, env: dict[str, str], setting: str) -> None:
+    run = _run_ci_app(env, tmp_path / "out")
+    out, err = run.communicate(timeout=300)
+    assert run.returncode == 2, err
+    lines = [line for line in err.splitlines() if line.strip() and not line.startswith(("b'", 'b"'))]  # jsii's Node warning, if any
+    assert len(lines) == 1 and lines[0].startswith(f"error: {setting}="), err
+    assert "Traceback" not in err and out == ""
+
+
+def test_two_synths_are_byte_identical(tmp_path: Path) -> None:
+    first, second = tmp_path / "a", tmp_path / "b"
+    runs = [_run_ci_app({"GITHUB_REPOSITORY": REPOSITORY}, first), _run_ci_app({"GITHUB_REPOSITORY": REPOSITORY}, second)]
+    for run in runs:
+        _, err = run.communicate(timeout=300)
+        assert run.returncode == 0, err
+    names = sorted(p.name for p in first.iterdir())
+    assert "ray-llm-multinode-ci-access.template.json" in names
+    assert names == sorted(p.name for p in second.iterdir())
+    _, mismatch, errors = filecmp.cmpfiles(first, second, [n for n in names if (first / n).is_file()], shallow=False)
+    assert mismatch == [] and errors == [], mismatch
+
+
+# --- settings ---------------------------------------------------------------------------------------
+
+
+def test_settings_defaults_follow_the_main_app() -> None:
+    settings = load_ci_access_settings({"GITHUB_REPOSITORY": REPOSITORY}, {})
+    main_defaults = {spec.env: spec.default for spec in SPECS}
+    assert (settings.cluster_name, settings.region) == (main_defaults["CLUSTER_NAME"], main_defaults["REGION"])
+    assert (settings.cdk_qualifier, settings.session_hours, settings.session_seconds) == ("hnb659fds", 2, 7200)
+    assert settings.github_oidc_provider_arn == ""
+    # CLUSTER_NAME and REGION are read where the main app reads them: `-c` / cdk.json context too.
+    other = load_ci_access_settings({"GITHUB_REPOSITORY": REPOSITORY}, {"cluster_name": "llm-a", "region": "us-east-2"})
+    assert (other.stack_name, other.deploy_role_name) == ("llm-a-ci-access", "llm-a-ci-deploy-us-east-2")
+    # The qualifier defaults to the one the CDK synthesizer of the main stacks reads from cdk.json.
+    assert load_ci_access_settings({"GITHUB_REPOSITORY": REPOSITORY}, {"@aws-cdk/core:bootstrapQualifier": "abc123"}).cdk_qualifier == "abc123"
+    assert load_ci_access_settings({"GITHUB_REPOSITORY": REPOSITORY, "CI_SESSION_HOURS": "12"}, {}).session_seconds == 43200
+
+
+@pytest.mark.parametrize(
+    ("env", "setting"),
+    [
+        ({"GITHUB_REPOSITORY": ""}, "GITHUB_REPOSITORY"),
+        ({"GITHUB_REPOSITORY": "-octo/ray"}, "GITHUB_REPOSITORY"),
+        ({"GITHUB_REPOSITORY": "octo/.."}, "GITHUB_REPOSITORY"),
+        ({"GITHUB_REPOSITORY": "octo/ray/extra"}, "GITHUB_REPOSITORY"),
+        ({"REGION": "us-east-9"}, "REGION"),
+        ({"CLUSTER_NAME": "Ray_LLM"}, "CLUSTER_NAME"),
+        ({"CLUSTER_NAME": "a" * 40, "REGION": "ap-southeast-2"}, "CLUSTER_NAME"),  # the role name would pass 64 characters
+        ({"GITHUB_OIDC_PROVIDER_ARN": "arn:aws:iam::12345:oidc-provider/token.actions.githubusercontent.com"}, "GITHUB_OIDC_PROVIDER_ARN"),
+        ({"CDK_QUALIFIER": "Has-Upper"}, "CDK_QUALIFIER"),
+        ({"CDK_QUALIFIER": "elevenchars"}, "CDK_QUALIFIER"),
+        ({"CI_SESSION_HOURS": "0"}, "CI_SESSION_HOURS"),
+        ({"CI_SESSION_HOURS": "two"}, "CI_SESSION_HOURS"),
+    ],
+)
+def test_each_bad_setting_names_itself(env: dict[str, str], setting: str) -> None:
+    with pytest.raises(SettingError) as caught:
+        load_ci_access_settings({"GITHUB_REPOSITORY": REPOSITORY} | env, {})
+    assert caught.value.env_name == setting
+    assert "\n" not in str(caught.value)
