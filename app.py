@@ -23,6 +23,12 @@ def main() -> int:
             f"run `make lookup` with AWS credentials to find an AZ of {settings.region} that offers {settings.gpu_node.name}",
             file=sys.stderr,
         )
+    if settings.unresolved_addons:
+        print(
+            f"notice: no cached add-on versions for K8S_VERSION={settings.kubernetes_version} ({', '.join(settings.unresolved_addons)}): "
+            "EKS picks its default at create time, and a later K8S_VERSION change would not move them; run `make lookup` with AWS credentials",
+            file=sys.stderr,
+        )
     try:
         build_stacks(app, settings)
         app.synth()

@@ -150,3 +150,35 @@ def counts(changes: list[ResourceChange]) -> dict[str, int]:
     for change in changes:
         tally[change.action] += 1
     return tally
+
+
+_MANIFEST = "Custom::AWSCDK-EKS-KubernetesResource"
+_HELM = "Custom::AWSCDK-EKS-HelmChart"
+
+
+def _kubernetes_objects(resource: Mapping[str, Any]) -> set[str]:
+    """What a kubectl-provider resource puts in the cluster: manifest objects, or a Helm release."""
+    props = resource.get("Properties", {})
+    if resource.get("Type") == _HELM:
+        return {f"Helm release {props.get('Namespace', 'default')}/{props.get('Release')}"}
+    manifest = props.get("Manifest")
+    if resource.get("Type") != _MANIFEST or not isinstance(manifest, str):
+        return set()
+    try:
+        objects = json.loads(manifest)
+    except json.JSONDecodeError:
+        return set()
+    return {f"{o.get('kind')} {o.get('metadata', {}).get('namespace', '-')}/{o.get('metadata', {}).get('name')}" for o in objects if isinstance(o, dict)}
+
+
+def deleted_after_apply(changes: list[ResourceChange]) -> list[str]:
+    """Kubernetes objects that a deploy would apply and then delete.
+
+    CloudFormation creates a resource's replacement (or a new resource) first and deletes the old one at
+    the end: when the old kubectl-provider resource holds an object the new one also applies, its
+    `kubectl delete` (or `helm uninstall`) removes what was just applied. It happens when a construct id
+    changes but the objects' names do not (e.g. an upgrade of this project that splits a manifest).
+    """
+    added = set().union(*(_kubernetes_objects(c.after) for c in changes if c.action in (ADD, REPLACE))) if changes else set()
+    removed = set().union(*(_kubernetes_objects(c.before) for c in changes if c.action in (REMOVE, REPLACE))) if changes else set()
+    return sorted(added & removed)

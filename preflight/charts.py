@@ -28,7 +28,7 @@ def missing_charts(pins: Iterable[HelmChartPin], timeout: float = TIMEOUT_SECOND
         url = _index_url(pin.repository)
         if url not in indexes:
             try:
-                with urllib.request.urlopen(url, timeout=timeout) as response:  # noqa: S310 (https repositories from settings/versions.py)
+                with urllib.request.urlopen(url, timeout=timeout) as response:
                     indexes[url] = yaml.safe_load(response.read()) or {}
             except (urllib.error.URLError, TimeoutError, OSError, yaml.YAMLError) as err:
                 indexes[url] = f"cannot read {url}: {getattr(err, 'reason', err)}"

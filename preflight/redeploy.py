@@ -13,7 +13,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from preflight.changes import MODIFY, REPLACE, ResourceChange, plan
+from preflight.changes import MODIFY, REPLACE, ResourceChange, deleted_after_apply, plan
 
 __all__ = ["MODIFY", "REPLACE", "Redeploy", "ResourceChange"]
 from preflight.deployed import Deployed, find_resources
@@ -73,9 +73,7 @@ def check_stack_states(redeploy: Redeploy, deployed: Deployed) -> CheckResult:
                 name, states, f"finish the rollback of {stack.name} first: `npx cdk rollback {stack.name}` (or continue-update-rollback in the console)"
             )
         if stack.status in ("ROLLBACK_COMPLETE", "ROLLBACK_FAILED", "CREATE_FAILED", "DELETE_FAILED"):
-            return fail(
-                name, states, f"{stack.name} cannot be updated from {stack.status}: delete it (`make destroy STACKS={stack.name}`) and deploy again"
-            )
+            return fail(name, states, f"{stack.name} cannot be updated from {stack.status}: delete it (`make destroy STACKS={stack.name}`) and deploy again")
     return ok(name, states)
 
 
@@ -97,13 +95,27 @@ def check_kubernetes_version(redeploy: Redeploy, deployed: Deployed) -> CheckRes
         return ok(name, f"control plane and nodegroups at {target}")
     (cur_major, cur_minor), (new_major, new_minor) = _minor(current), _minor(target)
     if (new_major, new_minor) < (cur_major, cur_minor):
-        return fail(name, f"the cluster runs {current}; K8S_VERSION={target}", f"EKS cannot downgrade: set K8S_VERSION={current} (or destroy and redeploy at {target})")
+        return fail(
+            name, f"the cluster runs {current}; K8S_VERSION={target}", f"EKS cannot downgrade: set K8S_VERSION={current} (or destroy and redeploy at {target})"
+        )
     if new_major != cur_major or new_minor - cur_minor > 1:
         step = f"{cur_major}.{cur_minor + 1}"
         return fail(
             name,
             f"the cluster runs {current}; K8S_VERSION={target} skips a minor version",
             f"EKS upgrades one minor version at a time: deploy K8S_VERSION={step} first (`make lookup` then `make deploy`), then each next version",
+        )
+    unversioned = sorted(
+        str(resource["Properties"].get("AddonName"))
+        for template in redeploy.templates.values()
+        for resource in find_resources(template, "AWS::EKS::Addon").values()
+        if "AddonVersion" not in resource.get("Properties", {})
+    )
+    if unversioned:
+        return fail(
+            name,
+            f"upgrade {current} -> {target}, but the add-ons {', '.join(unversioned)} have no version for {target} and would stay where they are",
+            f"run `make lookup` (caches EKS's default add-on versions for K8S_VERSION={target}), commit cdk.context.json, then deploy",
         )
     return ok(name, f"upgrade {current} -> {target}: the control plane first, then the add-ons and each nodegroup roll")
 
@@ -158,6 +170,11 @@ def check_stack_changes(redeploy: Redeploy, deployed: Deployed) -> CheckResult:
                     f"{stack}: nodegroup {change.after.get('Properties', {}).get('NodegroupName')} would change its Kubernetes version "
                     f"together with {others}, which EKS refuses in one update: deploy the K8S_VERSION change alone first, then the rest"
                 )
+        for obj in deleted_after_apply(changes):
+            refused.append(
+                f"{stack}: {obj} would be applied by a new resource and then deleted with the old one: destroy the stack first "
+                f"(`make destroy STACKS={stack}`), then deploy"
+            )
     summary = "; ".join(f"{s.removeprefix(redeploy.stack_prefix + '-')}: {len(c)} change(s)" for s, c in plans.items())
     if refused:
         return fail(name, f"{len(refused)} change(s) cannot be deployed as they are ({summary})", " | ".join(refused))
@@ -216,6 +233,5 @@ def check_control_plane_log_group(redeploy: Redeploy, deployed: Deployed, logs: 
     return fail(
         name,
         f"{group} already exists (left by an earlier cluster of this name; EKS never deletes it)",
-        f"remove it (`aws logs delete-log-group --log-group-name {group}`), or adopt it and its logs: "
-        f'`make deploy ARGS="--import-existing-resources"`',
+        f'remove it (`aws logs delete-log-group --log-group-name {group}`), or adopt it and its logs: `make deploy ARGS="--import-existing-resources"`',
     )

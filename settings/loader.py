@@ -288,7 +288,9 @@ def _kuberay_version(raw: str) -> str:
     pinned = versions.KUBERAY_OPERATOR.version
     if raw != pinned:
         raise SettingError(
-            "KUBERAY_VERSION", raw, f"{pinned}, the version of the CRDs in schemas/kuberay/ (to move, update them, `make imports` and settings/versions.py together)"
+            "KUBERAY_VERSION",
+            raw,
+            f"{pinned}, the version of the CRDs in schemas/kuberay/ (to move, update them, `make imports` and settings/versions.py together)",
         )
     return raw
 
@@ -298,6 +300,14 @@ def _semver(env: str, raw: str, allowed: str, check: Callable[[tuple[int, int, i
     if not match or not check((int(match[1]), int(match[2]), int(match[3]))):
         raise SettingError(env, raw, allowed)
     return raw
+
+
+def _addon_versions(region: str, kubernetes_version: str, context: Mapping[str, Any]) -> tuple[tuple[str, str | None], ...]:
+    from settings.lookups import addon_versions_context_key
+
+    cached = context.get(addon_versions_context_key(region, kubernetes_version))
+    resolved = cached if isinstance(cached, Mapping) else {}
+    return tuple((name, pinned or (str(resolved[name]) if name in resolved else None)) for name, pinned in versions.EKS_ADDON_VERSIONS.items())
 
 
 def load_settings(environ: Mapping[str, str], context: Mapping[str, Any]) -> Settings:
@@ -368,6 +378,7 @@ def load_settings(environ: Mapping[str, str], context: Mapping[str, Any]) -> Set
         decode_replicas=_integer("DECODE_REPLICAS", raw["DECODE_REPLICAS"], 1, 64),
         max_model_len=_integer("MAX_MODEL_LEN", raw["MAX_MODEL_LEN"], 256, 1048576),
         hf_token_secret_name=secret,
+        eks_addon_versions=_addon_versions(region, raw["K8S_VERSION"], context),
     )
     if settings.gpu_node_count not in (0, settings.gpu_nodes_needed):
         raise SettingError(

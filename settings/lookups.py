@@ -8,6 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 from settings.instance_types import BUILT_IN, InstanceFacts, instance_type_context_key
+from settings.versions import EKS_ADDON_VERSIONS
 from settings.zones import offerings_context_key, zones_context_key
 
 
@@ -33,11 +34,29 @@ def instance_facts(session: Any, region: str, instance_type: str) -> InstanceFac
     return InstanceFacts.from_describe_instance_types(item)
 
 
-def look_up(session: Any, *, region: str, gpu_node_type: str, system_node_type: str) -> dict[str, Any]:
+def addon_versions_context_key(region: str, kubernetes_version: str) -> str:
+    return f"ray-llm:eks-addon-versions:region={region}:kubernetes={kubernetes_version}"
+
+
+def default_addon_versions(session: Any, region: str, kubernetes_version: str) -> dict[str, str]:
+    """EKS's default build of each unpinned managed add-on for a Kubernetes version."""
+    eks = session.client("eks", region_name=region)
+    found: dict[str, str] = {}
+    for name in sorted(n for n, pinned in EKS_ADDON_VERSIONS.items() if pinned is None):
+        for page in eks.get_paginator("describe_addon_versions").paginate(addonName=name, kubernetesVersion=kubernetes_version):
+            for addon in page["addons"]:
+                for info in addon["addonVersions"]:
+                    if any(c.get("defaultVersion") and c.get("clusterVersion") == kubernetes_version for c in info.get("compatibilities", [])):
+                        found[name] = str(info["addonVersion"])
+    return found
+
+
+def look_up(session: Any, *, region: str, gpu_node_type: str, system_node_type: str, kubernetes_version: str) -> dict[str, Any]:
     """Every answer the synth may need for these settings, as cdk.context.json entries."""
     entries: dict[str, Any] = {
         zones_context_key(region): availability_zones(session, region),
         offerings_context_key(region, gpu_node_type): zones_offering(session, region, gpu_node_type),
+        addon_versions_context_key(region, kubernetes_version): default_addon_versions(session, region, kubernetes_version),
     }
     for name in sorted({gpu_node_type, system_node_type} - set(BUILT_IN)):
         entries[instance_type_context_key(name)] = instance_facts(session, region, name).to_context()

@@ -43,6 +43,13 @@ class Settings:
     decode_replicas: int
     max_model_len: int
     hf_token_secret_name: str  # "" = no token (public model)
+    # Managed add-on -> version: pinned in settings/versions.py, else EKS's default for kubernetes_version
+    # as `make lookup` cached it, else None (EKS's default at create time; it does not follow upgrades).
+    eks_addon_versions: tuple[tuple[str, str | None], ...] = ()
+
+    @property
+    def unresolved_addons(self) -> tuple[str, ...]:
+        return tuple(name for name, version in self.eks_addon_versions if version is None)
 
     @property
     def llm_replicas(self) -> int:

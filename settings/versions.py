@@ -49,9 +49,11 @@ RAY_VERSION: Final = "2.58.0"
 KUBECTL_LAYER_KUBERNETES_MINOR: Final = 35
 SUPPORTED_KUBERNETES_VERSIONS: Final = ("1.34", "1.35", "1.36")
 
-# EKS managed add-ons. None = the default version EKS picks for the cluster's Kubernetes version at
-# create time (explicitly "default-for-version"): EKS tests that combination, and a pinned string here
-# would go stale with every K8S_VERSION change. Set a string to pin an exact build.
+# EKS managed add-ons. None = EKS's default build for the cluster's Kubernetes version, resolved by
+# `make lookup` (DescribeAddonVersions) per K8S_VERSION and cached in cdk.context.json, so that a
+# K8S_VERSION change moves the add-ons too (an add-on without a version stays where EKS created it).
+# Without a cached answer the template leaves the version to EKS at create time, and the synth says so.
+# Set a string here to pin an exact build for every Kubernetes version.
 EKS_ADDON_VERSIONS: Final[dict[str, str | None]] = {
     "vpc-cni": None,
     "kube-proxy": None,

@@ -13,7 +13,7 @@ from aws_cdk import aws_logs as logs
 from aws_cdk.lambda_layer_kubectl_v35 import KubectlV35Layer
 from constructs import Construct
 
-from settings import Settings, versions
+from settings import Settings
 from settings.scheduling import SYSTEM_NODE_LABELS
 from stacks import nag
 from stacks.node_launch_template import metadata_options, pin_kubernetes_version, rolling_update, root_volume
@@ -163,7 +163,7 @@ class ClusterStack(Stack):
         # Node-level DaemonSets first: without the CNI no node turns Ready and the nodegroup never
         # finishes. CoreDNS is a Deployment: it waits for the system nodes to have somewhere to run.
         self.addons: dict[str, eks.Addon] = {}
-        for name, version in versions.EKS_ADDON_VERSIONS.items():
+        for name, version in settings.eks_addon_versions:
             addon = eks.Addon(self, f"Addon-{name}", cluster=self.cluster_ref, addon_name=name, addon_version=version, preserve_on_delete=False)
             if name == "coredns":
                 addon.node.add_dependency(self.system_nodegroup)

@@ -39,9 +39,12 @@ class ServingStack(Stack):
     ) -> None:
         super().__init__(scope, construct_id, env=env, description=f"{settings.cluster_name}: KubeRay and the PD RayService")
         release = kuberay_release(settings)
+        # Keyed by its namespace, like the manifests below: the kubectl provider's Helm handler upgrades a
+        # release in place (`helm upgrade --install`) and would leave the old operator running in the old
+        # namespace; as a new resource, CloudFormation installs the new one and then uninstalls the old.
         self.kuberay = pinned_release(
             self,
-            "KubeRayOperator",
+            f"KubeRayOperator-{release.namespace}",
             cluster=cluster,
             pin=release.pin,
             release=release.release,

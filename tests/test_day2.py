@@ -16,13 +16,13 @@ from typing import Any
 
 import pytest
 
-from preflight.changes import ADD, MODIFY, PROTECTED_TYPES, REMOVE, REPLACE, ResourceChange, plan
+from preflight.changes import ADD, MODIFY, PROTECTED_TYPES, REMOVE, REPLACE, ResourceChange, deleted_after_apply, plan
 from preflight.deployed import Deployed, DeployedNodegroup, DeployedStack
 from preflight.redeploy import (
     KUBERAY_CRD_LABEL,
     Redeploy,
-    check_kubernetes_version,
     check_kuberay_crds,
+    check_kubernetes_version,
     check_stack_changes,
     check_stack_states,
     nodegroup_change,
@@ -174,17 +174,56 @@ def test_kubernetes_version_mixed_with_another_nodegroup_change_is_refused() -> 
     assert "nodegroup system-nodes would change its Kubernetes version together with LaunchTemplate" in result.fix
 
 
+def _with_addon_versions(redeploy: Redeploy, kubernetes_version: str) -> Redeploy:
+    """The same deploy synthesized after `make lookup` cached the add-on versions of ``kubernetes_version``."""
+    import json
+    from dataclasses import replace
+
+    from settings import load_settings
+    from settings.lookups import addon_versions_context_key
+
+    context = {
+        addon_versions_context_key("sa-east-1", kubernetes_version): {
+            "vpc-cni": "v1.21.0-eksbuild.1",
+            "kube-proxy": "v1.36.0-eksbuild.2",
+            "coredns": "v1.13.1-eksbuild.1",
+            "eks-pod-identity-agent": "v1.3.9-eksbuild.1",
+        }
+    }
+    settings = load_settings({"K8S_VERSION": kubernetes_version}, context)
+    outdir = Path(tempfile.mkdtemp(prefix="day2-addons-"))
+    app = new_app(str(outdir))
+    build_stacks(app, settings)
+    app.synth()
+    templates = {name: json.loads((outdir / f"{name}.template.json").read_text()) for name in settings.stack_names.values()}
+    return replace(redeploy, templates=templates)
+
+
+def test_cached_add_on_versions_follow_the_kubernetes_version() -> None:
+    upgraded = _with_addon_versions(redeploy_of(K8S_VERSION="1.36"), "1.36")
+    cluster = upgraded.templates["ray-llm-multinode-cluster"]
+    addons = {r["Properties"]["AddonName"]: r["Properties"].get("AddonVersion") for r in cluster["Resources"].values() if r["Type"] == "AWS::EKS::Addon"}
+    assert addons["kube-proxy"] == "v1.36.0-eksbuild.2" and None not in addons.values()
+    found = plan(synth()[1]["cluster"], cluster)
+    assert sorted(c.properties for c in found if c.resource_type == "AWS::EKS::Addon") == [("AddonVersion",)] * 4
+    assert check_kubernetes_version(upgraded, deployed_as(cluster_version="1.35")).ok
+
+
+def test_an_upgrade_without_add_on_versions_is_refused() -> None:
+    result = check_kubernetes_version(redeploy_of(K8S_VERSION="1.36"), deployed_as(cluster_version="1.35"))
+    assert not result.ok and "would stay where they are" in result.detail and "make lookup" in result.fix
+
+
 @pytest.mark.parametrize(
     ("current", "target", "ok", "fragment"),
     [
         ("1.35", "1.35", True, "at 1.35"),
-        ("1.35", "1.36", True, "upgrade 1.35 -> 1.36"),
         ("1.34", "1.36", False, "deploy K8S_VERSION=1.35 first"),
         ("1.36", "1.35", False, "EKS cannot downgrade: set K8S_VERSION=1.36"),
     ],
 )
 def test_kubernetes_version_steps(current: str, target: str, ok: bool, fragment: str) -> None:
-    result = check_kubernetes_version(redeploy_of(K8S_VERSION=target), deployed_as(cluster_version=current))
+    result = check_kubernetes_version(_with_addon_versions(redeploy_of(K8S_VERSION=target), target), deployed_as(cluster_version=current))
     assert result.ok is ok
     assert fragment in (result.detail + result.fix)
 
@@ -284,3 +323,42 @@ def test_same_kuberay_needs_no_cluster_access() -> None:
     seen: list[list[str]] = []
     assert check_kuberay_crds(redeploy_of(), deployed_as(), _kubectl(1, "", seen)).ok
     assert seen == []
+
+
+# --- objects a deploy would apply and then delete --------------------------------------------------------
+
+
+def test_a_kuberay_namespace_change_installs_the_new_operator_and_uninstalls_the_old() -> None:
+    found = [c for c in changes("serving", {"KUBERAY_NAMESPACE": "ray-system"}) if c.resource_type == "Custom::AWSCDK-EKS-HelmChart"]
+    assert sorted((c.action, (c.after or c.before)["Properties"]["Namespace"]) for c in found) == [(ADD, "ray-system"), (REMOVE, "kuberay-operator")]
+    assert deleted_after_apply(changes("serving", {"KUBERAY_NAMESPACE": "ray-system"})) == []
+    assert check_stack_changes(redeploy_of(KUBERAY_NAMESPACE="ray-system"), deployed_as()).ok
+
+
+def test_renames_delete_only_the_old_objects() -> None:
+    for env in ({"RAY_SERVICE_NAME": "ray-llm-2"}, {"NAMESPACE": "serving"}):
+        assert deleted_after_apply(changes("serving", env)) == []
+
+
+def test_an_old_layout_whose_manifest_holds_the_same_objects_is_refused() -> None:
+    """Upgrading from a layout with one manifest under another construct id: CloudFormation would apply
+    the new manifests and then `kubectl delete` the old one, deleting the namespace and the RayService."""
+    import copy
+    import json
+
+    settings, templates = synth()
+    before = copy.deepcopy(templates["serving"])
+    manifests = {k: v for k, v in before["Resources"].items() if v["Type"] == "Custom::AWSCDK-EKS-KubernetesResource"}
+    merged = [obj for resource in manifests.values() for obj in json.loads(resource["Properties"]["Manifest"])]
+    first = next(iter(manifests.values()))
+    for logical_id in manifests:
+        del before["Resources"][logical_id]
+    before["Resources"]["PdRayService9A1B2C3D"] = {**first, "Properties": {**first["Properties"], "Manifest": json.dumps(merged)}}
+    assert deleted_after_apply(plan(before, templates["serving"])) == ["Namespace -/inference", "RayService inference/ray-llm"]
+    deployed = deployed_as()
+    stacks = dict(deployed.stacks)
+    serving = settings.stack_names["serving"]
+    stacks[serving] = DeployedStack(serving, "UPDATE_COMPLETE", {}, before)
+    result = check_stack_changes(redeploy_of(), Deployed(stacks=stacks, cluster_version="1.35", nodegroups=deployed.nodegroups))
+    assert not result.ok and "RayService inference/ray-llm would be applied by a new resource and then deleted" in result.fix
+    assert f"make destroy STACKS={serving}" in result.fix

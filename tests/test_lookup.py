@@ -4,17 +4,45 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import boto3
 import pytest
+from botocore.stub import Stubber
 from moto import mock_aws
 
 from settings import load_settings
 from settings.context_files import write_cached_lookups
 from settings.instance_types import instance_type_context_key
-from settings.lookups import look_up
+from settings.lookups import addon_versions_context_key, look_up
 from settings.zones import offerings_context_key, zones_context_key
 from tools.preflight import preflight_input
+
+ADDONS = ("coredns", "eks-pod-identity-agent", "kube-proxy", "vpc-cni")
+
+
+class _Session(boto3.session.Session):  # type: ignore[misc]
+    """moto for EC2; eks DescribeAddonVersions from a Stubber (moto 5.2.5 does not implement it)."""
+
+    def __init__(self, kubernetes_version: str = "1.35") -> None:
+        super().__init__(region_name="sa-east-1")
+        self.eks = boto3.session.Session().client("eks", region_name="sa-east-1")
+        stubber = Stubber(self.eks)
+        for name in ADDONS:
+            versions = [
+                # An older build that is no longer the default, and the default one; for another version too.
+                {"addonVersion": f"v1.0.0-{name}", "compatibilities": [{"clusterVersion": kubernetes_version, "defaultVersion": False}]},
+                {"addonVersion": f"v1.1.0-{name}", "compatibilities": [{"clusterVersion": kubernetes_version, "defaultVersion": True}]},
+            ]
+            stubber.add_response(
+                "describe_addon_versions",
+                {"addons": [{"addonName": name, "addonVersions": versions}]},
+                {"addonName": name, "kubernetesVersion": kubernetes_version},
+            )
+        stubber.activate()
+
+    def client(self, service_name: str, *args: Any, **kwargs: Any) -> Any:
+        return self.eks if service_name == "eks" else super().client(service_name, *args, **kwargs)
 
 
 @pytest.fixture
@@ -28,11 +56,11 @@ def aws(monkeypatch: pytest.MonkeyPatch) -> boto3.session.Session:
         monkeypatch.setenv(key, value)
     monkeypatch.setenv("MOTO_EC2_LOAD_DEFAULT_AMIS", "false")
     with mock_aws():
-        yield boto3.session.Session(region_name="sa-east-1")
+        yield _Session()
 
 
 def test_look_up_caches_zones_offerings_and_unknown_type_facts(aws: boto3.session.Session, tmp_path: Path) -> None:
-    entries = look_up(aws, region="sa-east-1", gpu_node_type="g6.8xlarge", system_node_type="m6in.xlarge")
+    entries = look_up(aws, region="sa-east-1", gpu_node_type="g6.8xlarge", system_node_type="m6in.xlarge", kubernetes_version="1.35")
     zones = entries[zones_context_key("sa-east-1")]
     offering = entries[offerings_context_key("sa-east-1", "g6.8xlarge")]
     assert zones == sorted(zones) and set(offering) <= set(zones) and offering
@@ -46,12 +74,16 @@ def test_look_up_caches_zones_offerings_and_unknown_type_facts(aws: boto3.sessio
     settings = load_settings({"SYSTEM_NODE_TYPE": "m6in.xlarge"}, context)
     assert settings.gpu_az == offering[0] and settings.gpu_az_source == "cached look-up"
     assert settings.system_node.vcpus == 4
+    # The add-ons follow K8S_VERSION: EKS's default build of each, pinned in the template.
+    assert entries[addon_versions_context_key("sa-east-1", "1.35")] == {name: f"v1.1.0-{name}" for name in ADDONS}
+    assert dict(settings.eks_addon_versions) == {name: f"v1.1.0-{name}" for name in ADDONS} and settings.unresolved_addons == ()
+    assert set(load_settings({"K8S_VERSION": "1.36"}, context).unresolved_addons) == set(ADDONS)
 
 
 def test_looked_up_gpu_type_outside_the_table_becomes_usable(aws: boto3.session.Session) -> None:
-    entries = look_up(aws, region="sa-east-1", gpu_node_type="g6.16xlarge", system_node_type="m7i.xlarge")
+    entries = look_up(_Session(), region="sa-east-1", gpu_node_type="g6.16xlarge", system_node_type="m7i.xlarge", kubernetes_version="1.35")
     assert instance_type_context_key("g6.16xlarge") not in entries  # g6.16xlarge is built in
-    entries = look_up(aws, region="us-east-1", gpu_node_type="g4dn.8xlarge", system_node_type="m7i.xlarge")
+    entries = look_up(aws, region="us-east-1", gpu_node_type="g4dn.8xlarge", system_node_type="m7i.xlarge", kubernetes_version="1.35")
     facts = entries[instance_type_context_key("g4dn.8xlarge")]
     assert facts["gpus"] == 1 and facts["efa_supported"] is True
     settings = load_settings({"REGION": "us-east-1", "GPU_NODE_TYPE": "g4dn.8xlarge"}, entries)

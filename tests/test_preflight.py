@@ -171,8 +171,18 @@ def test_all_checks_pass(aws: None, capsys: pytest.CaptureFixture[str]) -> None:
         ("gpu-az-offering", True, "g6.8xlarge is offered in sa-east-1a", ""),
         ("gpu-efa", True, "g6.8xlarge supports EFA (up to 1 EFA interfaces)", ""),
         *[(name, True, NO_ASSEMBLY, "") for name in ("stack-states", "kubernetes-version", "stack-changes", "kuberay-crds", "control-plane-log-group")],
-        ("gpu-vcpu-quota", True, "need 64 vCPU: 2 x 32 after the deploy, at most 64 during it (no node replaced); this cluster holds 0, other workloads 0; quota 64", ""),
-        ("standard-vcpu-quota", True, "need 4 vCPU: 1 x 4 after the deploy, at most 4 during it (no node replaced); this cluster holds 0, other workloads 0; quota 4", ""),
+        (
+            "gpu-vcpu-quota",
+            True,
+            "need 64 vCPU: 2 x 32 after the deploy, at most 64 during it (no node replaced); this cluster holds 0, other workloads 0; quota 64",
+            "",
+        ),
+        (
+            "standard-vcpu-quota",
+            True,
+            "need 4 vCPU: 1 x 4 after the deploy, at most 4 during it (no node replaced); this cluster holds 0, other workloads 0; quota 4",
+            "",
+        ),
         ("cdk-bootstrap", True, "stack CDKToolkit is CREATE_COMPLETE, bootstrap version 28", ""),
         ("helm-charts", True, "no Helm chart to install", ""),
     ]
@@ -207,7 +217,10 @@ def test_p5_with_p_quota_passes(aws: None) -> None:
     stubber.assert_no_pending_responses()
     assert all(r.ok for r in results.values()), results
     assert results["gpu-efa"].detail == "p5.48xlarge supports EFA (up to 32 EFA interfaces)"
-    assert results["gpu-vcpu-quota"].detail == "need 192 vCPU: 1 x 192 after the deploy, at most 192 during it (no node replaced); this cluster holds 0, other workloads 0; quota 192"
+    assert (
+        results["gpu-vcpu-quota"].detail
+        == "need 192 vCPU: 1 x 192 after the deploy, at most 192 during it (no node replaced); this cluster holds 0, other workloads 0; quota 192"
+    )
 
 
 def test_gpu_type_not_offered_in_az_names_the_azs_that_offer_it(aws: None, capsys: pytest.CaptureFixture[str]) -> None:
@@ -309,9 +322,15 @@ def test_running_instances_count_against_their_own_quota_only(aws: None) -> None
 
     stubber.assert_no_pending_responses()
     gpu, standard = results["gpu-vcpu-quota"], results["standard-vcpu-quota"]
-    assert (gpu.ok, gpu.detail) == (False, "need 68 vCPU: 2 x 32 after the deploy, at most 64 during it (no node replaced); this cluster holds 0, other workloads 4; quota 64")
+    assert (gpu.ok, gpu.detail) == (
+        False,
+        "need 68 vCPU: 2 x 32 after the deploy, at most 64 during it (no node replaced); this cluster holds 0, other workloads 4; quota 64",
+    )
     assert "to at least 68 in the Service Quotas console" in gpu.fix
-    assert (standard.ok, standard.detail) == (True, "need 6 vCPU: 1 x 4 after the deploy, at most 4 during it (no node replaced); this cluster holds 0, other workloads 2; quota 8")
+    assert (standard.ok, standard.detail) == (
+        True,
+        "need 6 vCPU: 1 x 4 after the deploy, at most 4 during it (no node replaced); this cluster holds 0, other workloads 2; quota 8",
+    )
 
 
 def test_quota_falls_back_to_the_aws_default(aws: None) -> None:
@@ -339,8 +358,14 @@ def test_quota_falls_back_to_the_aws_default(aws: None) -> None:
 
     stubber.assert_no_pending_responses()
     assert results["gpu-vcpu-quota"].ok is False
-    assert results["gpu-vcpu-quota"].detail == "need 64 vCPU: 2 x 32 after the deploy, at most 64 during it (no node replaced); this cluster holds 0, other workloads 0; quota 0 (AWS default)"
-    assert results["standard-vcpu-quota"].detail == "need 4 vCPU: 1 x 4 after the deploy, at most 4 during it (no node replaced); this cluster holds 0, other workloads 0; quota 5"
+    assert (
+        results["gpu-vcpu-quota"].detail
+        == "need 64 vCPU: 2 x 32 after the deploy, at most 64 during it (no node replaced); this cluster holds 0, other workloads 0; quota 0 (AWS default)"
+    )
+    assert (
+        results["standard-vcpu-quota"].detail
+        == "need 4 vCPU: 1 x 4 after the deploy, at most 4 during it (no node replaced); this cluster holds 0, other workloads 0; quota 5"
+    )
 
 
 def test_gpu_type_and_quota_code_mismatch(aws: None) -> None:

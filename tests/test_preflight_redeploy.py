@@ -28,10 +28,12 @@ from preflight.charts import check_helm_charts
 from preflight.checks import G_QUOTA_CODE, STANDARD_QUOTA_CODE, PreflightInput, run_checks
 from preflight.redeploy import Redeploy
 from settings.versions import HelmChartPin
+from tests import test_preflight
 from tests.test_day2 import redeploy_of, synth
-from tests.test_preflight import INPUT, REGION, aws, by_name  # noqa: F401 (aws is a fixture)
+from tests.test_preflight import INPUT, REGION, by_name
 
 CLUSTER = INPUT.cluster_name
+aws = test_preflight.aws  # the `aws` fixture (fake credentials, moto) of test_preflight.py, used here too
 
 
 def _launch(instance_type: str, count: int = 1, *, cluster: str | None = CLUSTER) -> None:
@@ -56,7 +58,9 @@ def _quotas(gpu: float, standard: float) -> Any:
     client = boto3.session.Session().client("service-quotas", region_name=REGION)
     stubber = Stubber(client)
     for code, value in ((G_QUOTA_CODE, gpu), (STANDARD_QUOTA_CODE, standard)):
-        stubber.add_response("get_service_quota", {"Quota": {"ServiceCode": "ec2", "QuotaCode": code, "Value": value}}, {"ServiceCode": "ec2", "QuotaCode": code})
+        stubber.add_response(
+            "get_service_quota", {"Quota": {"ServiceCode": "ec2", "QuotaCode": code, "Value": value}}, {"ServiceCode": "ec2", "QuotaCode": code}
+        )
     stubber.activate()
     return client
 
@@ -80,9 +84,7 @@ def _cloudformation(redeploy: Redeploy | None, deployed: Mapping[str, dict[str, 
 
 def _eks_cluster(version: str, nodegroups: Mapping[str, int]) -> None:
     eks = boto3.client("eks", region_name=REGION)
-    eks.create_cluster(
-        name=CLUSTER, version=version, roleArn="arn:aws:iam::123456789012:role/eks", resourcesVpcConfig={"subnetIds": ["subnet-12345678"]}
-    )
+    eks.create_cluster(name=CLUSTER, version=version, roleArn="arn:aws:iam::123456789012:role/eks", resourcesVpcConfig={"subnetIds": ["subnet-12345678"]})
     for name, size in nodegroups.items():
         eks.create_nodegroup(
             clusterName=CLUSTER,
@@ -207,14 +209,14 @@ entries:
 @pytest.fixture
 def chart_repository() -> Iterator[str]:
     class Handler(http.server.BaseHTTPRequestHandler):
-        def do_GET(self) -> None:  # noqa: N802 (the http.server API)
+        def do_GET(self) -> None:
             body = _INDEX.encode() if self.path == "/charts/index.yaml" else b""
             self.send_response(200 if body else 404)
             self.send_header("Content-Type", "application/x-yaml")
             self.end_headers()
             self.wfile.write(body)
 
-        def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
+        def log_message(self, format: str, *args: Any) -> None:
             pass
 
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
@@ -228,7 +230,10 @@ def chart_repository() -> Iterator[str]:
 
 
 def test_pinned_charts_found_in_the_index(chart_repository: str) -> None:
-    pins = (HelmChartPin(f"{chart_repository}/charts", "kuberay-operator", "1.7.0"), HelmChartPin(f"{chart_repository}/charts/", "aws-efa-k8s-device-plugin", "v0.5.29"))
+    pins = (
+        HelmChartPin(f"{chart_repository}/charts", "kuberay-operator", "1.7.0"),
+        HelmChartPin(f"{chart_repository}/charts/", "aws-efa-k8s-device-plugin", "v0.5.29"),
+    )
     result = check_helm_charts(pins, timeout=5)
     assert result.ok and result.detail == "in their repositories: kuberay-operator 1.7.0, aws-efa-k8s-device-plugin v0.5.29"
 

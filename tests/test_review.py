@@ -35,7 +35,9 @@ def clone(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def _review(clone: Path, base: str, *, allow: bool = False) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if k not in ("ALLOW_REPLACEMENT", "VPC_CIDR", "MAX_MODEL_LEN")}
     env["ALLOW_REPLACEMENT"] = "1" if allow else ""
-    return subprocess.run([sys.executable, "-m", "tools.review", "--base", base, "--output", "review.md"], cwd=clone, env=env, capture_output=True, text=True, timeout=600)
+    return subprocess.run(
+        [sys.executable, "-m", "tools.review", "--base", base, "--output", "review.md"], cwd=clone, env=env, capture_output=True, text=True, timeout=600
+    )
 
 
 def test_a_serving_only_change_passes(clone: Path) -> None:

@@ -34,19 +34,34 @@ def test_nothing_left_passes(aws: boto3.session.Session) -> None:
 def test_leftovers_are_listed_with_the_command_that_removes_them(aws: boto3.session.Session) -> None:
     ec2 = aws.client("ec2", region_name=REGION)
     volume = ec2.create_volume(
-        AvailabilityZone=f"{REGION}a", Size=10, TagSpecifications=[{"ResourceType": "volume", "Tags": [{"Key": f"kubernetes.io/cluster/{CLUSTER}", "Value": "owned"}]}]
+        AvailabilityZone=f"{REGION}a",
+        Size=10,
+        TagSpecifications=[{"ResourceType": "volume", "Tags": [{"Key": f"kubernetes.io/cluster/{CLUSTER}", "Value": "owned"}]}],
     )["VolumeId"]
     vpc = ec2.create_vpc(CidrBlock="10.9.0.0/16")["Vpc"]["VpcId"]
     group = ec2.create_security_group(
-        GroupName="k8s-elb", Description="left by the load balancer controller", VpcId=vpc,
-        TagSpecifications=[{"ResourceType": "security-group", "Tags": [{"Key": "elbv2.k8s.aws/cluster", "Value": CLUSTER}, {"Key": f"kubernetes.io/cluster/{CLUSTER}", "Value": "owned"}]}],
+        GroupName="k8s-elb",
+        Description="left by the load balancer controller",
+        VpcId=vpc,
+        TagSpecifications=[
+            {
+                "ResourceType": "security-group",
+                "Tags": [{"Key": "elbv2.k8s.aws/cluster", "Value": CLUSTER}, {"Key": f"kubernetes.io/cluster/{CLUSTER}", "Value": "owned"}],
+            }
+        ],
     )["GroupId"]
-    ec2.create_volume(AvailabilityZone=f"{REGION}a", Size=10, TagSpecifications=[{"ResourceType": "volume", "Tags": [{"Key": "kubernetes.io/cluster/other", "Value": "owned"}]}])
+    ec2.create_volume(
+        AvailabilityZone=f"{REGION}a",
+        Size=10,
+        TagSpecifications=[{"ResourceType": "volume", "Tags": [{"Key": "kubernetes.io/cluster/other", "Value": "owned"}]}],
+    )
     aws.client("logs", region_name=REGION).create_log_group(logGroupName=f"/aws/eks/{CLUSTER}/cluster")
     subnet = ec2.create_subnet(VpcId=vpc, CidrBlock="10.9.0.0/24", AvailabilityZone=f"{REGION}a")["Subnet"]["SubnetId"]
     subnet2 = ec2.create_subnet(VpcId=vpc, CidrBlock="10.9.1.0/24", AvailabilityZone=f"{REGION}b")["Subnet"]["SubnetId"]
     elb = aws.client("elbv2", region_name=REGION)
-    arn = elb.create_load_balancer(Name="k8s-inference-serve", Subnets=[subnet, subnet2], Tags=[{"Key": "elbv2.k8s.aws/cluster", "Value": CLUSTER}])["LoadBalancers"][0]["LoadBalancerArn"]
+    arn = elb.create_load_balancer(Name="k8s-inference-serve", Subnets=[subnet, subnet2], Tags=[{"Key": "elbv2.k8s.aws/cluster", "Value": CLUSTER}])[
+        "LoadBalancers"
+    ][0]["LoadBalancerArn"]
     elb.create_load_balancer(Name="unrelated", Subnets=[subnet, subnet2])
 
     leftovers = {(item.kind, item.identifier): item.remove for item in teardown.after(settings_for(), aws)}

@@ -17,9 +17,9 @@ from settings.lookups import look_up
 
 def main() -> int:
     raw = raw_values(os.environ, read_project_context())
-    region, gpu, system = raw["REGION"], raw["GPU_NODE_TYPE"], raw["SYSTEM_NODE_TYPE"]
+    region, gpu, system, kubernetes = raw["REGION"], raw["GPU_NODE_TYPE"], raw["SYSTEM_NODE_TYPE"], raw["K8S_VERSION"]
     try:
-        entries = look_up(boto3.session.Session(), region=region, gpu_node_type=gpu, system_node_type=system)
+        entries = look_up(boto3.session.Session(), region=region, gpu_node_type=gpu, system_node_type=system, kubernetes_version=kubernetes)
     except (BotoCoreError, ClientError) as error:
         print(f"error: the look-up in {region} failed: {error}", file=sys.stderr)
         return 1

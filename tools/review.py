@@ -19,7 +19,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from preflight.changes import ADD, MODIFY, PROTECTED_TYPES, REMOVE, REPLACE, ResourceChange, counts, plan
+from preflight.changes import ADD, MODIFY, PROTECTED_TYPES, REMOVE, REPLACE, ResourceChange, counts, deleted_after_apply, plan
 
 REPO = Path(__file__).resolve().parent.parent
 CDK = REPO / "node_modules" / ".bin" / "cdk"
@@ -90,11 +90,14 @@ def _why(change: ResourceChange) -> str:
 def report(base: str, stacks: list[str], plans: dict[str, list[ResourceChange]], diffs: dict[str, str], manifests: str) -> tuple[str, list[str]]:
     """The markdown report and the protected replacements it found."""
     protected = [
-        f"`{stack}` {c.resource_type} `{c.logical_id}` is {'replaced' if c.action == REPLACE else 'destroyed'}: {_why(c)} "
-        f"({PROTECTED_TYPES[c.resource_type]})"
+        f"`{stack}` {c.resource_type} `{c.logical_id}` is {'replaced' if c.action == REPLACE else 'destroyed'}: {_why(c)} ({PROTECTED_TYPES[c.resource_type]})"
         for stack in stacks
         for c in plans.get(stack, [])
         if c.protected
+    ] + [
+        f"`{stack}` {obj} would be applied by a new resource and then deleted with the old one (destroy the stack first)"
+        for stack in stacks
+        for obj in deleted_after_apply(plans.get(stack, []))
     ]
     lines = [f"## Review: `{base}` → working tree", ""]
     lines += ["| Stack | Added | Changed | Replaced | Destroyed |", "|---|---:|---:|---:|---:|"]
