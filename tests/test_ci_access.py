@@ -380,3 +380,20 @@ def test_each_bad_setting_names_itself(env: dict[str, str], setting: str) -> Non
         load_ci_access_settings({"GITHUB_REPOSITORY": REPOSITORY} | env, {})
     assert caught.value.env_name == setting
     assert "\n" not in str(caught.value)
+
+
+def test_the_documented_cfn_execution_policy_is_a_valid_managed_policy(tmp_path: Path) -> None:
+    """docs/cfn-execution-policy.json, filled in as the README shows, passes cfn-lint as an AWS::IAM::ManagedPolicy."""
+    import string
+
+    text = string.Template((REPO / "docs" / "cfn-execution-policy.json").read_text()).substitute(
+        ACCOUNT="123456789012", REGION="us-east-2", CLUSTER_NAME="ray-llm-multinode", CDK_QUALIFIER="hnb659fds"
+    )
+    document = json.loads(text)
+    assert len(json.dumps(document, separators=(",", ":"))) < 6144  # IAM's managed policy size limit
+    assert not any(s["Effect"] == "Allow" and s["Action"] in ("*", "iam:*") for s in document["Statement"])
+    template = {"Resources": {"ExecutionPolicy": {"Type": "AWS::IAM::ManagedPolicy", "Properties": {"PolicyDocument": document}}}}
+    path = tmp_path / "policy.template.json"
+    path.write_text(json.dumps(template))
+    result = subprocess.run([str(Path(sys.executable).parent / "cfn-lint"), "--format", "parseable", str(path)], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stdout

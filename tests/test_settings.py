@@ -137,6 +137,13 @@ def test_readme_settings_table_is_generated_from_the_specs() -> None:
     assert len(SPECS) == len({s.env for s in SPECS})
 
 
+def test_readme_says_what_changing_each_setting_does() -> None:
+    from settings.changes import CHANGE_EFFECTS, change_table_markdown
+
+    assert list(CHANGE_EFFECTS) == [s.env for s in SPECS], "one row per setting, in the settings table's order"
+    assert change_table_markdown() in (REPO / "README.md").read_text(), "README.md's change table is stale: run `make settings-table`"
+
+
 def _run_app(env: dict[str, str]) -> subprocess.CompletedProcess[str]:
     full_env = {k: v for k, v in os.environ.items() if k not in {s.env for s in SPECS}} | env
     full_env["CDK_OUTDIR"] = "/nonexistent-must-not-be-written"
