@@ -56,7 +56,7 @@ from imports.io.ray import (
 )
 from k8s_constructs import hf_token
 from k8s_constructs.hf_token import HfTokenProviderClass, hf_token_of
-from k8s_constructs.serve_config import pd_application
+from k8s_constructs.serve_config import PHASE_RESOURCES, Phase, pd_application
 from settings import Settings
 from settings.scheduling import GPU_NODE_LABELS, LOCAL_NVME_MOUNT, SYSTEM_NODE_LABELS, gpu_toleration
 from settings.sizing import (
@@ -68,7 +68,6 @@ from settings.sizing import (
     gpu_worker_resources,
 )
 
-WORKER_GROUP_NAME = "gpu-workers"
 MODEL_CACHE_MOUNT = "/model-cache"
 # On types with instance-store NVMe, nodeadm mounts it (RAID0) at /mnt/k8s-disks/0; the cache lives
 # there and, being a hostPath, survives pod restarts. Without NVMe it lives on the root EBS volume.
@@ -139,7 +138,7 @@ class PdRayServiceChart(cdk8s.Chart):
                 ray_cluster_config=RayServiceSpecRayClusterConfig(
                     ray_version=s.ray_version,
                     head_group_spec=self._head_group(s),
-                    worker_group_specs=[self._worker_group(s)],
+                    worker_group_specs=[self._worker_group(s, phase, nodes) for phase, nodes in (("prefill", s.prefill_nodes), ("decode", s.decode_nodes))],
                 ),
             ),
         )
@@ -159,8 +158,9 @@ class PdRayServiceChart(cdk8s.Chart):
     def _head_group(s: Settings) -> RayServiceSpecRayClusterConfigHeadGroupSpec:
         ports = [("gcs", 6379), ("dashboard", 8265), ("serve", 8000)]
         return RayServiceSpecRayClusterConfigHeadGroupSpec(
-            # The head runs no model: GPUs are for the workers.
-            ray_start_params={"dashboard-host": "0.0.0.0", "num-gpus": "0"},
+            # The head runs no model and no Serve replica (as KubeRay's production samples): with no CPU or
+            # GPU to offer, Ray places the engines, the ingress and the router on the GPU workers.
+            ray_start_params={"dashboard-host": "0.0.0.0", "num-cpus": "0", "num-gpus": "0"},
             template=RayServiceSpecRayClusterConfigHeadGroupSpecTemplate(
                 spec=RayServiceSpecRayClusterConfigHeadGroupSpecTemplateSpec(
                     node_selector=dict(SYSTEM_NODE_LABELS),
@@ -195,7 +195,9 @@ class PdRayServiceChart(cdk8s.Chart):
         )
 
     @staticmethod
-    def _worker_group(s: Settings) -> RayServiceSpecRayClusterConfigWorkerGroupSpecs:
+    def _worker_group(s: Settings, phase: Phase, nodes: int) -> RayServiceSpecRayClusterConfigWorkerGroupSpecs:
+        """The prefill or the decode worker group: one pod per GPU node of its own, advertising the phase's
+        Ray resource (one unit per GPU) that only that phase's placement bundles ask for."""
         sized = gpu_worker_resources(s.gpu_node)
         limit = RayServiceSpecRayClusterConfigWorkerGroupSpecsTemplateSpecContainersResourcesLimits.from_string
         request = RayServiceSpecRayClusterConfigWorkerGroupSpecsTemplateSpecContainersResourcesRequests.from_string
@@ -238,11 +240,14 @@ class PdRayServiceChart(cdk8s.Chart):
                 )
             )
         return RayServiceSpecRayClusterConfigWorkerGroupSpecs(
-            group_name=WORKER_GROUP_NAME,
-            replicas=s.gpu_nodes_needed,
-            min_replicas=s.gpu_nodes_needed,
-            max_replicas=s.gpu_nodes_needed,
-            ray_start_params={"num-gpus": gpus},
+            group_name=phase,
+            replicas=nodes,
+            min_replicas=nodes,
+            max_replicas=nodes,
+            # KubeRay 1.7 turns this into `ray start --num-gpus N --resources '{"pd_prefill": N}'`; it rejects
+            # it together with num-gpus/num-cpus/memory/resources in rayStartParams (validation.go). The CPU
+            # count comes from the container's limit.
+            resources={"GPU": gpus, PHASE_RESOURCES[phase]: gpus},
             template=RayServiceSpecRayClusterConfigWorkerGroupSpecsTemplate(
                 spec=RayServiceSpecRayClusterConfigWorkerGroupSpecsTemplateSpec(
                     node_selector={"role": GPU_NODE_LABELS["role"]},

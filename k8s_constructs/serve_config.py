@@ -12,9 +12,19 @@ from typing import Any, Literal
 import yaml
 
 from settings import Settings
+from settings.sizing import CPUS_PER_GPU_BUNDLE
 
 PD_APP_IMPORT_PATH = "ray.serve.llm:build_pd_openai_app"
 APP_NAME = "qwen"
+
+Phase = Literal["prefill", "decode"]
+# The custom Ray resource each worker group advertises, one unit per GPU, and each engine's placement
+# bundles ask for: a prefill engine can only be placed on a prefill node and a decode engine on a decode
+# node, and an engine too many waits instead of spilling onto the other phase's node.
+PHASE_RESOURCES: dict[Phase, str] = {"prefill": "pd_prefill", "decode": "pd_decode"}
+# Ray accelerator types (ray.util.accelerators) of the NVIDIA GPUs of the EFA instance families; a GPU
+# outside this list gets no accelerator_type (Ray then places by the phase resource alone).
+RAY_ACCELERATOR_TYPES = frozenset({"A10G", "L4", "L40S", "A100", "H100", "H200", "B200"})
 
 
 @dataclass(frozen=True)
@@ -25,7 +35,7 @@ class KvTransferConfig:
     speed: there is no environment variable that selects the backend, only this field.
     """
 
-    engine_id: Literal["prefill", "decode"]
+    engine_id: Phase
     kv_connector: str = "NixlConnector"
     kv_role: str = "kv_both"
     backends: tuple[str, ...] = ("LIBFABRIC",)
@@ -44,6 +54,7 @@ class EngineKwargs:
     kv_transfer: KvTransferConfig
     # Sized to the KV cache that fits on a 24 GB L4 beside ~18 GiB of bf16 weights.
     max_model_len: int = 4096
+    tensor_parallel_size: int = 1
     dtype: str = "bfloat16"
     gpu_memory_utilization: float = 0.90
     enforce_eager: bool = True  # skip CUDA graph capture: lower peak GPU memory
@@ -54,8 +65,22 @@ class EngineKwargs:
             "dtype": self.dtype,
             "gpu_memory_utilization": self.gpu_memory_utilization,
             "enforce_eager": self.enforce_eager,
+            "tensor_parallel_size": self.tensor_parallel_size,
             "kv_transfer_config": self.kv_transfer.to_dict(),
         }
+
+
+@dataclass(frozen=True)
+class PlacementConfig:
+    """LLMConfig.placement_group_config: one bundle per GPU of the engine, each carrying the phase's
+    resource; STRICT_PACK keeps a tensor-parallel engine inside one node."""
+
+    phase_resource: str
+    cpus_per_gpu: int = CPUS_PER_GPU_BUNDLE
+    strategy: str = "STRICT_PACK"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"bundle_per_worker": {"GPU": 1, "CPU": self.cpus_per_gpu, self.phase_resource: 1}, "strategy": self.strategy}
 
 
 @dataclass(frozen=True)
@@ -66,13 +91,21 @@ class PhaseConfig:
     model_source: str
     engine: EngineKwargs
     num_replicas: int
+    placement: PlacementConfig
+    accelerator_type: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "model_loading_config": {"model_id": self.model_id, "model_source": self.model_source},
-            "engine_kwargs": self.engine.to_dict(),
-            "deployment_config": {"num_replicas": self.num_replicas},
-        }
+        config: dict[str, Any] = {"model_loading_config": {"model_id": self.model_id, "model_source": self.model_source}}
+        if self.accelerator_type:
+            config["accelerator_type"] = self.accelerator_type
+        config.update(
+            {
+                "engine_kwargs": self.engine.to_dict(),
+                "placement_group_config": self.placement.to_dict(),
+                "deployment_config": {"num_replicas": self.num_replicas},
+            }
+        )
+        return config
 
 
 @dataclass(frozen=True)
@@ -106,12 +139,20 @@ class PdApplication:
 
 
 def pd_application(settings: Settings) -> PdApplication:
-    def phase(engine_id: Literal["prefill", "decode"], replicas: int) -> PhaseConfig:
+    gpu_model = settings.gpu_node.gpu_model
+
+    def phase(engine_id: Phase, replicas: int) -> PhaseConfig:
         return PhaseConfig(
             model_id=settings.model_id,
             model_source=settings.model_source,
-            engine=EngineKwargs(kv_transfer=KvTransferConfig(engine_id=engine_id), max_model_len=settings.max_model_len),
+            engine=EngineKwargs(
+                kv_transfer=KvTransferConfig(engine_id=engine_id),
+                max_model_len=settings.max_model_len,
+                tensor_parallel_size=settings.tensor_parallel_size,
+            ),
             num_replicas=replicas,
+            placement=PlacementConfig(phase_resource=PHASE_RESOURCES[engine_id]),
+            accelerator_type=gpu_model if gpu_model in RAY_ACCELERATOR_TYPES else None,
         )
 
     return PdApplication(prefill=phase("prefill", settings.prefill_replicas), decode=phase("decode", settings.decode_replicas))

@@ -44,7 +44,7 @@ CHANGE_EFFECTS: Final[dict[str, tuple[str, str]]] = {
         f"a new launch template version (GPU_UPDATE_STRATEGY), and the workers' resources change: {RECREATE}. {_RECREATE_HOW}. "
         "`make lookup` for the new type's AZs first",
     ),
-    "GPU_NODE_COUNT": (IN_PLACE, "nodegroup scaling; 0 parks the GPUs, the old count unparks"),
+    "GPU_NODE_COUNT": (IN_PLACE, "nodegroup scaling; 0 parks the GPUs, empty (or the count the replicas need) unparks"),
     "GPU_UPDATE_STRATEGY": (IN_PLACE, "the nodegroup's update configuration"),
     "GPU_ROOT_VOLUME_GIB": (ROLLING, "a new launch template version (GPU_UPDATE_STRATEGY)"),
     "GPU_AZ": (
@@ -63,8 +63,9 @@ CHANGE_EFFECTS: Final[dict[str, tuple[str, str]]] = {
     "RAY_SERVICE_NAME": (REPLACEMENT, "new RayService applied, then the old one deleted (it would otherwise keep the GPU nodes)"),
     "MODEL_ID": (IN_PLACE, "serveConfigV2: Ray Serve redeploys the application"),
     "MODEL_SOURCE": (IN_PLACE, "serveConfigV2: Ray Serve redeploys the application (new weights are downloaded)"),
-    "PREFILL_REPLICAS": (IN_PLACE, "serveConfigV2, and KubeRay scales the worker group when the GPU node count changes (set GPU_NODE_COUNT to match)"),
-    "DECODE_REPLICAS": (IN_PLACE, "serveConfigV2, and KubeRay scales the worker group when the GPU node count changes (set GPU_NODE_COUNT to match)"),
+    "PREFILL_REPLICAS": (IN_PLACE, "serveConfigV2, and KubeRay scales the prefill worker group (the GPU nodegroup follows when GPU_NODE_COUNT is empty)"),
+    "DECODE_REPLICAS": (IN_PLACE, "serveConfigV2, and KubeRay scales the decode worker group (the GPU nodegroup follows when GPU_NODE_COUNT is empty)"),
+    "TENSOR_PARALLEL_SIZE": (IN_PLACE, "serveConfigV2 (the engines' bundles), and KubeRay scales the worker groups when the node counts change"),
     "MAX_MODEL_LEN": (IN_PLACE, "serveConfigV2: Ray Serve redeploys the application"),
     "HF_TOKEN_SECRET_NAME": (
         RECREATE,

@@ -11,7 +11,7 @@ import difflib
 import ipaddress
 import re
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cache
 from typing import Any
 
@@ -25,7 +25,7 @@ from settings.instance_types import (
     instance_type_context_key,
 )
 from settings.model import Settings
-from settings.sizing import check_head_fits, gpu_worker_resources
+from settings.sizing import check_engine_cpus, check_head_fits, gpu_worker_resources
 from settings.zones import choose_zones
 
 DNS_LABEL = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
@@ -85,7 +85,12 @@ SPECS: tuple[SettingSpec, ...] = (
         "Instance type of the GPU nodes",
         "an x86_64 NVIDIA GPU type with EFA: " + ", ".join(BUILT_IN_GPU_TYPES) + ", or another after `make lookup`",
     ),
-    SettingSpec("GPU_NODE_COUNT", "2", "Number of GPU nodes; 0 parks the GPUs and keeps everything else", "0, or the nodes the replicas need"),
+    SettingSpec(
+        "GPU_NODE_COUNT",
+        "",
+        "Number of GPU nodes; empty = what the replicas need (prefill nodes + decode nodes); 0 parks the GPUs and keeps everything else",
+        "empty, 0, or the nodes the replicas need",
+    ),
     SettingSpec(
         "GPU_UPDATE_STRATEGY",
         "minimal",
@@ -113,8 +118,14 @@ SPECS: tuple[SettingSpec, ...] = (
     SettingSpec("RAY_SERVICE_NAME", "ray-llm", "RayService name; the endpoint Service is NAME-serve-svc", "DNS label, at most 53 characters"),
     SettingSpec("MODEL_ID", "qwen3.5-9b", "Model name clients send in requests", "letters, digits, '.', '_', '-'"),
     SettingSpec("MODEL_SOURCE", "Qwen/Qwen3.5-9B", "Hugging Face repository of the weights", "ORG/NAME"),
-    SettingSpec("PREFILL_REPLICAS", "1", "Prefill replicas (one vLLM engine on one GPU each)", "integer 1-64"),
-    SettingSpec("DECODE_REPLICAS", "1", "Decode replicas (one vLLM engine on one GPU each)", "integer 1-64"),
+    SettingSpec("PREFILL_REPLICAS", "1", "Prefill replicas (one vLLM engine of TENSOR_PARALLEL_SIZE GPUs each)", "integer 1-64"),
+    SettingSpec("DECODE_REPLICAS", "1", "Decode replicas (one vLLM engine of TENSOR_PARALLEL_SIZE GPUs each)", "integer 1-64"),
+    SettingSpec(
+        "TENSOR_PARALLEL_SIZE",
+        "1",
+        "GPUs of one vLLM engine (tensor parallelism), inside one node; one value for both phases (NIXL cannot mix TP sizes for Qwen3.5's hybrid layers)",
+        "1, 2, 4 or 8, at most the GPUs of GPU_NODE_TYPE",
+    ),
     SettingSpec("MAX_MODEL_LEN", "4096", "vLLM max_model_len: sized to the KV cache that fits on the GPU", "integer 256-1048576"),
     SettingSpec("HF_TOKEN_SECRET_NAME", "", "Secrets Manager secret holding a Hugging Face token (empty = none)", "a Secrets Manager secret name"),
 )
@@ -281,6 +292,16 @@ def _choice(env: str, raw: str, allowed: tuple[str, ...]) -> str:
     return raw
 
 
+def _tensor_parallel_size(raw: str, gpu_node: InstanceFacts) -> int:
+    size = _integer("TENSOR_PARALLEL_SIZE", raw, 1, 8)
+    if size not in (1, 2, 4, 8) or size > gpu_node.gpus:
+        allowed = ", ".join(str(n) for n in (1, 2, 4, 8) if n <= gpu_node.gpus)
+        raise SettingError(
+            "TENSOR_PARALLEL_SIZE", raw, f"{allowed}: a tensor-parallel engine stays inside one node, and {gpu_node.name} has {gpu_node.gpus} GPU(s)"
+        )
+    return size
+
+
 def _kuberay_version(raw: str) -> str:
     # Only the version whose CRDs the repository carries: the typed RayService, its validation and
     # `make kuberay-crds` all use those files. Moving to another version means updating schemas/kuberay/,
@@ -362,7 +383,7 @@ def load_settings(environ: Mapping[str, str], context: Mapping[str, Any]) -> Set
         system_root_volume_gib=_integer("SYSTEM_ROOT_VOLUME_GIB", raw["SYSTEM_ROOT_VOLUME_GIB"], 80, 1000),
         gpu_nodegroup_name=_dns_label("GPU_NODEGROUP_NAME", raw["GPU_NODEGROUP_NAME"]),
         gpu_node=gpu_node,
-        gpu_node_count=_integer("GPU_NODE_COUNT", raw["GPU_NODE_COUNT"], 0, 64),
+        gpu_node_count=-1 if not raw["GPU_NODE_COUNT"].strip() else _integer("GPU_NODE_COUNT", raw["GPU_NODE_COUNT"], 0, 64),
         gpu_update_strategy=_choice("GPU_UPDATE_STRATEGY", raw["GPU_UPDATE_STRATEGY"], ("minimal", "default")),
         gpu_root_volume_gib=_integer("GPU_ROOT_VOLUME_GIB", raw["GPU_ROOT_VOLUME_GIB"], 100, 2000),
         gpu_az=zones.gpu_az,
@@ -376,19 +397,24 @@ def load_settings(environ: Mapping[str, str], context: Mapping[str, Any]) -> Set
         model_source=model_source,
         prefill_replicas=_integer("PREFILL_REPLICAS", raw["PREFILL_REPLICAS"], 1, 64),
         decode_replicas=_integer("DECODE_REPLICAS", raw["DECODE_REPLICAS"], 1, 64),
+        tensor_parallel_size=_tensor_parallel_size(raw["TENSOR_PARALLEL_SIZE"], gpu_node),
         max_model_len=_integer("MAX_MODEL_LEN", raw["MAX_MODEL_LEN"], 256, 1048576),
         hf_token_secret_name=secret,
         eks_addon_versions=_addon_versions(region, raw["K8S_VERSION"], context),
     )
-    if settings.gpu_node_count not in (0, settings.gpu_nodes_needed):
+    if settings.gpu_node_count == -1:  # empty: what the replicas need
+        settings = replace(settings, gpu_node_count=settings.gpu_nodes_needed)
+    elif settings.gpu_node_count not in (0, settings.gpu_nodes_needed):
         raise SettingError(
             "GPU_NODE_COUNT",
             raw["GPU_NODE_COUNT"],
-            f"0 (parked) or {settings.gpu_nodes_needed}: PREFILL_REPLICAS + DECODE_REPLICAS = {settings.llm_replicas} engines of one GPU each, "
-            f"{gpu_node.gpus} per {gpu_node.name}",
+            f"empty or {settings.gpu_nodes_needed} (what the replicas need), or 0 (parked): {settings.prefill_nodes} prefill + "
+            f"{settings.decode_nodes} decode node(s) of {gpu_node.name} ({gpu_node.gpus} GPU(s) each, {settings.engines_per_node} "
+            f"engine(s) of TENSOR_PARALLEL_SIZE={settings.tensor_parallel_size} per node; the phases never share a node)",
         )
     check_head_fits(settings.system_node)
     gpu_worker_resources(settings.gpu_node)
+    check_engine_cpus(settings.gpu_node, settings.engines_per_node, settings.tensor_parallel_size)
     return settings
 
 

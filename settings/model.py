@@ -41,6 +41,7 @@ class Settings:
     model_source: str
     prefill_replicas: int
     decode_replicas: int
+    tensor_parallel_size: int  # GPUs of one vLLM engine, inside one node; the same for both phases
     max_model_len: int
     hf_token_secret_name: str  # "" = no token (public model)
     # Managed add-on -> version: pinned in settings/versions.py, else EKS's default for kubernetes_version
@@ -52,16 +53,29 @@ class Settings:
         return tuple(name for name, version in self.eks_addon_versions if version is None)
 
     @property
-    def llm_replicas(self) -> int:
-        """vLLM engines: one per prefill or decode replica, one GPU each."""
-        return self.prefill_replicas + self.decode_replicas
+    def engines_per_node(self) -> int:
+        """vLLM engines one GPU node holds: a tensor-parallel engine never spans nodes (STRICT_PACK)."""
+        return self.gpu_node.gpus // self.tensor_parallel_size
+
+    def nodes_for(self, replicas: int) -> int:
+        return math.ceil(replicas / self.engines_per_node) if self.engines_per_node else 0
+
+    @property
+    def prefill_nodes(self) -> int:
+        """GPU nodes of the prefill worker group: prefill engines only, never a decode one."""
+        return self.nodes_for(self.prefill_replicas)
+
+    @property
+    def decode_nodes(self) -> int:
+        return self.nodes_for(self.decode_replicas)
 
     @property
     def gpu_nodes_needed(self) -> int:
-        """GPU nodes for the replicas. Each node runs one Ray worker pod that holds all of the node's GPUs
-        and EFA devices, and Ray places one engine per GPU: the worker is privileged (for EFA), so it
-        sees every GPU of its node, and only one raylet per node keeps two engines off the same GPU."""
-        return math.ceil(self.llm_replicas / self.gpu_node.gpus)
+        """GPU nodes for both phases. Each node runs one Ray worker pod that holds all of the node's GPUs and
+        EFA devices (the worker is privileged for EFA, so it sees every GPU of its node, and only one raylet
+        per node keeps two engines off the same GPU); each phase has nodes of its own, so the KV cache
+        always crosses EFA from a prefill node to a decode node."""
+        return self.prefill_nodes + self.decode_nodes
 
     @property
     def gpu_update_surge_nodes(self) -> int:

@@ -31,6 +31,14 @@ HEAD_LIMIT_CPU_MILLI, HEAD_LIMIT_MEMORY_MIB = 3000, 12 * 1024
 SYSTEM_PODS_CPU_MILLI, SYSTEM_PODS_MEMORY_MIB = 300, 768
 
 
+# CPUs of each engine GPU bundle (the vLLM worker process). Ray Serve LLM adds the replica actor's
+# default CPU to an engine's first bundle. What is left on a GPU worker must hold Ray Serve's ingress and
+# the PD router: the head advertises no CPU, so they run on the GPU workers.
+CPUS_PER_GPU_BUNDLE = 1
+REPLICA_ACTOR_CPUS = 1
+SERVE_CPU_HEADROOM = 2
+
+
 @dataclass(frozen=True)
 class Allocatable:
     cpu_milli: int
@@ -86,4 +94,17 @@ def check_head_fits(instance: InstanceFacts) -> None:
             instance.name,
             f"a type with room for the Ray head ({HEAD_REQUEST_CPU_MILLI // 1000} vCPU, {HEAD_REQUEST_MEMORY_MIB // 1024} GiB) "
             f"beside the operator and CoreDNS; {instance.name} leaves {free_cpu}m CPU, {free_memory} MiB",
+        )
+
+
+def check_engine_cpus(instance: InstanceFacts, engines_per_node: int, tensor_parallel_size: int) -> None:
+    """The engines' bundles of a full GPU node must leave the ingress and router room on its worker."""
+    worker_cpus = gpu_worker_resources(instance).cpu_milli // 1000
+    bundles = engines_per_node * (tensor_parallel_size * CPUS_PER_GPU_BUNDLE + REPLICA_ACTOR_CPUS)
+    if worker_cpus - bundles < SERVE_CPU_HEADROOM:
+        raise SettingError(
+            "GPU_NODE_TYPE",
+            instance.name,
+            f"a type whose Ray worker keeps {SERVE_CPU_HEADROOM} CPUs for Ray Serve's ingress and router beside the engines' "
+            f"{bundles} ({worker_cpus} CPUs in all)",
         )

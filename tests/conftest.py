@@ -79,10 +79,9 @@ def parked_synth(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Synth]:
 
 @pytest.fixture(scope="session")
 def p5_synth(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Synth]:
-    """A multi-card type: p5.48xlarge has 32 network cards and 8 GPUs: one node, one worker with all of them."""
-    settings = settings_for(
-        {"GPU_NODE_TYPE": "p5.48xlarge", "GPU_NODE_COUNT": "1", "PREFILL_REPLICAS": "4", "DECODE_REPLICAS": "4", "GPU_AZ": "us-east-2b", "REGION": "us-east-2"}
-    )
+    """A multi-card type: p5.48xlarge has 32 network cards and 8 GPUs; with TENSOR_PARALLEL_SIZE=8 each
+    phase's engine takes a whole node: one prefill node and one decode node, GPU_NODE_COUNT left empty."""
+    settings = settings_for({"GPU_NODE_TYPE": "p5.48xlarge", "TENSOR_PARALLEL_SIZE": "8", "GPU_AZ": "us-east-2b", "REGION": "us-east-2"})
     yield synthesize(settings, tmp_path_factory.mktemp("p5"))
 
 

@@ -87,7 +87,8 @@ def test_multi_card_type_gets_one_efa_interface_per_card(p5_synth: Synth) -> Non
     assert all(i["DeviceIndex"] == 1 for i in interfaces[1:])
     assert all(i["InterfaceType"] == "efa" and "SubnetId" not in i and len(i["Groups"]) == 2 for i in interfaces)
     _, nodegroup = _one(p5_synth, "gpu", "AWS::EKS::Nodegroup")
-    assert nodegroup["Properties"]["ScalingConfig"] == {"MinSize": 1, "DesiredSize": 1, "MaxSize": 1}
+    # One prefill node and one decode node, each engine 8-way tensor parallel on its node's 8 GPUs.
+    assert nodegroup["Properties"]["ScalingConfig"] == {"MinSize": 2, "DesiredSize": 2, "MaxSize": 2}
 
 
 def _helm(synth: Synth, chart: str) -> tuple[str, dict[str, Any]]:

@@ -3,6 +3,7 @@ Kubernetes' own schemas."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from typing import Any
 
@@ -37,9 +38,13 @@ def _ray_service(synth: Synth) -> dict[str, Any]:
     return obj
 
 
-def _worker(synth: Synth) -> dict[str, Any]:
-    (group,) = _ray_service(synth)["spec"]["rayClusterConfig"]["workerGroupSpecs"]
-    return group
+def _workers(synth: Synth) -> dict[str, dict[str, Any]]:
+    groups = _ray_service(synth)["spec"]["rayClusterConfig"]["workerGroupSpecs"]
+    return {group["groupName"]: group for group in groups}
+
+
+def _worker(synth: Synth, phase: str = "prefill") -> dict[str, Any]:
+    return _workers(synth)[phase]
 
 
 # --- the reference's values ---------------------------------------------------------------------
@@ -61,7 +66,7 @@ def test_upgrade_strategy_does_not_wait_for_gpus_it_cannot_get(default_synth: Sy
 
 def test_head_is_cpu_only_on_system_nodes(default_synth: Synth) -> None:
     head = _ray_service(default_synth)["spec"]["rayClusterConfig"]["headGroupSpec"]
-    assert head["rayStartParams"] == {"dashboard-host": "0.0.0.0", "num-gpus": "0"}
+    assert head["rayStartParams"] == {"dashboard-host": "0.0.0.0", "num-cpus": "0", "num-gpus": "0"}
     pod = head["template"]["spec"]
     assert pod["nodeSelector"] == {"role": "system"}
     (container,) = pod["containers"]
@@ -72,11 +77,14 @@ def test_head_is_cpu_only_on_system_nodes(default_synth: Synth) -> None:
     assert container["lifecycle"]["preStop"]["exec"]["command"][-1] == "ray stop"
 
 
-def test_workers_one_gpu_one_efa_privileged(default_synth: Synth) -> None:
-    group = _worker(default_synth)
-    assert group["groupName"] == "gpu-workers"
-    assert group["replicas"] == group["minReplicas"] == group["maxReplicas"] == 2
-    assert group["rayStartParams"] == {"num-gpus": "1"}
+@pytest.mark.parametrize("phase", ["prefill", "decode"])
+def test_workers_one_gpu_one_efa_privileged(default_synth: Synth, phase: str) -> None:
+    assert list(_workers(default_synth)) == ["prefill", "decode"]
+    group = _worker(default_synth, phase)
+    assert group["replicas"] == group["minReplicas"] == group["maxReplicas"] == 1
+    # The phase's own Ray resource, one per GPU; GPUs in `resources`, so nothing in rayStartParams (KubeRay rejects both).
+    assert group["resources"] == {"GPU": "1", f"pd_{phase}": "1"}
+    assert "rayStartParams" not in group
     pod = group["template"]["spec"]
     assert pod["nodeSelector"] == {"role": "gpu-worker"}
     assert pod["tolerations"] == [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]
@@ -131,6 +139,7 @@ def test_serve_config_has_every_setting_of_the_reference(default_synth: Synth) -
             "dtype": "bfloat16",
             "gpu_memory_utilization": 0.9,
             "enforce_eager": True,
+            "tensor_parallel_size": 1,
             "kv_transfer_config": {
                 "kv_connector": "NixlConnector",
                 "kv_role": "kv_both",
@@ -139,6 +148,9 @@ def test_serve_config_has_every_setting_of_the_reference(default_synth: Synth) -
             },
         }
         assert llm["deployment_config"] == {"num_replicas": 1}
+        # Pinned to its phase's nodes, on the L4 of g6.8xlarge.
+        assert llm["placement_group_config"] == {"bundle_per_worker": {"GPU": 1, "CPU": 1, f"pd_{phase}": 1}, "strategy": "STRICT_PACK"}
+        assert llm["accelerator_type"] == "L4"
 
 
 def test_namespace_admits_the_privileged_workers(default_synth: Synth) -> None:
@@ -201,7 +213,7 @@ def test_cluster_fingerprint_output_changes_only_with_the_cluster(default_synth:
     # not a re-create, so the fingerprint stays (the worker count itself does change).
     more = build_rayservice_chart(settings_for({"PREFILL_REPLICAS": "2", "GPU_NODE_COUNT": "3"}))
     assert more.ray_cluster_fingerprint == fingerprint
-    assert more.ray_service.to_json()["spec"]["rayClusterConfig"]["workerGroupSpecs"][0]["replicas"] == 3
+    assert [g["replicas"] for g in more.ray_service.to_json()["spec"]["rayClusterConfig"]["workerGroupSpecs"]] == [2, 1]
 
 
 def test_port_forward_output(default_synth: Synth) -> None:
@@ -247,7 +259,7 @@ def test_rays_schema_rejects_a_broken_llm_config() -> None:
 def test_prefill_and_decode_must_share_the_model() -> None:
     app = pd_application(settings_for())
     with pytest.raises(ValueError, match="same model_id"):
-        PdApplication(prefill=app.prefill, decode=type(app.decode)(model_id="other", model_source="x/y", engine=app.decode.engine, num_replicas=1))
+        PdApplication(prefill=app.prefill, decode=dataclasses.replace(app.decode, model_id="other"))
 
 
 def test_builtin_objects_pass_strict_kubernetes_validation(default_synth: Synth) -> None:
@@ -265,15 +277,21 @@ def test_strict_kubernetes_validation_catches_a_bad_namespace(default_synth: Syn
         kubernetes_validate.validate(bad, "1.35", strict=True)
 
 
-def test_replicas_follow_prefill_and_decode_counts(p5_synth: Synth) -> None:
-    group = _worker(p5_synth)
-    # One worker per node, holding all 8 GPUs and 32 EFA devices: Ray places one engine per GPU.
-    assert group["replicas"] == group["minReplicas"] == group["maxReplicas"] == 1
-    assert group["rayStartParams"] == {"num-gpus": "8"}
-    limits = group["template"]["spec"]["containers"][0]["resources"]["limits"]
-    assert (limits["nvidia.com/gpu"], limits["vpc.amazonaws.com/efa"]) == ("8", "32")
+def test_p5_with_tensor_parallel_8_gives_each_phase_a_whole_node(p5_synth: Synth) -> None:
+    for phase in ("prefill", "decode"):
+        group = _worker(p5_synth, phase)
+        # One worker per node, holding all 8 GPUs and 32 EFA devices; the engine's 8 bundles fill it.
+        assert group["replicas"] == group["minReplicas"] == group["maxReplicas"] == 1
+        assert group["resources"] == {"GPU": "8", f"pd_{phase}": "8"}
+        limits = group["template"]["spec"]["containers"][0]["resources"]["limits"]
+        assert (limits["nvidia.com/gpu"], limits["vpc.amazonaws.com/efa"]) == ("8", "32")
     config = yaml.safe_load(_ray_service(p5_synth)["spec"]["serveConfigV2"])
     args = config["applications"][0]["args"]
-    assert args["prefill_config"]["deployment_config"] == {"num_replicas": 4}
-    assert args["decode_config"]["deployment_config"] == {"num_replicas": 4}
+    for phase in ("prefill", "decode"):
+        llm = args[f"{phase}_config"]
+        assert llm["engine_kwargs"]["tensor_parallel_size"] == 8
+        assert llm["placement_group_config"] == {"bundle_per_worker": {"GPU": 1, "CPU": 1, f"pd_{phase}": 1}, "strategy": "STRICT_PACK"}
+        assert llm["accelerator_type"] == "H100"
+        assert llm["deployment_config"] == {"num_replicas": 1}
     assert crd_errors(_ray_service(p5_synth)) == []
+    assert ray_serve_errors(config) == []

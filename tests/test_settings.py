@@ -51,7 +51,9 @@ def test_environment_beats_context() -> None:
         ({"GPU_NODE_COUNT": "-1"}, "GPU_NODE_COUNT", "whole number from 0 to 64"),
         ({"GPU_NODE_COUNT": "two"}, "GPU_NODE_COUNT", "whole number"),
         ({"SYSTEM_NODE_COUNT": "1.5"}, "SYSTEM_NODE_COUNT", "whole number from 1 to 10"),
-        ({"GPU_NODE_COUNT": "3"}, "GPU_NODE_COUNT", "0 (parked) or 2"),
+        ({"GPU_NODE_COUNT": "3"}, "GPU_NODE_COUNT", "empty or 2 (what the replicas need), or 0 (parked): 1 prefill + 1 decode node(s)"),
+        ({"TENSOR_PARALLEL_SIZE": "2"}, "TENSOR_PARALLEL_SIZE", "1: a tensor-parallel engine stays inside one node, and g6.8xlarge has 1 GPU(s)"),
+        ({"TENSOR_PARALLEL_SIZE": "16"}, "TENSOR_PARALLEL_SIZE", "whole number from 1 to 8"),
         ({"K8S_VERSION": "1.29"}, "K8S_VERSION", "1.34, 1.35, 1.36"),
         ({"GPU_AZ": "sa-east-1"}, "GPU_AZ", "availability zone name"),
         ({"GPU_AZ": "us-east-1a"}, "GPU_AZ", "availability zone of REGION=sa-east-1"),
@@ -125,10 +127,25 @@ def test_a_gpu_type_without_efa_from_a_cached_look_up_is_rejected() -> None:
     assert "has no EFA" in str(error)
 
 
-def test_a_multi_gpu_type_needs_fewer_nodes() -> None:
-    assert "0 (parked) or 1" in str(_error({"GPU_NODE_TYPE": "g6.12xlarge"}))
-    s = load_settings({"GPU_NODE_TYPE": "g6.12xlarge", "GPU_NODE_COUNT": "1"}, {})
-    assert s.gpu_nodes_needed == 1  # one worker pod with the node's 4 GPUs hosts both engines
+def test_each_phase_gets_nodes_of_its_own() -> None:
+    # g6.12xlarge (4 GPUs) alone: one prefill node and one decode node, never both phases on one node.
+    s = load_settings({"GPU_NODE_TYPE": "g6.12xlarge"}, {})
+    assert (s.prefill_nodes, s.decode_nodes, s.gpu_node_count) == (1, 1, 2)
+    # Four engines of each phase still fit one node each; a fifth prefill engine needs a second prefill node.
+    assert load_settings({"GPU_NODE_TYPE": "g6.12xlarge", "PREFILL_REPLICAS": "4", "DECODE_REPLICAS": "4"}, {}).gpu_node_count == 2
+    assert load_settings({"GPU_NODE_TYPE": "g6.12xlarge", "PREFILL_REPLICAS": "5"}, {}).gpu_node_count == 3
+    # Tensor parallelism: two 2-GPU engines per g6.12xlarge.
+    tp = load_settings({"GPU_NODE_TYPE": "g6.12xlarge", "TENSOR_PARALLEL_SIZE": "2", "PREFILL_REPLICAS": "3"}, {})
+    assert (tp.engines_per_node, tp.prefill_nodes, tp.decode_nodes) == (2, 2, 1)
+    assert "empty or 2" in str(_error({"GPU_NODE_TYPE": "g6.12xlarge", "GPU_NODE_COUNT": "1"}))
+    # p5.48xlarge with the defaults alone synthesizes: one node per phase.
+    assert load_settings({"GPU_NODE_TYPE": "p5.48xlarge", "REGION": "us-east-2", "GPU_AZ": "us-east-2b"}, {}).gpu_node_count == 2
+
+
+def test_an_explicit_node_count_must_match_and_zero_parks() -> None:
+    assert load_settings({"GPU_NODE_COUNT": "2"}, {}).gpu_node_count == 2
+    assert load_settings({"GPU_NODE_COUNT": "0"}, {}).gpu_node_count == 0
+    assert load_settings({"GPU_NODE_COUNT": ""}, {}).gpu_node_count == 2
 
 
 def test_readme_settings_table_is_generated_from_the_specs() -> None:

@@ -79,3 +79,78 @@ def pd_serving_args_fields() -> frozenset[str]:
     tree = ast.parse(source.read_text())
     (cls,) = [n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "PDServingArgs"]
     return frozenset(n.target.id for n in cls.body if isinstance(n, ast.AnnAssign) and isinstance(n.target, ast.Name))
+
+
+# KubeRay v1.7.0's own RayCluster rules that the CRD schema does not express, as written in
+# ray-operator/controllers/ray/utils/validation.go at tag v1.7.0 (ValidateRayClusterSpec and the helpers
+# it calls; the RayService path runs them on spec.rayClusterConfig). Only the rules that concern fields
+# this project sets are repeated here, each with the function it comes from.
+_RAY_START_RESOURCE_KEYS = ("num-cpus", "num-gpus", "memory", "resources")
+
+
+def kuberay_cluster_errors(cluster: dict[str, Any]) -> list[str]:
+    errors: list[str] = []
+    head = cluster.get("headGroupSpec", {})
+    groups = [("Head", head), *((g.get("groupName", "?"), g) for g in cluster.get("workerGroupSpecs", []))]
+    if not head.get("template", {}).get("spec", {}).get("containers"):
+        errors.append("headGroupSpec should have at least one container")  # ValidateRayClusterSpec
+    autoscaling = bool(cluster.get("enableInTreeAutoscaling"))
+    for name, group in groups:
+        params = group.get("rayStartParams", {}) or {}
+        # validateRayGroupResources
+        if any(params.get(key) for key in _RAY_START_RESOURCE_KEYS) and group.get("resources"):
+            errors.append(f"resource fields should not be set in both rayStartParams and Resources for {name} group")
+        # validateRayGroupLabels
+        if "labels" in params:
+            errors.append(f"rayStartParams['labels'] is not supported for {name} group")
+        if name == "Head":
+            continue
+        # ValidateRayClusterSpec, per worker group
+        if not group.get("template", {}).get("spec", {}).get("containers"):
+            errors.append("workerGroupSpec should have at least one container")
+        low, high = group.get("minReplicas"), group.get("maxReplicas")
+        if not autoscaling and (low is None or high is None):
+            errors.append(f"worker group {name} must set both minReplicas and maxReplicas when autoscaling is disabled")
+        if low is not None and high is not None and low > high:
+            errors.append(f"worker group {name} has minReplicas {low} greater than maxReplicas {high}")
+    # ValidateRayClusterSpec: token authentication needs Ray >= 2.52.0
+    if (cluster.get("authOptions") or {}).get("mode") == "token":
+        version = cluster.get("rayVersion")
+        if not version:
+            errors.append("authOptions.mode is 'token' but RayVersion was not specified")
+        elif tuple(int(p) for p in version.split(".")[:3]) < (2, 52, 0):
+            errors.append(f"authOptions.mode is 'token' but minimum Ray version is 2.52.0, got {version}")
+    return errors
+
+
+def ray_serve_llm_placement(llm_config: dict[str, Any]) -> tuple[list[dict[str, float]], str]:
+    """The placement group bundles and strategy Ray Serve LLM builds for one LLMConfig, computed by Ray's
+    own code at the installed version: VLLMEngineConfig.placement_bundles / placement_strategy and
+    LLMServer's merge of the replica actor into the first bundle, read from Ray's source (the modules
+    import vLLM, which cannot be installed here) and run on the config."""
+    import copy as copy_module
+    from typing import Dict, List  # noqa: UP035 (names Ray's source uses)
+
+    import ray
+    from ray.llm._internal.serve.core.configs.accelerators import format_ray_accelerator_resource
+
+    root = Path(ray.__file__).parent / "llm/_internal/serve"
+    namespace: dict[str, Any] = {"List": List, "Dict": Dict, "Any": Any, "copy": copy_module, "format_ray_accelerator_resource": format_ray_accelerator_resource}
+    models = ast.parse((root / "engines/vllm/vllm_models.py").read_text())
+    (engine_cls,) = [n for n in models.body if isinstance(n, ast.ClassDef) and n.name == "VLLMEngineConfig"]
+    wanted = {"tensor_parallel_degree", "pipeline_parallel_degree", "num_devices", "placement_strategy", "placement_bundles"}
+    methods = [n for n in engine_cls.body if isinstance(n, ast.FunctionDef) and n.name in wanted]
+    assert {m.name for m in methods} == wanted, "Ray's VLLMEngineConfig changed: update this reader"
+    engine_module = ast.Module(body=[ast.ClassDef(name="EngineConfig", bases=[], keywords=[], body=methods, decorator_list=[], type_params=[])], type_ignores=[])
+    exec(compile(ast.fix_missing_locations(engine_module), str(root / "engines/vllm/vllm_models.py"), "exec"), namespace)  # noqa: S102
+    server = ast.parse((root / "core/server/llm_server.py").read_text())
+    (merge,) = [n for n in server.body if isinstance(n, ast.FunctionDef) and n.name == "_merge_replica_actor_and_child_actor_bundles"]
+    exec(compile(ast.Module(body=[merge], type_ignores=[]), str(root / "core/server/llm_server.py"), "exec"), namespace)  # noqa: S102
+
+    engine = namespace["EngineConfig"]()
+    engine.placement_group_config = llm_config.get("placement_group_config")
+    engine.accelerator_type = llm_config.get("accelerator_type")
+    engine.engine_kwargs = llm_config.get("engine_kwargs", {})
+    replica_actor = {"CPU": 1, "GPU": 0}  # LLMServer's default ray_actor_options (num_cpus 1, num_gpus 0)
+    bundles = namespace["_merge_replica_actor_and_child_actor_bundles"](engine.placement_bundles, replica_actor)
+    return bundles, engine.placement_strategy

@@ -1,0 +1,171 @@
+"""Phase-pinned prefill/decode topology: each phase on GPU nodes of its own, on any EFA GPU type.
+
+Two kinds of proof: the synthesized RayService passes KubeRay 1.7's own rules (validation.go), and a
+real local multi-node Ray cluster (Ray 2.58, no GPUs needed: the stand-in nodes advertise the same
+GPU count and custom resources the worker groups would) places the placement groups Ray Serve LLM would
+build from our serveConfigV2 only on the nodes of their phase, and leaves one group too many pending.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import yaml
+
+from k8s_constructs.serve_config import PHASE_RESOURCES
+from settings import Settings
+from settings.sizing import gpu_worker_resources
+from stacks.serving_stack import build_rayservice_chart
+from tests.conftest import Synth, settings_for
+from tests.test_serving import _ray_service
+from tests.validators import crd_errors, kuberay_cluster_errors, ray_serve_errors, ray_serve_llm_placement
+
+G6_12 = {"GPU_NODE_TYPE": "g6.12xlarge"}
+P5_TP8 = {"GPU_NODE_TYPE": "p5.48xlarge", "TENSOR_PARALLEL_SIZE": "8", "REGION": "us-east-2", "GPU_AZ": "us-east-2b"}
+
+
+def _rayservice(settings: Settings) -> dict[str, Any]:
+    obj: dict[str, Any] = build_rayservice_chart(settings).ray_service.to_json()
+    return obj
+
+
+def _llm_configs(ray_service: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    args = yaml.safe_load(ray_service["spec"]["serveConfigV2"])["applications"][0]["args"]
+    return {"prefill": args["prefill_config"], "decode": args["decode_config"]}
+
+
+# --- KubeRay's and Ray's own rules ---------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("env", [{}, G6_12, P5_TP8, {"GPU_NODE_TYPE": "g6.12xlarge", "TENSOR_PARALLEL_SIZE": "2", "PREFILL_REPLICAS": "3"}])
+def test_every_topology_passes_kuberay_and_ray(env: dict[str, str]) -> None:
+    ray_service = _rayservice(settings_for(env))
+    assert crd_errors(ray_service) == []
+    assert kuberay_cluster_errors(ray_service["spec"]["rayClusterConfig"]) == []
+    assert ray_serve_errors(yaml.safe_load(ray_service["spec"]["serveConfigV2"])) == []
+
+
+def test_kuberay_rules_catch_resources_given_twice(default_synth: Synth) -> None:
+    cluster = _ray_service(default_synth)["spec"]["rayClusterConfig"]
+    cluster["workerGroupSpecs"][0]["rayStartParams"] = {"num-gpus": "1"}
+    assert kuberay_cluster_errors(cluster) == ["resource fields should not be set in both rayStartParams and Resources for prefill group"]
+
+
+def test_g6_12xlarge_alone_pins_each_phase_to_its_own_node() -> None:
+    settings = settings_for(G6_12)
+    groups = {g["groupName"]: g for g in _rayservice(settings)["spec"]["rayClusterConfig"]["workerGroupSpecs"]}
+    assert {name: (g["replicas"], g["resources"]) for name, g in groups.items()} == {
+        "prefill": (1, {"GPU": "4", "pd_prefill": "4"}),
+        "decode": (1, {"GPU": "4", "pd_decode": "4"}),
+    }
+    assert settings.gpu_node_count == 2
+
+
+def test_the_head_offers_no_cpu_and_the_workers_keep_room_for_serve() -> None:
+    for env in ({}, G6_12, P5_TP8):
+        settings = settings_for(env)
+        ray_service = _rayservice(settings)
+        assert ray_service["spec"]["rayClusterConfig"]["headGroupSpec"]["rayStartParams"]["num-cpus"] == "0"
+        worker_cpus = gpu_worker_resources(settings.gpu_node).cpu_milli // 1000
+        for llm in _llm_configs(ray_service).values():
+            bundles, _ = ray_serve_llm_placement(llm)
+            engine_cpus = sum(b.get("CPU", 0) for b in bundles) * settings.engines_per_node
+            assert worker_cpus - engine_cpus >= 2, (settings.gpu_node.name, worker_cpus, engine_cpus)
+
+
+# --- a real Ray cluster ----------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def ray_module() -> Iterator[Any]:
+    import ray
+
+    yield ray
+    if ray.is_initialized():
+        ray.shutdown()
+
+
+def _place(ray: Any, settings: Settings, extra: int = 1) -> tuple[dict[str, list[set[str] | None]], dict[str, str]]:
+    """Start stand-ins of the GPU worker pods (same GPUs, CPUs and phase resources as the worker groups and
+    Ray's auto-detected accelerator type), create every placement group Ray Serve LLM would, plus
+    ``extra`` per phase, and report the nodes each group landed on (None: still pending) and each node's phase."""
+    from ray.cluster_utils import Cluster
+
+    ray_service = _rayservice(settings)
+    groups = ray_service["spec"]["rayClusterConfig"]["workerGroupSpecs"]
+    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 0, "num_gpus": 0, "object_store_memory": 78 * 1024 * 1024})
+    try:
+        node_phase: dict[str, str] = {}
+        worker_cpus = gpu_worker_resources(settings.gpu_node).cpu_milli // 1000
+        for group in groups:
+            for _ in range(group["replicas"]):
+                resources = {name: float(value) for name, value in group["resources"].items() if name != "GPU"}
+                resources[f"accelerator_type:{settings.gpu_node.gpu_model}"] = 1.0
+                node = cluster.add_node(
+                    num_cpus=worker_cpus, num_gpus=int(group["resources"]["GPU"]), resources=resources, object_store_memory=78 * 1024 * 1024
+                )
+                node_phase[node.node_id] = group["groupName"]
+        cluster.wait_for_nodes()
+        ray.init(address=cluster.address)
+        placed: dict[str, list[set[str] | None]] = {}
+        for phase, llm in _llm_configs(ray_service).items():
+            bundles, strategy = ray_serve_llm_placement(llm)
+            pgs = [ray.util.placement_group(bundles, strategy=strategy) for _ in range(llm["deployment_config"]["num_replicas"] + extra)]
+            placed[phase] = []
+            for pg in pgs:
+                try:
+                    ray.get(pg.ready(), timeout=20 if len(placed[phase]) < len(pgs) - extra else 3)
+                except ray.exceptions.GetTimeoutError:
+                    placed[phase].append(None)
+                    continue
+                table = ray.util.placement_group_table(pg)
+                placed[phase].append(set(table["bundles_to_node_id"].values()))
+        return placed, node_phase
+    finally:
+        ray.shutdown()
+        cluster.shutdown()
+
+
+@pytest.mark.parametrize(
+    ("env", "engines"),
+    [
+        ({}, 1),  # g6.8xlarge: one 1-GPU engine per phase, one node each
+        ({**G6_12, "PREFILL_REPLICAS": "4", "DECODE_REPLICAS": "4"}, 4),  # four engines per 4-GPU node
+        (P5_TP8, 1),  # one 8-way tensor-parallel engine per 8-GPU node
+    ],
+    ids=["g6.8xlarge", "g6.12xlarge", "p5.48xlarge-tp8"],
+)
+def test_placement_groups_land_only_on_their_phase_and_an_extra_one_waits(ray_module: Any, env: dict[str, str], engines: int) -> None:
+    placed, node_phase = _place(ray_module, settings_for(env))
+    for phase in ("prefill", "decode"):
+        # Every engine of the phase on one node (STRICT_PACK keeps TP inside it), a node of that phase ...
+        assert all(nodes is not None and len(nodes) == 1 for nodes in placed[phase][:engines]), placed
+        assert [{node_phase[n] for n in nodes or ()} for nodes in placed[phase][:engines]] == [{phase}] * engines, placed
+        # ... and one more waits instead of spilling onto the other phase's free GPUs.
+        assert placed[phase][engines:] == [None], placed
+
+
+def test_without_the_phase_resource_ray_would_mix_the_phases(ray_module: Any) -> None:
+    """The control: the same cluster and engines without the phase resource in the bundles — Ray packs
+    prefill and decode engines onto the same 4-GPU node, and the KV cache would never touch EFA."""
+    import copy
+
+    import k8s_constructs.serve_config as serve_config
+
+    original = copy.deepcopy(PHASE_RESOURCES)
+    try:
+        # Both phases' bundles ask for one resource that every GPU node offers.
+        serve_config.PHASE_RESOURCES.update({"prefill": "gpu_node", "decode": "gpu_node"})
+        placed, _ = _place(ray_module, settings_for({**G6_12, "PREFILL_REPLICAS": "2", "DECODE_REPLICAS": "2"}), extra=0)
+    finally:
+        serve_config.PHASE_RESOURCES.update(original)
+    phases_on: dict[str, set[str]] = {}
+    for phase in ("prefill", "decode"):
+        for nodes in placed[phase]:
+            assert nodes is not None
+            for node in nodes:
+                phases_on.setdefault(node, set()).add(phase)
+    # Four 1-GPU engines on two 4-GPU nodes with no phase constraint: some node holds both phases.
+    assert {"prefill", "decode"} in phases_on.values(), placed
