@@ -138,7 +138,7 @@ class PdRayServiceChart(cdk8s.Chart):
                 ray_cluster_config=RayServiceSpecRayClusterConfig(
                     ray_version=s.ray_version,
                     head_group_spec=self._head_group(s),
-                    worker_group_specs=[self._worker_group(s, phase, nodes) for phase, nodes in (("prefill", s.prefill_nodes), ("decode", s.decode_nodes))],
+                    worker_group_specs=[self._worker_group(s, "prefill", s.prefill_nodes), self._worker_group(s, "decode", s.decode_nodes)],
                 ),
             ),
         )

@@ -182,3 +182,54 @@ def deleted_after_apply(changes: list[ResourceChange]) -> list[str]:
     added = set().union(*(_kubernetes_objects(c.after) for c in changes if c.action in (ADD, REPLACE))) if changes else set()
     removed = set().union(*(_kubernetes_objects(c.before) for c in changes if c.action in (REMOVE, REPLACE))) if changes else set()
     return sorted(added & removed)
+
+
+# What identifies a resource to its service, beyond CloudFormation's logical id: two resources with the
+# same identity cannot exist at once, and CloudFormation creates a new one before it deletes the old.
+IDENTITY_PROPERTIES: Mapping[str, tuple[str, ...]] = {
+    "AWS::EKS::AccessEntry": ("ClusterName", "PrincipalArn"),
+    "AWS::EKS::PodIdentityAssociation": ("ClusterName", "Namespace", "ServiceAccount"),
+    "AWS::EKS::Nodegroup": ("ClusterName", "NodegroupName"),
+    "AWS::Logs::LogGroup": ("LogGroupName",),
+}
+
+
+def _identity(resource: Mapping[str, Any]) -> str | None:
+    keys = IDENTITY_PROPERTIES.get(str(resource.get("Type")))
+    props = resource.get("Properties", {}) or {}
+    if not keys or any(k not in props for k in keys):
+        return None
+    return f"{resource.get('Type')} " + json.dumps([props[k] for k in keys], sort_keys=True)
+
+
+def created_beside_itself(changes: list[ResourceChange]) -> list[str]:
+    """Resources a deploy would create while the old resource of the same identity still exists (a
+    replacement under the same name, or a moved logical id): the service refuses the create."""
+    old = {identity: c.logical_id for c in changes if c.action in (REMOVE, REPLACE) and (identity := _identity(c.before))}
+    found = []
+    for change in changes:
+        identity = _identity(change.after) if change.action in (ADD, REPLACE) else None
+        if identity and identity in old:
+            found.append(f"{change.resource_type} {change.logical_id} would be created while {old[identity]} with the same identity still exists")
+    return found
+
+
+def helm_namespace_moves(changes: list[ResourceChange]) -> list[str]:
+    """Helm releases whose chart would move to another namespace: the old release keeps running (and a
+    chart with cluster-scoped objects of fixed names cannot be installed twice)."""
+    before = {
+        (c.before.get("Properties", {}).get("Chart"), c.before.get("Properties", {}).get("Release")): c
+        for c in changes
+        if c.before and c.resource_type == _HELM
+    }
+    moves = []
+    for change in changes:
+        if change.resource_type != _HELM or not change.after:
+            continue
+        props = change.after.get("Properties", {})
+        old = before.get((props.get("Chart"), props.get("Release")))
+        if old is not None and old.before.get("Properties", {}).get("Namespace") != props.get("Namespace"):
+            moves.append(
+                f"Helm release {props.get('Release')} would move from namespace {old.before['Properties'].get('Namespace')} to {props.get('Namespace')}"
+            )
+    return moves

@@ -326,7 +326,8 @@ def _check_quota(
     if change is not None and change.action == day2.REPLACE:
         peak, how = held + target, "the new nodegroup starts beside the old one"
     elif day2.rolls(change):
-        peak, how = max(held + surge_nodes * node_vcpus, target), f"rolling update with {surge_nodes} extra node(s)"
+        # EKS adds the surge to the group's size (after any scaling change), then drains old nodes.
+        peak, how = max(held, target) + surge_nodes * node_vcpus, f"rolling update with {surge_nodes} extra node(s)"
     else:
         peak, how = max(held, target), "no node replaced"
     need = others + peak

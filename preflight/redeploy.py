@@ -7,16 +7,16 @@ The deployed side is read from AWS (preflight.deployed); the new side is the syn
 
 from __future__ import annotations
 
-import shutil
 import subprocess
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from preflight.changes import MODIFY, REPLACE, ResourceChange, deleted_after_apply, plan
+from preflight.changes import MODIFY, REPLACE, ResourceChange, created_beside_itself, deleted_after_apply, helm_namespace_moves, plan
 
 __all__ = ["MODIFY", "REPLACE", "Redeploy", "ResourceChange"]
 from preflight.deployed import Deployed, find_resources
+from preflight.kube import ClusterUnreachable, Kubectl, cluster_kubectl
 from preflight.results import CheckResult, fail, ok
 
 NODEGROUP = "AWS::EKS::Nodegroup"
@@ -31,6 +31,7 @@ class Redeploy:
     """What the day-2 checks need to know about the deploy being checked."""
 
     cluster_name: str
+    region: str
     kubernetes_version: str
     gpu_nodegroup_name: str
     system_nodegroup_name: str
@@ -62,9 +63,15 @@ def rolls(change: ResourceChange | None) -> bool:
 
 def check_stack_states(redeploy: Redeploy, deployed: Deployed) -> CheckResult:
     name = "stack-states"
-    if not deployed.stacks:
+    if not deployed.stacks and deployed.cluster_version is None:
         return ok(name, "no stack deployed yet: a first deploy")
     states = ", ".join(f"{s.name.removeprefix(redeploy.stack_prefix + '-')}={s.status}" for s in deployed.stacks.values())
+    if deployed.cluster_version is not None and f"{redeploy.stack_prefix}-cluster" not in deployed.stacks:
+        return fail(
+            name,
+            f"an EKS cluster named {redeploy.cluster_name} exists, but not the stack {redeploy.stack_prefix}-cluster that would own it",
+            "it was made by another tool (eksctl?): delete it, or choose another CLUSTER_NAME",
+        )
     for stack in deployed.stacks.values():
         if stack.status.endswith(_BUSY):
             return fail(name, states, f"wait until {stack.name} leaves {stack.status} (another deploy or destroy is running), then run the preflight again")
@@ -170,6 +177,11 @@ def check_stack_changes(redeploy: Redeploy, deployed: Deployed) -> CheckResult:
                     f"{stack}: nodegroup {change.after.get('Properties', {}).get('NodegroupName')} would change its Kubernetes version "
                     f"together with {others}, which EKS refuses in one update: deploy the K8S_VERSION change alone first, then the rest"
                 )
+        for clash in created_beside_itself(changes):
+            if "AWS::EKS::Nodegroup" not in clash:  # nodegroups: the procedure above says more
+                refused.append(f"{stack}: {clash}: deploy the removal first (e.g. without the entry), then the addition")
+        for move in helm_namespace_moves(changes):
+            refused.append(f"{stack}: {move}: destroy the stack first (`make destroy STACKS={stack}`), then deploy with the new namespace")
         for obj in deleted_after_apply(changes):
             refused.append(
                 f"{stack}: {obj} would be applied by a new resource and then deleted with the old one: destroy the stack first "
@@ -192,16 +204,16 @@ def deployed_kuberay_version(deployed: Deployed) -> str | None:
     return None
 
 
-Kubectl = Callable[[list[str]], "subprocess.CompletedProcess[str]"]
+def run_kubectl(redeploy: Redeploy, args: list[str]) -> subprocess.CompletedProcess[str]:
+    """kubectl against this cluster only (a kubeconfig of its own, see preflight.kube)."""
+    try:
+        with cluster_kubectl(redeploy.region, redeploy.cluster_name, timeout=60) as kubectl:
+            return kubectl(args)
+    except ClusterUnreachable as error:
+        return subprocess.CompletedProcess(["kubectl", *args], 1, "", str(error))
 
 
-def run_kubectl(args: list[str]) -> subprocess.CompletedProcess[str]:
-    if shutil.which("kubectl") is None:
-        return subprocess.CompletedProcess(["kubectl", *args], 127, "", "kubectl not found on PATH")
-    return subprocess.run(["kubectl", *args], capture_output=True, text=True, timeout=60, check=False)
-
-
-def check_kuberay_crds(redeploy: Redeploy, deployed: Deployed, kubectl: Kubectl = run_kubectl) -> CheckResult:
+def check_kuberay_crds(redeploy: Redeploy, deployed: Deployed, kubectl: Kubectl | None = None) -> CheckResult:
     """Helm installs a chart's CRDs once and never upgrades them: a new KubeRay needs them applied first."""
     name = "kuberay-crds"
     current = deployed_kuberay_version(deployed)
@@ -209,9 +221,10 @@ def check_kuberay_crds(redeploy: Redeploy, deployed: Deployed, kubectl: Kubectl 
     if current is None or current == target:
         return ok(name, f"KubeRay {target}: {'installed with its CRDs by Helm' if current is None else 'unchanged'}")
     label = KUBERAY_CRD_LABEL.replace(".", "\\.")
-    result = kubectl(["get", "crd", "rayservices.ray.io", "rayclusters.ray.io", "-o", f"jsonpath={{.items[*].metadata.labels.{label}}}"])
+    run = kubectl or (lambda args: run_kubectl(redeploy, args))
+    result = run(["get", "crd", "rayservices.ray.io", "rayclusters.ray.io", "-o", f"jsonpath={{.items[*].metadata.labels.{label}}}"])
     found = result.stdout.split() if result.returncode == 0 else []
-    fix = f"apply the KubeRay {target} CRDs first: `make kubeconfig && make kuberay-crds`, then `make deploy`"
+    fix = f"apply the KubeRay {target} CRDs first: `make kuberay-crds`, then `make deploy`"
     if result.returncode != 0:
         return fail(name, f"KubeRay {current} -> {target}; cannot read the cluster's CRDs: {result.stderr.strip()[:200]}", fix)
     if found == [target, target]:
@@ -220,18 +233,19 @@ def check_kuberay_crds(redeploy: Redeploy, deployed: Deployed, kubectl: Kubectl 
 
 
 def check_control_plane_log_group(redeploy: Redeploy, deployed: Deployed, logs: Any) -> CheckResult:
-    """EKS never deletes /aws/eks/NAME/cluster: a cluster made earlier under this name leaves it, and our
-    create of the same group then fails."""
+    """EKS never deletes /aws/eks/NAME/cluster, and EKS itself creates it when a cluster logs before our
+    stack owns it (an earlier cluster of the name, or a cluster deployed before the stack created the
+    group): the create of our log group of the same name then fails."""
     name = "control-plane-log-group"
     group = f"/aws/eks/{redeploy.cluster_name}/cluster"
-    cluster_stack = f"{redeploy.stack_prefix}-cluster"
-    if cluster_stack in deployed.stacks:
-        return ok(name, f"{group} belongs to {cluster_stack}")
+    owned = any(find_resources(stack.template, "AWS::Logs::LogGroup", LogGroupName=group) for stack in deployed.stacks.values())
+    if owned:
+        return ok(name, f"{group} belongs to a deployed stack")
     found = [g for g in logs.describe_log_groups(logGroupNamePrefix=group)["logGroups"] if g["logGroupName"] == group]
     if not found:
         return ok(name, f"{group} does not exist yet")
     return fail(
         name,
-        f"{group} already exists (left by an earlier cluster of this name; EKS never deletes it)",
-        f'remove it (`aws logs delete-log-group --log-group-name {group}`), or adopt it and its logs: `make deploy ARGS="--import-existing-resources"`',
+        f"{group} already exists outside the stacks (EKS created it for an earlier cluster of this name, or before the stack owned it)",
+        f"remove it (`aws logs delete-log-group --region {redeploy.region} --log-group-name {group}`; export its logs first if you need them), then deploy",
     )

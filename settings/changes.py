@@ -30,7 +30,7 @@ CHANGE_EFFECTS: Final[dict[str, tuple[str, str]]] = {
     "VPC_CIDR": (REFUSED, "replaces the VPC under the cluster. Keep it, or `make destroy` and deploy again"),
     "ENDPOINT_ACCESS": (IN_PLACE, "EKS updates the endpoint; with `private` the kubectl provider moves into the VPC with its own security group"),
     "PUBLIC_ACCESS_CIDRS": (IN_PLACE, "EKS updates the allow-list"),
-    "ADMIN_PRINCIPAL_ARNS": (IN_PLACE, "access entries added or removed"),
+    "ADMIN_PRINCIPAL_ARNS": (IN_PLACE, "access entries added or removed (each keyed by its ARN, so the others stay)"),
     "SYSTEM_NODEGROUP_NAME": (
         REPLACEMENT,
         "the new nodegroup starts beside the old one (its nodes count against the Standard quota meanwhile), then the old one goes",
@@ -58,9 +58,16 @@ CHANGE_EFFECTS: Final[dict[str, tuple[str, str]]] = {
         "pinned to the CRDs in schemas/kuberay/; when a commit moves it, preflight refuses the deploy until `make kuberay-crds` "
         "has applied the new CRDs (Helm never upgrades them)",
     ),
-    "KUBERAY_NAMESPACE": (REPLACEMENT, "the operator is installed in the new namespace, then uninstalled from the old one"),
+    "KUBERAY_NAMESPACE": (
+        REFUSED,
+        "the chart's cluster-scoped objects have fixed names, so two releases cannot coexist: `make destroy STACKS=CLUSTER_NAME-serving`, then deploy",
+    ),
     "RAY_VERSION": (RECREATE, _RECREATE_HOW),
-    "RAY_SERVICE_NAME": (REPLACEMENT, "new RayService applied, then the old one deleted (it would otherwise keep the GPU nodes)"),
+    "RAY_SERVICE_NAME": (
+        REPLACEMENT,
+        "new RayService applied, then the old one deleted (it would otherwise keep the GPU nodes). With HF_TOKEN_SECRET_NAME set the "
+        "token's SecretProviderClass keeps its name, so the preflight refuses it: `make destroy STACKS=CLUSTER_NAME-serving` first",
+    ),
     "MODEL_ID": (IN_PLACE, "serveConfigV2: Ray Serve redeploys the application"),
     "MODEL_SOURCE": (IN_PLACE, "serveConfigV2: Ray Serve redeploys the application (new weights are downloaded)"),
     "PREFILL_REPLICAS": (IN_PLACE, "serveConfigV2, and KubeRay scales the prefill worker group (the GPU nodegroup follows when GPU_NODE_COUNT is empty)"),

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 from typing import cast
 
 from aws_cdk import CfnOutput, Duration, Environment, RemovalPolicy, Stack
@@ -121,10 +122,12 @@ class ClusterStack(Stack):
         # (kubectl_provider_options), so type checkers need to be told.
         self.cluster_ref = cast(eks.ICluster, self.cluster)
 
-        for index, principal_arn in enumerate(settings.admin_principal_arns):
+        for principal_arn in settings.admin_principal_arns:
+            # Keyed by the principal, not its position: removing or reordering one ARN must not replace the
+            # others (EKS refuses a second access entry for a principal that still has one).
             eks.AccessEntry(
                 self,
-                f"Admin{index}",
+                f"Admin-{hashlib.sha256(principal_arn.encode()).hexdigest()[:8]}",
                 cluster=self.cluster_ref,
                 principal=principal_arn,
                 access_policies=[eks.AccessPolicy.from_access_policy_name("AmazonEKSClusterAdminPolicy", access_scope_type=eks.AccessScopeType.CLUSTER)],
@@ -165,6 +168,9 @@ class ClusterStack(Stack):
         self.addons: dict[str, eks.Addon] = {}
         for name, version in settings.eks_addon_versions:
             addon = eks.Addon(self, f"Addon-{name}", cluster=self.cluster_ref, addon_name=name, addon_version=version, preserve_on_delete=False)
+            # A version bump overwrites fields changed by hand instead of failing on the conflict: the stack
+            # is the source of truth for the add-ons' configuration.
+            cast(eks.CfnAddon, addon.node.default_child).add_property_override("ResolveConflicts", "OVERWRITE")
             if name == "coredns":
                 addon.node.add_dependency(self.system_nodegroup)
             else:

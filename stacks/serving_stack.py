@@ -39,12 +39,13 @@ class ServingStack(Stack):
     ) -> None:
         super().__init__(scope, construct_id, env=env, description=f"{settings.cluster_name}: KubeRay and the PD RayService")
         release = kuberay_release(settings)
-        # Keyed by its namespace, like the manifests below: the kubectl provider's Helm handler upgrades a
-        # release in place (`helm upgrade --install`) and would leave the old operator running in the old
-        # namespace; as a new resource, CloudFormation installs the new one and then uninstalls the old.
+        # A KUBERAY_NAMESPACE change is refused by the preflight: the chart's cluster-scoped objects
+        # (ClusterRoles and their bindings) have fixed names, so a second release in another namespace
+        # cannot be installed beside the first, and the kubectl provider's `helm upgrade --install` would
+        # leave the old one running.
         self.kuberay = pinned_release(
             self,
-            f"KubeRayOperator-{release.namespace}",
+            "KubeRayOperator",
             cluster=cluster,
             pin=release.pin,
             release=release.release,

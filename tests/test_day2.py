@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from preflight.changes import ADD, MODIFY, PROTECTED_TYPES, REMOVE, REPLACE, ResourceChange, deleted_after_apply, plan
+from preflight.changes import ADD, MODIFY, PROTECTED_TYPES, REMOVE, REPLACE, ResourceChange, created_beside_itself, deleted_after_apply, plan
 from preflight.deployed import Deployed, DeployedNodegroup, DeployedStack
 from preflight.redeploy import (
     KUBERAY_CRD_LABEL,
@@ -70,6 +70,7 @@ def redeploy_of(**env: str) -> Redeploy:
     settings, templates = synth(**env)
     return Redeploy(
         cluster_name=settings.cluster_name,
+        region=settings.region,
         kubernetes_version=settings.kubernetes_version,
         gpu_nodegroup_name=settings.gpu_nodegroup_name,
         system_nodegroup_name=settings.system_nodegroup_name,
@@ -269,6 +270,11 @@ def test_nodegroup_change_is_found_by_either_name() -> None:
 # --- stack states and KubeRay's CRDs ---------------------------------------------------------------
 
 
+def test_a_cluster_of_the_name_made_outside_the_stacks_is_refused() -> None:
+    result = check_stack_states(redeploy_of(), Deployed(stacks={}, cluster_version="1.35"))
+    assert not result.ok and "exists, but not the stack ray-llm-multinode-cluster" in result.detail and "eksctl" in result.fix
+
+
 @pytest.mark.parametrize(
     ("status", "ok", "fragment"),
     [
@@ -328,11 +334,38 @@ def test_same_kuberay_needs_no_cluster_access() -> None:
 # --- objects a deploy would apply and then delete --------------------------------------------------------
 
 
-def test_a_kuberay_namespace_change_installs_the_new_operator_and_uninstalls_the_old() -> None:
+def test_a_kuberay_namespace_change_is_refused() -> None:
+    """The chart's ClusterRoles have fixed names: a release in a second namespace cannot be installed
+    beside the first, and `helm upgrade --install` in place would leave the old operator running."""
     found = [c for c in changes("serving", {"KUBERAY_NAMESPACE": "ray-system"}) if c.resource_type == "Custom::AWSCDK-EKS-HelmChart"]
-    assert sorted((c.action, (c.after or c.before)["Properties"]["Namespace"]) for c in found) == [(ADD, "ray-system"), (REMOVE, "kuberay-operator")]
-    assert deleted_after_apply(changes("serving", {"KUBERAY_NAMESPACE": "ray-system"})) == []
-    assert check_stack_changes(redeploy_of(KUBERAY_NAMESPACE="ray-system"), deployed_as()).ok
+    assert [(c.action, c.properties) for c in found] == [(MODIFY, ("Namespace",))]
+    result = check_stack_changes(redeploy_of(KUBERAY_NAMESPACE="ray-system"), deployed_as())
+    assert not result.ok
+    assert "Helm release kuberay-operator would move from namespace kuberay-operator to ray-system" in result.fix
+    assert "make destroy STACKS=ray-llm-multinode-serving" in result.fix
+
+
+def test_admin_access_entries_are_keyed_by_principal() -> None:
+    a, b = "arn:aws:iam::123456789012:role/a", "arn:aws:iam::123456789012:role/b"
+    found = changes("cluster", {"ADMIN_PRINCIPAL_ARNS": b}, {"ADMIN_PRINCIPAL_ARNS": f"{a},{b}"})
+    assert [(c.resource_type, c.action) for c in found] == [("AWS::EKS::AccessEntry", REMOVE)]
+    reordered = changes("cluster", {"ADMIN_PRINCIPAL_ARNS": f"{b},{a}"}, {"ADMIN_PRINCIPAL_ARNS": f"{a},{b}"})
+    assert reordered == []
+
+
+def test_a_resource_created_beside_one_of_the_same_identity_is_refused() -> None:
+    """E.g. an access entry whose logical id moved (an upgrade from index-keyed entries): EKS refuses a
+    second entry for the principal while CloudFormation has not yet deleted the first."""
+    import copy
+
+    b = "arn:aws:iam::123456789012:role/b"
+    _, after = synth(ADMIN_PRINCIPAL_ARNS=b)
+    before = copy.deepcopy(after["cluster"])
+    (logical_id,) = [k for k, v in before["Resources"].items() if v["Type"] == "AWS::EKS::AccessEntry" and v["Properties"]["PrincipalArn"] == b]
+    before["Resources"]["Admin0"] = before["Resources"].pop(logical_id)
+    assert created_beside_itself(plan(before, after["cluster"])) == [
+        f"AWS::EKS::AccessEntry {logical_id} would be created while Admin0 with the same identity still exists"
+    ]
 
 
 def test_renames_delete_only_the_old_objects() -> None:

@@ -180,10 +180,26 @@ def test_a_leftover_control_plane_log_group_is_caught_on_the_first_deploy(aws: N
     boto3.client("logs", region_name=REGION).create_log_group(logGroupName=f"/aws/eks/{CLUSTER}/cluster")
     results = _run(_with_redeploy(redeploy_of()), gpu_quota=64, standard_quota=4)
     leftover = results["control-plane-log-group"]
-    assert not leftover.ok and "EKS never deletes it" in leftover.detail
-    assert f"aws logs delete-log-group --log-group-name /aws/eks/{CLUSTER}/cluster" in leftover.fix
-    assert "--import-existing-resources" in leftover.fix
+    assert not leftover.ok and "already exists outside the stacks" in leftover.detail
+    assert f"aws logs delete-log-group --region {REGION} --log-group-name /aws/eks/{CLUSTER}/cluster" in leftover.fix
     assert results["stack-states"].ok and "first deploy" in results["stack-states"].detail
+
+
+def test_a_log_group_eks_made_before_the_stack_owned_it_is_caught(aws: None) -> None:
+    """A cluster stack deployed before it created the group: EKS made the group, and the next deploy's
+    create of it would fail although the cluster stack exists."""
+    boto3.client("logs", region_name=REGION).create_log_group(logGroupName=f"/aws/eks/{CLUSTER}/cluster")
+    _eks_cluster("1.35", {"gpu-workers": 2, "system-nodes": 1})
+    deployed = _deployed_templates()
+    cluster_stack = f"{CLUSTER}-cluster"
+    deployed[cluster_stack] = {
+        **deployed[cluster_stack],
+        "Resources": {k: v for k, v in deployed[cluster_stack]["Resources"].items() if v["Type"] != "AWS::Logs::LogGroup"},
+    }
+    results = _run(_with_redeploy(redeploy_of()), gpu_quota=64, standard_quota=4, deployed=deployed)
+    assert not results["control-plane-log-group"].ok
+    owned = _run(_with_redeploy(redeploy_of()), gpu_quota=64, standard_quota=4, deployed=_deployed_templates())
+    assert owned["control-plane-log-group"].ok and "belongs to a deployed stack" in owned["control-plane-log-group"].detail
 
 
 def test_no_leftover_passes(aws: None) -> None:

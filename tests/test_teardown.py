@@ -86,7 +86,7 @@ class FakeKubectl:
         self.services = services
         self.reachable = reachable
 
-    def __call__(self, args: list[str]) -> subprocess.CompletedProcess[str]:
+    def __call__(self, args: list[str], stdin: str | None = None) -> subprocess.CompletedProcess[str]:
         self.calls.append(args)
         if not self.reachable:
             return subprocess.CompletedProcess(args, 1, "", "The connection to the server was refused")
@@ -108,7 +108,28 @@ def test_before_deletes_load_balancers_ingresses_and_the_rayservice() -> None:
     assert "deleted RayService inference/ray-llm" in done
 
 
-def test_before_without_a_cluster_says_so_and_lets_the_destroy_go_on() -> None:
+def test_before_without_access_says_so_and_lets_the_destroy_go_on() -> None:
     kubectl = FakeKubectl([], reachable=False)
     (line,) = teardown.before(settings_for(), kubectl)
-    assert line.startswith("skipped: cannot reach the cluster") and len(kubectl.calls) == 1
+    assert line.startswith("skipped: cannot list the cluster's Services") and len(kubectl.calls) == 1
+
+
+def test_before_never_uses_the_current_kubectl_context(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Any) -> None:
+    """`make destroy` binds kubectl to this cluster through a kubeconfig of its own: a fake `aws` that
+    writes it and a fake `kubectl` that records the KUBECONFIG it was given."""
+    import os
+    import stat
+
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    log = tmp_path / "kubectl.log"
+    (bin_dir / "aws").write_text('#!/bin/sh\n# aws eks update-kubeconfig ... --kubeconfig FILE\nfor a; do last="$a"; done\necho "apiVersion: v1" > "$last"\n')
+    (bin_dir / "kubectl").write_text(f'#!/bin/sh\necho "$KUBECONFIG $*" >> {log}\necho \'{{"items": []}}\'\n')
+    for tool in ("aws", "kubectl"):
+        (bin_dir / tool).chmod(stat.S_IRWXU)
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+    monkeypatch.setenv("KUBECONFIG", "/the/users/own/config")
+    assert teardown.main(["before"]) == 0
+    calls = log.read_text().splitlines()
+    assert calls and all(line.split()[0].endswith("/config") and not line.startswith("/the/users/own") for line in calls)
+    assert "deleted RayService inference/ray-llm" in capsys.readouterr().out

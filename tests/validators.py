@@ -129,23 +129,30 @@ def ray_serve_llm_placement(llm_config: dict[str, Any]) -> tuple[list[dict[str, 
     LLMServer's merge of the replica actor into the first bundle, read from Ray's source (the modules
     import vLLM, which cannot be installed here) and run on the config."""
     import copy as copy_module
-    from typing import Dict, List  # noqa: UP035 (names Ray's source uses)
 
     import ray
     from ray.llm._internal.serve.core.configs.accelerators import format_ray_accelerator_resource
 
     root = Path(ray.__file__).parent / "llm/_internal/serve"
-    namespace: dict[str, Any] = {"List": List, "Dict": Dict, "Any": Any, "copy": copy_module, "format_ray_accelerator_resource": format_ray_accelerator_resource}
+    namespace: dict[str, Any] = {
+        "List": list,
+        "Dict": dict,
+        "Any": Any,
+        "copy": copy_module,
+        "format_ray_accelerator_resource": format_ray_accelerator_resource,
+    }
     models = ast.parse((root / "engines/vllm/vllm_models.py").read_text())
     (engine_cls,) = [n for n in models.body if isinstance(n, ast.ClassDef) and n.name == "VLLMEngineConfig"]
     wanted = {"tensor_parallel_degree", "pipeline_parallel_degree", "num_devices", "placement_strategy", "placement_bundles"}
     methods = [n for n in engine_cls.body if isinstance(n, ast.FunctionDef) and n.name in wanted]
     assert {m.name for m in methods} == wanted, "Ray's VLLMEngineConfig changed: update this reader"
-    engine_module = ast.Module(body=[ast.ClassDef(name="EngineConfig", bases=[], keywords=[], body=methods, decorator_list=[], type_params=[])], type_ignores=[])
-    exec(compile(ast.fix_missing_locations(engine_module), str(root / "engines/vllm/vllm_models.py"), "exec"), namespace)  # noqa: S102
+    engine_module = ast.Module(
+        body=[ast.ClassDef(name="EngineConfig", bases=[], keywords=[], body=methods, decorator_list=[], type_params=[])], type_ignores=[]
+    )
+    exec(compile(ast.fix_missing_locations(engine_module), str(root / "engines/vllm/vllm_models.py"), "exec"), namespace)
     server = ast.parse((root / "core/server/llm_server.py").read_text())
     (merge,) = [n for n in server.body if isinstance(n, ast.FunctionDef) and n.name == "_merge_replica_actor_and_child_actor_bundles"]
-    exec(compile(ast.Module(body=[merge], type_ignores=[]), str(root / "core/server/llm_server.py"), "exec"), namespace)  # noqa: S102
+    exec(compile(ast.Module(body=[merge], type_ignores=[]), str(root / "core/server/llm_server.py"), "exec"), namespace)
 
     engine = namespace["EngineConfig"]()
     engine.placement_group_config = llm_config.get("placement_group_config")

@@ -1,17 +1,25 @@
 """Make targets that talk to the deployed cluster, with names from the same settings as the synth:
 `make stacks`, `make kubeconfig`, `make kuberay-crds`, `make wait-ready`, `make status`, `make verify-efa`.
+
+All but `make kubeconfig` (which writes your own kubeconfig) run kubectl against this cluster only,
+through a kubeconfig of their own (preflight.kube), whatever your current context is.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
-import shutil
+import re
 import subprocess
 import sys
+import time
+from collections.abc import Callable
+from typing import Any
 
 import yaml
 
+from preflight.kube import ClusterUnreachable, Kubectl, cluster_kubectl
 from preflight.redeploy import KUBERAY_CRD_LABEL
 from settings import SettingError, Settings, load_settings, versions
 from settings.context_files import read_project_context
@@ -28,49 +36,61 @@ def kuberay_crd_documents(settings: Settings) -> str:
     return "---\n".join(documents)
 
 
-def commands(settings: Settings, action: str, timeout: str) -> list[list[str]]:
+def ray_service_verdict(obj: dict[str, Any]) -> tuple[bool, str]:
+    """(ready, what it is doing) of a RayService object: Ready=True for the spec KubeRay has seen, so an
+    old Ready from before a change does not count."""
+    status = obj.get("status", {}) or {}
+    generation = obj.get("metadata", {}).get("generation")
+    seen = status.get("observedGeneration")
+    conditions = {c.get("type"): c for c in status.get("conditions", []) or []}
+    ready = conditions.get("Ready", {})
+    apps = (status.get("activeServiceStatus", {}) or {}).get("applicationStatuses", {}) or {}
+    app_states = ", ".join(f"{name} {app.get('status', '?')}" for name, app in sorted(apps.items())) or "no Serve application yet"
+    message = ready.get("message") or ready.get("reason") or "no Ready condition yet"
+    if seen != generation:
+        return False, f"KubeRay has not seen generation {generation} yet (observed {seen})"
+    return ready.get("status") == "True", f"Ready={ready.get('status', 'Unknown')} ({message}); {app_states}"
+
+
+def _duration_seconds(text: str) -> int:
+    match = re.fullmatch(r"(\d+)([smh]?)", text.strip())
+    if not match:
+        raise SettingError("WAIT_TIMEOUT", text, "a duration such as 45m, 90s or 1h")
+    return int(match[1]) * {"": 1, "s": 1, "m": 60, "h": 3600}[match[2]]
+
+
+def wait_ready(
+    settings: Settings, kubectl: Kubectl, timeout_s: int, *, clock: Callable[[], float] = time.monotonic, sleep: Callable[[float], None] = time.sleep
+) -> int:
     ns, name = settings.namespace, settings.ray_service_name
-    gpu_role = GPU_NODE_LABELS["role"]
-    return {
-        "kubeconfig": [["aws", "eks", "update-kubeconfig", "--region", settings.region, "--name", settings.cluster_name]],
-        # Server-side: the CRDs are too large for the last-applied annotation of a client-side apply.
-        "kuberay-crds": [["kubectl", "apply", "--server-side", "--force-conflicts", "-f", "-"]],
-        "wait-ready": [
-            ["kubectl", "wait", "-n", ns, f"rayservice/{name}", "--for=condition=Ready", f"--timeout={timeout}"],
-        ],
-        "status": [
-            ["kubectl", "get", "rayservice", "-n", ns, name],
-            ["kubectl", "get", "pods", "-n", ns, "-o", "wide"],
-            [
-                "kubectl",
-                "get",
-                "nodes",
-                "-l",
-                f"role={gpu_role}",
-                "-o",
-                "custom-columns=NAME:.metadata.name,GPU:.status.allocatable.nvidia\\.com/gpu,EFA:.status.allocatable.vpc\\.amazonaws\\.com/efa",
-            ],
-        ],
-    }[action]
+    start = clock()
+    last = ""
+    while True:
+        got = kubectl(["get", "rayservice", "-n", ns, name, "-o", "json"])
+        verdict = (False, got.stderr.strip()[:200]) if got.returncode != 0 else ray_service_verdict(json.loads(got.stdout))
+        elapsed = int(clock() - start)
+        if verdict[1] != last:
+            print(f"[{elapsed // 60:02d}:{elapsed % 60:02d}] RayService {ns}/{name}: {verdict[1]}", flush=True)
+            last = verdict[1]
+        if verdict[0]:
+            return 0
+        if elapsed >= timeout_s:
+            print(f"error: RayService {ns}/{name} not Ready within {timeout_s}s: see `kubectl describe rayservice -n {ns} {name}`", file=sys.stderr)
+            return 1
+        sleep(15)
 
 
-def verify_efa(settings: Settings) -> int:
+def verify_efa(settings: Settings, kubectl: Kubectl) -> int:
     """Which NIXL backend each GPU worker started: every one must be LIBFABRIC, not UCX."""
-    pods = subprocess.run(
-        ["kubectl", "get", "pods", "-n", settings.namespace, "-l", "ray.io/node-type=worker", "-o", "jsonpath={.items[*].metadata.name}"],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
+    pods = kubectl(["get", "pods", "-n", settings.namespace, "-l", "ray.io/node-type=worker", "-o", "jsonpath={.items[*].metadata.name}"])
     if pods.returncode != 0:
         print(f"error: {pods.stderr.strip()}", file=sys.stderr)
         return 1
     verdicts = []
     for pod in pods.stdout.split():
-        found = subprocess.run(
-            ["kubectl", "exec", "-n", settings.namespace, pod, "-c", "ray-worker", "--", "sh", "-c",
-             "grep -rhoE 'Backend (LIBFABRIC|UCX) was instantiated' /tmp/ray/session_latest/logs/ | sort -u"],
-            capture_output=True, text=True, check=False,
+        found = kubectl(
+            ["exec", "-n", settings.namespace, pod, "-c", "ray-worker", "--", "sh", "-c",
+             "grep -rhoE 'Backend (LIBFABRIC|UCX) was instantiated' /tmp/ray/session_latest/logs/ | sort -u"]
         )  # fmt: skip
         backends = sorted({line.split()[1] for line in found.stdout.splitlines() if line.startswith("Backend ")})
         verdicts.append(backends == ["LIBFABRIC"])
@@ -78,36 +98,51 @@ def verify_efa(settings: Settings) -> int:
     return 0 if verdicts and all(verdicts) else 1
 
 
+def status(settings: Settings, kubectl: Kubectl) -> int:
+    gpu_role = GPU_NODE_LABELS["role"]
+    columns = "custom-columns=NAME:.metadata.name,GPU:.status.allocatable.nvidia\\.com/gpu,EFA:.status.allocatable.vpc\\.amazonaws\\.com/efa"
+    failed = 0
+    for args in (
+        ["get", "rayservice", "-n", settings.namespace, settings.ray_service_name],
+        ["get", "pods", "-n", settings.namespace, "-o", "wide"],
+        ["get", "nodes", "-l", f"role={gpu_role}", "-o", columns],
+    ):
+        result = kubectl(args)
+        print(result.stdout.rstrip() or result.stderr.rstrip())
+        failed |= result.returncode
+    return 1 if failed else 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("action", choices=("stacks", "kubeconfig", "kuberay-crds", "wait-ready", "status", "verify-efa"))
-    parser.add_argument("--timeout", default=os.environ.get("WAIT_TIMEOUT", "45m"), help="wait-ready: how long to wait (kubectl duration)")
+    parser.add_argument("--timeout", default=os.environ.get("WAIT_TIMEOUT", "45m"), help="wait-ready: how long to wait (e.g. 45m)")
     args = parser.parse_args(argv)
     try:
         settings = load_settings(os.environ, read_project_context())
+        timeout_s = _duration_seconds(args.timeout)
     except SettingError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
     if args.action == "stacks":
         print("\n".join(settings.stack_names.values()))
         return 0
-    if args.action == "verify-efa":
-        return verify_efa(settings)
-    for command in commands(settings, args.action, args.timeout):
-        if shutil.which(command[0]) is None:
-            print(f"error: {command[0]} is not installed (needed for `make {args.action}`)", file=sys.stderr)
-            return 2
-        stdin = kuberay_crd_documents(settings) if args.action == "kuberay-crds" else None
-        result = subprocess.run(command, input=stdin, text=True, check=False)
-        if result.returncode != 0:
+    if args.action == "kubeconfig":
+        return subprocess.run(["aws", "eks", "update-kubeconfig", "--region", settings.region, "--name", settings.cluster_name], check=False).returncode
+    try:
+        with cluster_kubectl(settings.region, settings.cluster_name) as kubectl:
+            if args.action == "kuberay-crds":
+                applied = kubectl(["apply", "--server-side", "--force-conflicts", "-f", "-"], kuberay_crd_documents(settings))
+                print(applied.stdout.rstrip() or applied.stderr.rstrip())
+                return 0 if applied.returncode == 0 else 1
             if args.action == "wait-ready":
-                print(
-                    f"error: RayService {settings.namespace}/{settings.ray_service_name} not Ready within {args.timeout}: "
-                    f"see `kubectl describe rayservice -n {settings.namespace} {settings.ray_service_name}`",
-                    file=sys.stderr,
-                )
-            return 1
-    return 0
+                return wait_ready(settings, kubectl, timeout_s)
+            if args.action == "status":
+                return status(settings, kubectl)
+            return verify_efa(settings, kubectl)
+    except ClusterUnreachable as error:
+        print(f"error: cannot reach cluster {settings.cluster_name} in {settings.region}: {error}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

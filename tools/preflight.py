@@ -51,6 +51,7 @@ def preflight_input(settings: Settings, templates: dict[str, dict[str, object]] 
     redeploy = (
         Redeploy(
             cluster_name=settings.cluster_name,
+            region=settings.region,
             kubernetes_version=settings.kubernetes_version,
             gpu_nodegroup_name=settings.gpu_nodegroup_name,
             system_nodegroup_name=settings.system_nodegroup_name,

@@ -12,42 +12,37 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import shutil
 import subprocess
 import sys
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from preflight.kube import ClusterUnreachable, Kubectl, cluster_kubectl
 from settings import SettingError, Settings, load_settings
 from settings.context_files import read_project_context
 
-Kubectl = Callable[[list[str]], "subprocess.CompletedProcess[str]"]
+
+def _said(result: subprocess.CompletedProcess[str], done: str) -> str:
+    return done if result.returncode == 0 else f"FAILED ({result.stderr.strip()[:200]}): {done}"
 
 
-def run_kubectl(args: list[str]) -> subprocess.CompletedProcess[str]:
-    if shutil.which("kubectl") is None:
-        return subprocess.CompletedProcess(["kubectl", *args], 127, "", "kubectl not found on PATH")
-    return subprocess.run(["kubectl", *args], capture_output=True, text=True, timeout=900, check=False)
-
-
-def before(settings: Settings, kubectl: Kubectl = run_kubectl) -> list[str]:
-    """Delete the cluster's load balancer Services, Ingresses and the RayService. Returns what it did."""
+def before(settings: Settings, kubectl: Kubectl) -> list[str]:
+    """Delete this cluster's load balancer Services, Ingresses and the RayService. Returns what it did.
+    ``kubectl`` is bound to this cluster (preflight.kube), never to the user's current context."""
     done: list[str] = []
     listed = kubectl(["get", "services", "--all-namespaces", "-o", "json"])
     if listed.returncode != 0:
-        # No cluster (already gone) or no access: nothing to clean from here; `after` lists what is left.
-        return [f"skipped: cannot reach the cluster ({listed.stderr.strip()[:200]}); run `make kubeconfig` if it still exists"]
+        return [f"skipped: cannot list the cluster's Services ({listed.stderr.strip()[:200]})"]
     for item in json.loads(listed.stdout or "{}").get("items", []):
         if item.get("spec", {}).get("type") == "LoadBalancer":
             namespace, name = item["metadata"]["namespace"], item["metadata"]["name"]
-            kubectl(["delete", "service", "-n", namespace, name, "--wait=true"])
-            done.append(f"deleted Service {namespace}/{name} (type LoadBalancer)")
+            deleted = kubectl(["delete", "service", "-n", namespace, name, "--wait=true"])
+            done.append(_said(deleted, f"deleted Service {namespace}/{name} (type LoadBalancer)"))
     ingresses = kubectl(["delete", "ingress", "--all-namespaces", "--all", "--wait=true"])
-    if ingresses.returncode == 0 and ingresses.stdout.strip():
-        done.append(f"deleted Ingresses: {ingresses.stdout.strip()}")
+    if ingresses.returncode != 0 or ingresses.stdout.strip():
+        done.append(_said(ingresses, f"deleted Ingresses: {ingresses.stdout.strip()}"))
     ray = kubectl(["delete", "rayservice", "-n", settings.namespace, settings.ray_service_name, "--ignore-not-found", "--wait=true"])
-    done.append(f"deleted RayService {settings.namespace}/{settings.ray_service_name}" if ray.returncode == 0 else f"RayService: {ray.stderr.strip()[:200]}")
+    done.append(_said(ray, f"deleted RayService {settings.namespace}/{settings.ray_service_name}"))
     return done
 
 
@@ -64,6 +59,7 @@ def _tag_filters(cluster: str) -> list[list[dict[str, Any]]]:
         [{"Name": f"tag:kubernetes.io/cluster/{cluster}", "Values": ["owned", "shared"]}],
         [{"Name": "tag:cluster.k8s.amazonaws.com/name", "Values": [cluster]}],
         [{"Name": "tag:eks:cluster-name", "Values": [cluster]}],
+        [{"Name": "tag:elbv2.k8s.aws/cluster", "Values": [cluster]}],  # the AWS Load Balancer Controller's
         [{"Name": "tag:cluster", "Values": [cluster]}],  # this project's own tag
     ]
 
@@ -90,6 +86,14 @@ def after(settings: Settings, session: Any) -> list[Leftover]:
             if tags.get("elbv2.k8s.aws/cluster") == cluster or f"kubernetes.io/cluster/{cluster}" in tags or tags.get("cluster") == cluster:
                 arn = description["ResourceArn"]
                 found[arn] = Leftover("load balancer", arn, f"aws elbv2 delete-load-balancer --region {region} --load-balancer-arn {arn}")
+    classic = session.client("elb", region_name=region)  # the in-tree Service controller's load balancers
+    names = [lb["LoadBalancerName"] for page in classic.get_paginator("describe_load_balancers").paginate() for lb in page["LoadBalancerDescriptions"]]
+    for start in range(0, len(names), 20):
+        for description in classic.describe_tags(LoadBalancerNames=names[start : start + 20])["TagDescriptions"]:
+            tags = {t["Key"]: t.get("Value", "") for t in description.get("Tags", [])}
+            if f"kubernetes.io/cluster/{cluster}" in tags:
+                name = description["LoadBalancerName"]
+                found[name] = Leftover("classic load balancer", name, f"aws elb delete-load-balancer --region {region} --load-balancer-name {name}")
     logs = session.client("logs", region_name=region)
     for group in logs.describe_log_groups(logGroupNamePrefix=f"/aws/eks/{cluster}/")["logGroups"]:
         name = group["logGroupName"]
@@ -107,7 +111,13 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {error}", file=sys.stderr)
         return 2
     if args.step == "before":
-        for line in before(settings):
+        try:
+            with cluster_kubectl(settings.region, settings.cluster_name) as kubectl:
+                lines = before(settings, kubectl)
+        except ClusterUnreachable as error:
+            # No cluster (already gone) or no access: nothing to clean from here; `after` lists what is left.
+            lines = [f"skipped: cannot reach cluster {settings.cluster_name} ({error})"]
+        for line in lines:
             print(f"before destroy: {line}")
         return 0
     import boto3
