@@ -23,6 +23,12 @@ def main() -> int:
             f"run `make lookup` with AWS credentials to find an AZ of {settings.region} that offers {settings.gpu_node.name}",
             file=sys.stderr,
         )
+    if settings.dlc_image_source == "tag only":
+        print(
+            f"notice: DLC_IMAGE={settings.dlc_image} is a tag, which AWS moves when it patches the image: nodes pulling on "
+            "different days could run different builds; run `make lookup` with AWS credentials to pin its digest",
+            file=sys.stderr,
+        )
     if settings.unresolved_addons:
         print(
             f"notice: no cached add-on versions for K8S_VERSION={settings.kubernetes_version} ({', '.join(settings.unresolved_addons)}): "

@@ -26,7 +26,7 @@ from preflight import redeploy as day2
 from preflight.charts import check_helm_charts
 from preflight.deployed import Deployed, read_deployed
 from preflight.redeploy import Redeploy
-from preflight.results import CheckResult
+from preflight.results import CheckResult, warn
 from preflight.results import fail as _fail
 from preflight.results import ok as _pass
 from settings.instance_types import G_QUOTA, P_QUOTA, STANDARD_QUOTA, on_demand_quota_of
@@ -77,6 +77,9 @@ class PreflightInput:
     # Extra nodes a rolling update of each nodegroup launches before it drains the old ones.
     gpu_update_surge_nodes: int = 0
     system_update_surge_nodes: int = 0
+    # The Kubernetes API endpoint: "public-and-private" | "private" | "public", and its public allow-list.
+    endpoint_access: str = "public-and-private"
+    public_access_cidrs: tuple[str, ...] = ()
     # A deploy over deployed stacks: the synthesized templates to compare with them (None: skip).
     redeploy: Redeploy | None = None
     helm_charts: tuple[HelmChartPin, ...] = ()
@@ -389,6 +392,21 @@ def _check_log_group(ctx: _Context) -> CheckResult:
     return day2.check_control_plane_log_group(ctx.inp.redeploy, ctx.deployed(), ctx.client("logs"))
 
 
+def _check_api_endpoint(ctx: _Context) -> CheckResult:
+    """A public endpoint open to the whole internet is allowed (hosted CI runners have no fixed address),
+    but it is a choice to make knowingly."""
+    inp = ctx.inp
+    if inp.endpoint_access == "private":
+        return _pass("api-endpoint", "private only: reachable from inside the VPC")
+    if inp.public_access_cidrs:
+        return _pass("api-endpoint", f"{inp.endpoint_access}, public side limited to {', '.join(inp.public_access_cidrs)}")
+    return warn(
+        "api-endpoint",
+        f"{inp.endpoint_access}, public side open to 0.0.0.0/0 (IAM authentication still applies)",
+        "set PUBLIC_ACCESS_CIDRS to your networks (and your CI runners' egress), or ENDPOINT_ACCESS=private with a runner in the VPC",
+    )
+
+
 def _check_charts(ctx: _Context) -> CheckResult:
     return check_helm_charts(ctx.inp.helm_charts)
 
@@ -432,6 +450,7 @@ _AWS_CHECKS: tuple[tuple[str, _Check], ...] = (
     ("gpu-vcpu-quota", _check_gpu_quota),
     ("standard-vcpu-quota", _check_standard_quota),
     ("cdk-bootstrap", _check_bootstrap),
+    ("api-endpoint", _check_api_endpoint),
     ("helm-charts", _check_charts),
 )
 
@@ -475,12 +494,12 @@ def run_checks(inp: PreflightInput, session: boto3.session.Session) -> list[Chec
 
 def format_table(results: list[CheckResult]) -> str:
     """CHECK | RESULT | DETAIL, aligned, then one `fix:` line per failed check."""
-    rows = [("CHECK", "RESULT", "DETAIL")] + [(r.name, "PASS" if r.ok else "FAIL", r.detail) for r in results]
+    rows = [("CHECK", "RESULT", "DETAIL")] + [(r.name, r.verdict, r.detail) for r in results]
     name_width = max(len(row[0]) for row in rows)
     result_width = max(len(row[1]) for row in rows)
     lines = [f"{a:<{name_width}}  {b:<{result_width}}  {c}".rstrip() for a, b, c in rows]
     lines.insert(1, f"{'-' * name_width}  {'-' * result_width}  {'-' * 6}")
-    fixes = [f"fix: {r.name}: {r.fix}" for r in results if not r.ok and r.fix]
+    fixes = [f"fix: {r.name}: {r.fix}" for r in results if not r.ok and r.fix] + [f"warning: {r.name}: {r.warning}" for r in results if r.warning]
     if fixes:
         lines += ["", *fixes]
     return "\n".join(lines)

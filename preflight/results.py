@@ -11,6 +11,11 @@ class CheckResult:
     ok: bool
     detail: str  # what was found
     fix: str  # empty when ok; otherwise one sentence telling how to fix it
+    warning: str = ""  # ok, but worth a look: shown as WARN with this sentence
+
+    @property
+    def verdict(self) -> str:
+        return "FAIL" if not self.ok else "WARN" if self.warning else "PASS"
 
 
 def fail(name: str, detail: str, fix: str) -> CheckResult:
@@ -19,3 +24,7 @@ def fail(name: str, detail: str, fix: str) -> CheckResult:
 
 def ok(name: str, detail: str) -> CheckResult:
     return CheckResult(name=name, ok=True, detail=detail, fix="")
+
+
+def warn(name: str, detail: str, warning: str) -> CheckResult:
+    return CheckResult(name=name, ok=True, detail=detail, fix="", warning=warning)

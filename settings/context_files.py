@@ -9,6 +9,7 @@ from typing import Any
 REPO = Path(__file__).resolve().parent.parent
 CDK_JSON = REPO / "cdk.json"
 CDK_CONTEXT_JSON = REPO / "cdk.context.json"
+LOOKUP_PREFIX = "ray-llm:"  # every key `make lookup` caches starts with it
 
 
 def read_project_context() -> dict[str, Any]:

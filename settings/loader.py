@@ -17,6 +17,7 @@ from typing import Any
 
 from settings import versions
 from settings.errors import SettingError
+from settings.images import pinned_image
 from settings.instance_types import (
     BUILT_IN,
     BUILT_IN_GPU_TYPES,
@@ -388,7 +389,8 @@ def load_settings(environ: Mapping[str, str], context: Mapping[str, Any]) -> Set
         gpu_root_volume_gib=_integer("GPU_ROOT_VOLUME_GIB", raw["GPU_ROOT_VOLUME_GIB"], 100, 2000),
         gpu_az=zones.gpu_az,
         gpu_az_source=zones.source,
-        dlc_image=_image(raw["DLC_IMAGE"], region),
+        dlc_image=pinned_image(_image(raw["DLC_IMAGE"], region), context)[0],
+        dlc_image_source=pinned_image(_image(raw["DLC_IMAGE"], region), context)[1],
         kuberay_version=_kuberay_version(raw["KUBERAY_VERSION"]),
         kuberay_namespace=_dns_label("KUBERAY_NAMESPACE", raw["KUBERAY_NAMESPACE"]),
         ray_version=_semver("RAY_VERSION", raw["RAY_VERSION"], "X.Y.Z, at least 2.49.0 (build_pd_openai_app)", lambda v: v >= (2, 49, 0)),

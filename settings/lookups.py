@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from settings.images import ecr_image, image_digest_context_key
 from settings.instance_types import BUILT_IN, InstanceFacts, instance_type_context_key
 from settings.versions import EKS_ADDON_VERSIONS
 from settings.zones import offerings_context_key, zones_context_key
@@ -51,13 +52,29 @@ def default_addon_versions(session: Any, region: str, kubernetes_version: str) -
     return found
 
 
-def look_up(session: Any, *, region: str, gpu_node_type: str, system_node_type: str, kubernetes_version: str) -> dict[str, Any]:
+def image_digest(session: Any, image: str) -> str | None:
+    """The digest an ECR image tag points at now (BatchGetImage: what `docker pull` itself asks)."""
+    parts = ecr_image(image)
+    if parts is None:
+        return None
+    ecr = session.client("ecr", region_name=parts.region)
+    found = ecr.batch_get_image(registryId=parts.registry_id, repositoryName=parts.repository, imageIds=[{"imageTag": parts.tag}])
+    images = found.get("images", [])
+    if not images:
+        reasons = "; ".join(f"{f.get('failureCode')}: {f.get('failureReason')}" for f in found.get("failures", []))
+        raise LookupError(f"{image}: {reasons or 'not found'}")
+    return str(images[0]["imageId"]["imageDigest"])
+
+
+def look_up(session: Any, *, region: str, gpu_node_type: str, system_node_type: str, kubernetes_version: str, image: str | None = None) -> dict[str, Any]:
     """Every answer the synth may need for these settings, as cdk.context.json entries."""
     entries: dict[str, Any] = {
         zones_context_key(region): availability_zones(session, region),
         offerings_context_key(region, gpu_node_type): zones_offering(session, region, gpu_node_type),
         addon_versions_context_key(region, kubernetes_version): default_addon_versions(session, region, kubernetes_version),
     }
+    if image is not None and (digest := image_digest(session, image)) is not None:
+        entries[image_digest_context_key(image)] = digest
     for name in sorted({gpu_node_type, system_node_type} - set(BUILT_IN)):
         entries[instance_type_context_key(name)] = instance_facts(session, region, name).to_context()
     return entries

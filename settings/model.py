@@ -32,7 +32,7 @@ class Settings:
     gpu_update_strategy: str  # "minimal" (replace without extra nodes) | "default" (surge first)
     gpu_az: str
     gpu_az_source: str  # where gpu_az came from, printed by the synth
-    dlc_image: str
+    dlc_image: str  # what the pods pull: repository@sha256:… once `make lookup` has resolved the tag
     kuberay_version: str
     kuberay_namespace: str
     ray_version: str
@@ -47,6 +47,7 @@ class Settings:
     # Managed add-on -> version: pinned in settings/versions.py, else EKS's default for kubernetes_version
     # as `make lookup` cached it, else None (EKS's default at create time; it does not follow upgrades).
     eks_addon_versions: tuple[tuple[str, str | None], ...] = ()
+    dlc_image_source: str = "digest given"  # "digest given", "cached look-up" or "tag only"
 
     @property
     def unresolved_addons(self) -> tuple[str, ...]:

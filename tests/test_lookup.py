@@ -94,3 +94,46 @@ def test_preflight_input_comes_from_the_settings() -> None:
     inp = preflight_input(load_settings({}, {}))
     assert (inp.gpu_instance_type, inp.gpu_vcpus, inp.gpu_node_count) == ("g6.8xlarge", 32, 2)
     assert (inp.gpu_quota_code, inp.system_vcpus, inp.system_node_count) == ("L-DB2E81BA", 4, 1)
+
+
+def test_the_image_tag_is_resolved_to_its_digest_and_the_pods_use_it(aws: boto3.session.Session) -> None:
+    """ECR BatchGetImage on moto: the tag's digest is cached, and the synth pins head and workers to it."""
+    from settings.images import image_digest_context_key
+    from stacks.serving_stack import build_rayservice_chart
+
+    image = "123456789012.dkr.ecr.sa-east-1.amazonaws.com/ray:serve-llm-cuda-v1.0"
+    ecr = boto3.client("ecr", region_name="sa-east-1")
+    ecr.create_repository(repositoryName="ray")
+    manifest = json.dumps({"schemaVersion": 2, "mediaType": "application/vnd.docker.distribution.manifest.v2+json", "config": {"digest": "sha256:" + "1" * 64}})
+    ecr.put_image(repositoryName="ray", imageManifest=manifest, imageTag="serve-llm-cuda-v1.0")
+    entries = look_up(aws, region="sa-east-1", gpu_node_type="g6.8xlarge", system_node_type="m7i.xlarge", kubernetes_version="1.35", image=image)
+    digest = entries[image_digest_context_key(image)]
+    assert digest.startswith("sha256:") and len(digest) == 71
+
+    settings = load_settings({"DLC_IMAGE": image}, entries)
+    assert settings.dlc_image == f"123456789012.dkr.ecr.sa-east-1.amazonaws.com/ray@{digest}" and settings.dlc_image_source == "cached look-up"
+    cluster = build_rayservice_chart(settings).ray_service.to_json()["spec"]["rayClusterConfig"]
+    images = [cluster["headGroupSpec"]["template"]["spec"]["containers"][0]["image"]]
+    images += [g["template"]["spec"]["containers"][0]["image"] for g in cluster["workerGroupSpecs"]]
+    assert images == [settings.dlc_image] * 3
+
+    # AWS moves the tag: a new digest, and the pods' image changes with it (what `cdk diff` then shows).
+    ecr.put_image(repositoryName="ray", imageManifest=manifest.replace("1" * 64, "2" * 64), imageTag="serve-llm-cuda-v1.0")
+    moved = look_up(_Session(), region="sa-east-1", gpu_node_type="g6.8xlarge", system_node_type="m7i.xlarge", kubernetes_version="1.35", image=image)
+    assert moved[image_digest_context_key(image)] != digest
+    assert load_settings({"DLC_IMAGE": image}, moved).dlc_image != settings.dlc_image
+
+
+def test_without_a_cached_digest_the_synth_says_so(tmp_path: Path) -> None:
+    import os
+    import subprocess
+    import sys
+
+    from settings.loader import SPECS
+    from tests.conftest import REPO
+
+    env = {k: v for k, v in os.environ.items() if k not in {spec.env for spec in SPECS}} | {"CDK_OUTDIR": str(tmp_path / "out")}
+    result = subprocess.run([sys.executable, "app.py"], cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr
+    notices = [line for line in result.stderr.splitlines() if line.startswith("notice: DLC_IMAGE=")]
+    assert notices and "is a tag, which AWS moves" in notices[0] and "make lookup" in notices[0]

@@ -55,6 +55,7 @@ ORDER = [
     "gpu-vcpu-quota",
     "standard-vcpu-quota",
     "cdk-bootstrap",
+    "api-endpoint",
     "helm-charts",
 ]
 NO_ASSEMBLY = "no synthesized assembly to compare (first deploy checks only)"
@@ -184,6 +185,7 @@ def test_all_checks_pass(aws: None, capsys: pytest.CaptureFixture[str]) -> None:
             "",
         ),
         ("cdk-bootstrap", True, "stack CDKToolkit is CREATE_COMPLETE, bootstrap version 28", ""),
+        ("api-endpoint", True, "public-and-private, public side open to 0.0.0.0/0 (IAM authentication still applies)", ""),
         ("helm-charts", True, "no Helm chart to install", ""),
     ]
 
@@ -191,9 +193,23 @@ def test_all_checks_pass(aws: None, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(INPUT, session) == 0
     out = capsys.readouterr().out
     assert "FAIL" not in out
-    assert out.count("PASS") == len(ORDER)
+    assert out.count("PASS") == len(ORDER) - 1 and out.count("WARN") == 1  # the public API endpoint is open to anywhere
+    assert "warning: api-endpoint: set PUBLIC_ACCESS_CIDRS" in out
     assert "fix:" not in out
     assert out.rstrip().endswith("All checks passed.")
+
+
+def test_a_limited_or_private_endpoint_gives_no_warning(aws: None) -> None:
+    from dataclasses import replace
+
+    create_bootstrap_stack()
+    for changes, detail in (
+        ({"public_access_cidrs": ("203.0.113.0/24",)}, "public-and-private, public side limited to 203.0.113.0/24"),
+        ({"endpoint_access": "private"}, "private only: reachable from inside the VPC"),
+    ):
+        session, _ = default_quotas()
+        endpoint = by_name(run_checks(replace(INPUT, **changes), session))["api-endpoint"]
+        assert (endpoint.verdict, endpoint.detail) == ("PASS", detail)
 
 
 def test_p5_with_p_quota_passes(aws: None) -> None:

@@ -77,6 +77,8 @@ def preflight_input(settings: Settings, templates: dict[str, dict[str, object]] 
         cluster_name=settings.cluster_name,
         gpu_update_surge_nodes=settings.gpu_update_surge_nodes,
         system_update_surge_nodes=settings.system_update_surge_nodes,
+        endpoint_access=settings.endpoint_access,
+        public_access_cidrs=settings.public_access_cidrs,
         redeploy=redeploy,
         helm_charts=helm_charts(settings),
     )

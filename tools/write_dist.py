@@ -19,6 +19,7 @@ import yaml
 
 from k8s_constructs.kuberay_operator import kuberay_release
 from settings import Settings, load_settings
+from settings.context_files import LOOKUP_PREFIX, read_project_context
 from settings.versions import HelmChartPin
 from stacks.device_plugins import EFA, NVIDIA, efa_values, nvidia_values
 from stacks.serving_stack import build_rayservice_chart
@@ -45,7 +46,10 @@ def render(settings: Settings) -> dict[str, str]:
 
 
 def default_settings() -> Settings:
-    return load_settings({}, {})
+    """The built-in defaults, with the cached look-ups of cdk.context.json (the image digest among them),
+    but no setting from the environment, `-c` or cdk.json."""
+    cached = {key: value for key, value in read_project_context().items() if key.startswith(LOOKUP_PREFIX)}
+    return load_settings({}, cached)
 
 
 def main() -> int:
