@@ -26,7 +26,11 @@ def _tracked_files() -> list[str]:
 
 
 def test_no_build_test_or_make_file_reads_outside_the_repository() -> None:
-    code = [n for n in _tracked_files() if n.endswith(".py") or n in ("Makefile", "cdk.json", ".ci/run", "pyproject.toml") or n.startswith(".github/")]
+    code = [
+        n
+        for n in _tracked_files()
+        if (n.endswith(".py") or n in ("Makefile", "cdk.json", ".ci/run", "pyproject.toml") or n.startswith(".github/")) and n != "tests/test_self_contained.py"
+    ]
     offenders = [
         f"{name}:{number}: {line.strip()}" for name in code for number, line in enumerate((REPO / name).read_text().splitlines(), 1) if _OUTSIDE.search(line)
     ]
@@ -58,7 +62,7 @@ def test_crds_are_of_the_pinned_kuberay_version() -> None:
     source = (versions.KUBERAY_CRD_DIR / "VERSION.txt").read_text()
     assert f"Tag: v{versions.KUBERAY_OPERATOR.version} " in source
     for name in versions.KUBERAY_CRD_FILES:
-        crd = yaml.safe_load((versions.KUBERAY_CRD_DIR / name).read_text())
+        crd = yaml.load((versions.KUBERAY_CRD_DIR / name).read_text(), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
         assert crd["kind"] == "CustomResourceDefinition" and crd["spec"]["group"] == "ray.io"
     assert "Apache License 2.0" in (versions.KUBERAY_CRD_DIR / "README.md").read_text()
 

@@ -33,7 +33,7 @@ def _strict(schema: Any) -> Any:
 
 @cache
 def crd_validator(file_name: str, version: str = "v1") -> jsonschema.protocols.Validator:
-    crd = yaml.safe_load((CRD_DIR / file_name).read_text())
+    crd = yaml.load((CRD_DIR / file_name).read_text(), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
     (entry,) = [v for v in crd["spec"]["versions"] if v["name"] == version]
     schema = _strict(copy.deepcopy(entry["schema"]["openAPIV3Schema"]))
     # metadata is checked by the API server's ObjectMeta, not by the CRD schema.

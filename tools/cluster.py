@@ -30,9 +30,10 @@ def kuberay_crd_documents(settings: Settings) -> str:
     """The repository's KubeRay CRDs, labelled with their version so the preflight can tell they are applied."""
     documents = []
     for name in versions.KUBERAY_CRD_FILES:
-        crd = yaml.safe_load((versions.KUBERAY_CRD_DIR / name).read_text())
+        # libyaml's loader when PyYAML has it: the two CRDs are 2 MB of YAML.
+        crd = yaml.load((versions.KUBERAY_CRD_DIR / name).read_text(), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
         crd["metadata"].setdefault("labels", {})[KUBERAY_CRD_LABEL] = settings.kuberay_version
-        documents.append(yaml.safe_dump(crd, sort_keys=False))
+        documents.append(yaml.dump(crd, Dumper=getattr(yaml, "CSafeDumper", yaml.SafeDumper), sort_keys=False))
     return "---\n".join(documents)
 
 
