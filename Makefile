@@ -21,8 +21,15 @@ $(VENV)/.runtime: requirements.txt
 	$(PY) -m pip install --quiet -r requirements.txt
 	touch $@
 
-$(VENV)/.dev: $(VENV)/.runtime requirements-dev.txt
+$(VENV)/.dev: $(VENV)/.runtime requirements-dev.txt .nca-venv/.installed
 	$(PY) -m pip install --quiet -r requirements-dev.txt
+	touch $@
+
+# np-guard's network-config-analyzer computes the NetworkPolicies' connectivity in the tests. An
+# environment of its own: it pins PyYAML and networkx versions that conflict with cfn-lint's.
+.nca-venv/.installed:
+	$(PYTHON) -m venv .nca-venv
+	.nca-venv/bin/pip install --quiet network-config-analyzer==2.1.0
 	touch $@
 
 node_modules/.installed: package.json package-lock.json

@@ -20,6 +20,8 @@ from imports.io.ray import (
     RayService,
     RayServiceSpec,
     RayServiceSpecRayClusterConfig,
+    RayServiceSpecRayClusterConfigAuthOptions,
+    RayServiceSpecRayClusterConfigAuthOptionsMode,
     RayServiceSpecRayClusterConfigHeadGroupSpec,
     RayServiceSpecRayClusterConfigHeadGroupSpecTemplate,
     RayServiceSpecRayClusterConfigHeadGroupSpecTemplateSpec,
@@ -56,6 +58,7 @@ from imports.io.ray import (
 )
 from k8s_constructs import hf_token
 from k8s_constructs.hf_token import HfTokenProviderClass, hf_token_of
+from k8s_constructs.network_policies import NetworkPolicyProps, RayNetworkPolicies
 from k8s_constructs.serve_config import PHASE_RESOURCES, Phase, pd_application
 from settings import Settings
 from settings.scheduling import GPU_NODE_LABELS, LOCAL_NVME_MOUNT, SYSTEM_NODE_LABELS, gpu_toleration
@@ -117,6 +120,18 @@ class PdRayServiceChart(cdk8s.Chart):
             ),
         )
         self.serve_config_yaml = pd_application(s).to_yaml()
+        self.network_policies = RayNetworkPolicies(
+            self,
+            "NetworkPolicies",
+            props=NetworkPolicyProps(
+                namespace=s.namespace,
+                operator_namespace=s.kuberay_namespace,
+                serve_client_namespaces=s.serve_client_namespaces,
+                metrics_namespace=s.metrics_namespace,
+            ),
+        )
+        for policy in self.network_policies.policies:
+            policy.node.add_dependency(self.namespace_object)
 
         token = hf_token_of(s)
         if token is not None:
@@ -137,6 +152,11 @@ class PdRayServiceChart(cdk8s.Chart):
                 upgrade_strategy=RayServiceSpecUpgradeStrategy(type=UPGRADE_STRATEGY),
                 ray_cluster_config=RayServiceSpecRayClusterConfig(
                     ray_version=s.ray_version,
+                    # Ray's token authentication (Ray >= 2.52; on by default only from 2.61): KubeRay makes a
+                    # random token Secret per RayCluster, gives it to every Ray container and uses it for its
+                    # own dashboard calls. Without it any pod that reaches the head's dashboard could submit
+                    # a job, i.e. run code as root on the privileged GPU workers.
+                    auth_options=RayServiceSpecRayClusterConfigAuthOptions(mode=RayServiceSpecRayClusterConfigAuthOptionsMode.TOKEN),
                     head_group_spec=self._head_group(s),
                     worker_group_specs=[self._worker_group(s, "prefill", s.prefill_nodes), self._worker_group(s, "decode", s.decode_nodes)],
                 ),

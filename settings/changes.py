@@ -74,6 +74,8 @@ CHANGE_EFFECTS: Final[dict[str, tuple[str, str]]] = {
     "DECODE_REPLICAS": (IN_PLACE, "serveConfigV2, and KubeRay scales the decode worker group (the GPU nodegroup follows when GPU_NODE_COUNT is empty)"),
     "TENSOR_PARALLEL_SIZE": (IN_PLACE, "serveConfigV2 (the engines' bundles), and KubeRay scales the worker groups when the node counts change"),
     "MAX_MODEL_LEN": (IN_PLACE, "serveConfigV2: Ray Serve redeploys the application"),
+    "SERVE_CLIENT_NAMESPACES": (IN_PLACE, "the NetworkPolicy of the Serve port"),
+    "METRICS_NAMESPACE": (IN_PLACE, "the NetworkPolicy of the metrics port"),
     "HF_TOKEN_SECRET_NAME": (
         RECREATE,
         f"the CSI driver and Pod Identity are added in place; the workers' token volume is a RayCluster change: {_RECREATE_HOW}",

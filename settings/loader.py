@@ -115,7 +115,9 @@ SPECS: tuple[SettingSpec, ...] = (
         f"{versions.KUBERAY_OPERATOR.version} (the version of the CRDs in schemas/kuberay/, which the RayService is validated against)",
     ),
     SettingSpec("KUBERAY_NAMESPACE", "kuberay-operator", "Namespace of the KubeRay operator release", "DNS label, at most 63 characters"),
-    SettingSpec("RAY_VERSION", versions.RAY_VERSION, "Ray version inside DLC_IMAGE", "X.Y.Z, at least 2.49 (build_pd_openai_app)"),
+    SettingSpec(
+        "RAY_VERSION", versions.RAY_VERSION, "Ray version inside DLC_IMAGE", "X.Y.Z, at least 2.52 (token authentication; build_pd_openai_app since 2.49)"
+    ),
     SettingSpec("RAY_SERVICE_NAME", "ray-llm", "RayService name; the endpoint Service is NAME-serve-svc", "DNS label, at most 53 characters"),
     SettingSpec("MODEL_ID", "qwen3.5-9b", "Model name clients send in requests", "letters, digits, '.', '_', '-'"),
     SettingSpec("MODEL_SOURCE", "Qwen/Qwen3.5-9B", "Hugging Face repository of the weights", "ORG/NAME"),
@@ -128,6 +130,13 @@ SPECS: tuple[SettingSpec, ...] = (
         "1, 2, 4 or 8, at most the GPUs of GPU_NODE_TYPE",
     ),
     SettingSpec("MAX_MODEL_LEN", "4096", "vLLM max_model_len: sized to the KV cache that fits on the GPU", "integer 256-1048576"),
+    SettingSpec(
+        "SERVE_CLIENT_NAMESPACES",
+        "",
+        "Namespaces whose pods may call the OpenAI endpoint (port 8000; Ray's token does not cover it); empty = NAMESPACE only",
+        "comma-separated namespace names",
+    ),
+    SettingSpec("METRICS_NAMESPACE", "amazon-cloudwatch", "Namespace of the metrics collector allowed to scrape the Ray pods (port 8080)", "a namespace name"),
     SettingSpec("HF_TOKEN_SECRET_NAME", "", "Secrets Manager secret holding a Hugging Face token (empty = none)", "a Secrets Manager secret name"),
 )
 
@@ -200,6 +209,13 @@ def _dns_label(env: str, raw: str, max_len: int = 63) -> str:
     if not DNS_LABEL.fullmatch(raw) or len(raw) > max_len:
         raise SettingError(env, raw, f"a DNS label: lowercase letters, digits and '-', starting with a letter, at most {max_len} characters")
     return raw
+
+
+def _namespaces(env: str, raw: str) -> tuple[str, ...]:
+    names = _csv(raw)
+    if any(not DNS_LABEL.fullmatch(n) or len(n) > 63 for n in names):
+        raise SettingError(env, raw, "comma-separated namespace names (each a DNS label: lowercase letters, digits and '-')")
+    return names
 
 
 def _csv(raw: str) -> tuple[str, ...]:
@@ -393,7 +409,9 @@ def load_settings(environ: Mapping[str, str], context: Mapping[str, Any]) -> Set
         dlc_image_source=pinned_image(_image(raw["DLC_IMAGE"], region), context)[1],
         kuberay_version=_kuberay_version(raw["KUBERAY_VERSION"]),
         kuberay_namespace=_dns_label("KUBERAY_NAMESPACE", raw["KUBERAY_NAMESPACE"]),
-        ray_version=_semver("RAY_VERSION", raw["RAY_VERSION"], "X.Y.Z, at least 2.49.0 (build_pd_openai_app)", lambda v: v >= (2, 49, 0)),
+        ray_version=_semver(
+            "RAY_VERSION", raw["RAY_VERSION"], "X.Y.Z, at least 2.52.0 (Ray's token authentication, which the RayCluster turns on)", lambda v: v >= (2, 52, 0)
+        ),
         ray_service_name=_dns_label("RAY_SERVICE_NAME", raw["RAY_SERVICE_NAME"], max_len=53),
         model_id=model_id,
         model_source=model_source,
@@ -402,6 +420,8 @@ def load_settings(environ: Mapping[str, str], context: Mapping[str, Any]) -> Set
         tensor_parallel_size=_tensor_parallel_size(raw["TENSOR_PARALLEL_SIZE"], gpu_node),
         max_model_len=_integer("MAX_MODEL_LEN", raw["MAX_MODEL_LEN"], 256, 1048576),
         hf_token_secret_name=secret,
+        serve_client_namespaces=_namespaces("SERVE_CLIENT_NAMESPACES", raw["SERVE_CLIENT_NAMESPACES"]) or (raw["NAMESPACE"],),
+        metrics_namespace=_dns_label("METRICS_NAMESPACE", raw["METRICS_NAMESPACE"]),
         eks_addon_versions=_addon_versions(region, raw["K8S_VERSION"], context),
     )
     if settings.gpu_node_count == -1:  # empty: what the replicas need

@@ -44,6 +44,8 @@ class Settings:
     tensor_parallel_size: int  # GPUs of one vLLM engine, inside one node; the same for both phases
     max_model_len: int
     hf_token_secret_name: str  # "" = no token (public model)
+    serve_client_namespaces: tuple[str, ...]  # may reach the Serve port (NetworkPolicy)
+    metrics_namespace: str  # the metrics collector's, may reach the Ray metrics port
     # Managed add-on -> version: pinned in settings/versions.py, else EKS's default for kubernetes_version
     # as `make lookup` cached it, else None (EKS's default at create time; it does not follow upgrades).
     eks_addon_versions: tuple[tuple[str, str | None], ...] = ()

@@ -26,6 +26,9 @@ _ENDPOINT_ACCESS = {
 }
 
 KMS_PENDING_WINDOW_DAYS = 7  # the shortest KMS allows
+# The VPC CNI's network policy agent enforces the serving namespace's NetworkPolicies (none would be
+# enforced without it: EKS ships the agent off).
+ADDON_CONFIGURATION: dict[str, dict[str, object]] = {"vpc-cni": {"enableNetworkPolicy": "true"}}
 
 # Managed node policies every EKS node needs (kubelet registration, ENI management, image pulls).
 NODE_MANAGED_POLICIES = ("AmazonEKSWorkerNodePolicy", "AmazonEKS_CNI_Policy", "AmazonEC2ContainerRegistryReadOnly")
@@ -167,7 +170,15 @@ class ClusterStack(Stack):
         # finishes. CoreDNS is a Deployment: it waits for the system nodes to have somewhere to run.
         self.addons: dict[str, eks.Addon] = {}
         for name, version in settings.eks_addon_versions:
-            addon = eks.Addon(self, f"Addon-{name}", cluster=self.cluster_ref, addon_name=name, addon_version=version, preserve_on_delete=False)
+            addon = eks.Addon(
+                self,
+                f"Addon-{name}",
+                cluster=self.cluster_ref,
+                addon_name=name,
+                addon_version=version,
+                preserve_on_delete=False,
+                configuration_values=ADDON_CONFIGURATION.get(name),
+            )
             # A version bump overwrites fields changed by hand instead of failing on the conflict: the stack
             # is the source of truth for the add-ons' configuration.
             cast(eks.CfnAddon, addon.node.default_child).add_property_override("ResolveConflicts", "OVERWRITE")

@@ -16,6 +16,8 @@ from stacks import nag
 from stacks.helm import pinned_release
 
 SECRETS_PROVIDER_RELEASE = "secrets-store-csi-driver-provider-aws"
+# The objects that belong to the namespace, not to one RayService: they move only with NAMESPACE.
+NAMESPACE_KINDS = frozenset({"Namespace", "NetworkPolicy"})
 
 
 def build_rayservice_chart(settings: Settings) -> PdRayServiceChart:
@@ -62,19 +64,20 @@ class ServingStack(Stack):
         # replaces the resource, so CloudFormation applies the new objects and then deletes the old ones
         # (`kubectl delete`). Applied in place, the kubectl provider's prune would miss the old RayService
         # (kubectl's default prune allow-list has no custom resources) and it would keep the GPU nodes.
-        # The Namespace is apart so that renaming only the RayService never deletes the namespace.
+        # The Namespace (and its NetworkPolicies) are apart so that renaming only the RayService never
+        # deletes the namespace or opens it up.
         self.namespace_manifest = eks.KubernetesManifest(
             self,
             f"Namespace-{settings.namespace}",
             cluster=cluster,
-            manifest=[o for o in objects if o["kind"] == "Namespace"],
+            manifest=[o for o in objects if o["kind"] in NAMESPACE_KINDS],
             overwrite=True,
         )
         self.ray_service = eks.KubernetesManifest(
             self,
             f"RayService-{settings.namespace}-{settings.ray_service_name}",
             cluster=cluster,
-            manifest=[o for o in objects if o["kind"] != "Namespace"],
+            manifest=[o for o in objects if o["kind"] not in NAMESPACE_KINDS],
             # Field ownership conflicts (someone kubectl-edited the RayService) are overwritten by the
             # template: the stack is the source of truth.
             overwrite=True,

@@ -263,8 +263,8 @@ def test_prefill_and_decode_must_share_the_model() -> None:
 
 
 def test_builtin_objects_pass_strict_kubernetes_validation(default_synth: Synth) -> None:
-    builtin = [o for o in deployed_manifest(default_synth) if o["apiVersion"] in ("v1",) or "." not in o["apiVersion"].split("/")[0]]
-    assert [o["kind"] for o in builtin] == ["Namespace"]
+    builtin = [o for o in deployed_manifest(default_synth) if o["apiVersion"] in ("v1", "networking.k8s.io/v1")]
+    assert [o["kind"] for o in builtin] == ["Namespace"] + ["NetworkPolicy"] * 5
     for obj in builtin:
         kubernetes_validate.validate(obj, default_synth.settings.kubernetes_version, strict=True)
 

@@ -1,0 +1,195 @@
+"""Who can reach the Ray cluster: Ray's token authentication on the RayCluster, the VPC CNI enforcing
+NetworkPolicies, and the policies' connectivity computed by a tool written by others — np-guard's
+network-config-analyzer (`nca`, in an environment of its own: it pins PyYAML and networkx versions that
+conflict with this one's) — over the synthesized policies and pods of the real shape."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import kubernetes_validate
+import pytest
+import yaml
+
+from tests.conftest import REPO, Synth, settings_for
+from tests.test_serving import _ray_service, deployed_manifest
+from tests.validators import crd_errors, kuberay_cluster_errors
+
+NCA = REPO / ".nca-venv" / "bin" / "nca"
+
+
+def test_the_ray_cluster_uses_token_authentication(default_synth: Synth) -> None:
+    cluster = _ray_service(default_synth)["spec"]["rayClusterConfig"]
+    assert cluster["authOptions"] == {"mode": "token"}
+    assert crd_errors(_ray_service(default_synth)) == []
+    assert kuberay_cluster_errors(cluster) == []
+    # KubeRay's own rule (validation.go): token mode needs Ray >= 2.52.0, which RAY_VERSION enforces.
+    assert kuberay_cluster_errors({**cluster, "rayVersion": "2.51.0"}) == ["authOptions.mode is 'token' but minimum Ray version is 2.52.0, got 2.51.0"]
+
+
+def test_the_vpc_cni_enforces_network_policies(default_synth: Synth) -> None:
+    (vpc_cni,) = [r for r in default_synth.resources("cluster", "AWS::EKS::Addon").values() if r["Properties"]["AddonName"] == "vpc-cni"]
+    assert json.loads(vpc_cni["Properties"]["ConfigurationValues"]) == {"enableNetworkPolicy": "true"}
+
+
+def test_network_policies_pass_strict_kubernetes_validation(default_synth: Synth) -> None:
+    policies = [o for o in deployed_manifest(default_synth) if o["kind"] == "NetworkPolicy"]
+    assert [p["metadata"]["name"] for p in policies] == [
+        "default-deny-ingress",
+        "ray-cluster-internal",
+        "kuberay-operator-to-head",
+        "serve-clients",
+        "metrics-collector",
+    ]
+    for policy in policies:
+        kubernetes_validate.validate(policy, default_synth.settings.kubernetes_version, strict=True)
+
+
+# --- connectivity, computed by nca ----------------------------------------------------------------------
+
+
+def _pod(namespace: str, name: str, labels: dict[str, str], ports: dict[str, int]) -> dict[str, Any]:
+    container = {"name": "main", "image": "example.com/image:1", "ports": [{"name": k, "containerPort": v} for k, v in ports.items()]}
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": namespace, "labels": labels}, "spec": {"containers": [container]}}
+
+
+RAY_PORTS = {"gcs-server": 6379, "dashboard": 8265, "client": 10001, "serve": 8000, "metrics": 8080, "nixl": 20000}
+
+
+def _world(manifest: list[dict[str, Any]], settings: Any) -> list[dict[str, Any]]:
+    """The synthesized policies, plus the namespaces and pods as KubeRay and the others would make them."""
+    ns = settings.namespace
+    ray = {"ray.io/is-ray-node": "yes", "ray.io/cluster": f"{settings.ray_service_name}-x7k2p"}
+    pods = [
+        _pod(ns, "head", {**ray, "ray.io/node-type": "head", "ray.io/group": "headgroup"}, RAY_PORTS),
+        _pod(ns, "prefill-worker", {**ray, "ray.io/node-type": "worker", "ray.io/group": "prefill"}, RAY_PORTS),
+        _pod(ns, "decode-worker", {**ray, "ray.io/node-type": "worker", "ray.io/group": "decode"}, RAY_PORTS),
+        _pod(ns, "client", {"app": "client"}, {}),
+        _pod(settings.kuberay_namespace, "operator", {"app.kubernetes.io/name": "kuberay-operator"}, {}),
+        _pod(settings.metrics_namespace, "collector", {"app": "cloudwatch-agent"}, {}),
+        _pod("apps", "client", {"app": "client"}, {}),
+        _pod("default", "attacker", {"app": "attacker"}, {}),
+    ]
+    names = {ns, settings.kuberay_namespace, settings.metrics_namespace, "apps", "default"}
+    namespaces = [
+        {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": n, "labels": {"kubernetes.io/metadata.name": n}}} for n in sorted(names) if n != ns
+    ]
+    (own,) = [o for o in manifest if o["kind"] == "Namespace"]
+    own = {**own, "metadata": {**own["metadata"], "labels": {**own["metadata"].get("labels", {}), "kubernetes.io/metadata.name": ns}}}
+    return [own, *namespaces, *pods, *[o for o in manifest if o["kind"] == "NetworkPolicy"]]
+
+
+def _flow(name: str, namespace: str, to: dict[str, str], source_namespace: str, source: dict[str, str], port: int) -> dict[str, Any]:
+    """One connection, written as the NetworkPolicy that allows exactly it (how nca takes a query)."""
+    peer = {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": source_namespace}}, "podSelector": {"matchLabels": source}}
+    return {
+        "apiVersion": "networking.k8s.io/v1",
+        "kind": "NetworkPolicy",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {"podSelector": {"matchLabels": to}, "policyTypes": ["Ingress"], "ingress": [{"from": [peer], "ports": [{"protocol": "TCP", "port": port}]}]},
+    }
+
+
+HEAD = {"ray.io/node-type": "head"}
+PREFILL = {"ray.io/group": "prefill"}
+DECODE = {"ray.io/group": "decode"}
+OPERATOR = {"app.kubernetes.io/name": "kuberay-operator"}
+
+# (name, destination pod, source namespace key, source pod, port)
+REQUIRED = [
+    ("prefill-to-head-gcs", HEAD, "ns", PREFILL, 6379),
+    ("decode-to-head-gcs", HEAD, "ns", DECODE, 6379),
+    ("head-to-prefill-raylet", PREFILL, "ns", HEAD, 10001),
+    ("prefill-to-decode-nixl", DECODE, "ns", PREFILL, 20000),
+    ("decode-to-prefill-nixl", PREFILL, "ns", DECODE, 20000),
+    ("decode-to-prefill-serve", PREFILL, "ns", DECODE, 8000),
+    ("operator-to-head-dashboard", HEAD, "operator", OPERATOR, 8265),
+    ("operator-to-head-serve-health", HEAD, "operator", OPERATOR, 8000),
+    ("client-to-head-serve", HEAD, "ns", {"app": "client"}, 8000),
+    ("client-to-decode-serve", DECODE, "ns", {"app": "client"}, 8000),
+    ("collector-to-prefill-metrics", PREFILL, "metrics", {"app": "cloudwatch-agent"}, 8080),
+    ("collector-to-head-metrics", HEAD, "metrics", {"app": "cloudwatch-agent"}, 8080),
+]
+FORBIDDEN = [
+    ("attacker-to-head-dashboard", HEAD, "default", {"app": "attacker"}, 8265),
+    ("attacker-to-head-gcs", HEAD, "default", {"app": "attacker"}, 6379),
+    ("attacker-to-head-client", HEAD, "default", {"app": "attacker"}, 10001),
+    ("attacker-to-head-serve", HEAD, "default", {"app": "attacker"}, 8000),
+    ("attacker-to-worker-metrics", PREFILL, "default", {"app": "attacker"}, 8080),
+    ("other-namespace-client-to-serve", HEAD, "apps", {"app": "client"}, 8000),
+    ("same-namespace-client-to-dashboard", HEAD, "ns", {"app": "client"}, 8265),
+    ("same-namespace-client-to-gcs", HEAD, "ns", {"app": "client"}, 6379),
+    ("operator-to-worker", PREFILL, "operator", OPERATOR, 8265),
+    ("operator-to-head-gcs", HEAD, "operator", OPERATOR, 6379),
+    ("collector-to-head-dashboard", HEAD, "metrics", {"app": "cloudwatch-agent"}, 8265),
+]
+
+
+def _nca(query: str, flow: dict[str, Any], world: Path, tmp: Path) -> subprocess.CompletedProcess[str]:
+    path = tmp / f"{flow['metadata']['name']}.yaml"
+    path.write_text(yaml.safe_dump(flow))
+    return subprocess.run(
+        [str(NCA), f"--{query}", str(path), "--base_resource_list", str(world), "--resource_list", str(world)], capture_output=True, text=True, timeout=120
+    )
+
+
+def _namespaces(settings: Any) -> dict[str, str]:
+    return {"ns": settings.namespace, "operator": settings.kuberay_namespace, "metrics": settings.metrics_namespace, "default": "default", "apps": "apps"}
+
+
+@pytest.fixture(scope="module")
+def world(default_synth: Synth, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    assert NCA.exists(), "network-config-analyzer is not installed: `make test` installs it in .nca-venv"
+    directory = tmp_path_factory.mktemp("network") / "resources"
+    directory.mkdir()
+    (directory / "world.yaml").write_text(yaml.safe_dump_all(_world(deployed_manifest(default_synth), default_synth.settings)))
+    return directory
+
+
+@pytest.mark.parametrize("flow", REQUIRED, ids=[f[0] for f in REQUIRED])
+def test_every_required_flow_is_allowed(default_synth: Synth, world: Path, tmp_path: Path, flow: tuple[str, dict[str, str], str, dict[str, str], int]) -> None:
+    name, to, source_ns, source, port = flow
+    settings = default_synth.settings
+    result = _nca("permits", _flow(name, settings.namespace, to, _namespaces(settings)[source_ns], source, port), world, tmp_path)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+@pytest.mark.parametrize("flow", FORBIDDEN, ids=[f[0] for f in FORBIDDEN])
+def test_every_other_flow_into_the_namespace_is_denied(
+    default_synth: Synth, world: Path, tmp_path: Path, flow: tuple[str, dict[str, str], str, dict[str, str], int]
+) -> None:
+    name, to, source_ns, source, port = flow
+    settings = default_synth.settings
+    result = _nca("forbids", _flow(name, settings.namespace, to, _namespaces(settings)[source_ns], source, port), world, tmp_path)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_nca_does_catch_an_open_namespace(default_synth: Synth, tmp_path: Path) -> None:
+    """The control: without the default-deny policy and with the internal rule opened to every pod, the
+    attacker reaches the dashboard, and nca says so."""
+    manifest = [o for o in deployed_manifest(default_synth) if o["metadata"].get("name") != "default-deny-ingress"]
+    for obj in manifest:
+        if obj["kind"] == "NetworkPolicy" and obj["metadata"]["name"] == "ray-cluster-internal":
+            obj["spec"]["ingress"] = [{"from": [{"namespaceSelector": {}}]}]
+    directory = tmp_path / "open"
+    directory.mkdir()
+    (directory / "world.yaml").write_text(yaml.safe_dump_all(_world(manifest, default_synth.settings)))
+    settings = default_synth.settings
+    flow = _flow("attacker-to-head-dashboard", settings.namespace, HEAD, "default", {"app": "attacker"}, 8265)
+    assert _nca("forbids", flow, directory, tmp_path).returncode != 0
+    assert _nca("permits", flow, directory, tmp_path).returncode == 0
+
+
+def test_serve_clients_follow_the_setting() -> None:
+    from stacks.serving_stack import build_rayservice_chart
+
+    chart = build_rayservice_chart(settings_for({"SERVE_CLIENT_NAMESPACES": "apps,gateway"}))
+    import cdk8s
+
+    (serve,) = [cdk8s.ApiObject.of(p).to_json() for p in chart.network_policies.policies if p.name == "serve-clients"]
+    peers = serve["spec"]["ingress"][0]["from"]
+    assert [p["namespaceSelector"]["matchLabels"]["kubernetes.io/metadata.name"] for p in peers] == ["apps", "gateway"]
+    assert serve["spec"]["ingress"][0]["ports"] == [{"port": 8000, "protocol": "TCP"}]
