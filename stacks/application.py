@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from aws_cdk import App, Environment, Tags
 
 from settings import Settings
+from stacks import nag
 from stacks.cluster_stack import ClusterStack
 from stacks.gpu_capacity_stack import GpuCapacityStack
 from stacks.network_stack import NetworkStack
@@ -45,7 +46,7 @@ def build_stacks(app: App, settings: Settings) -> Deployment:
     env = Environment(region=settings.region)
     names = settings.stack_names
     network = NetworkStack(app, names["network"], settings=settings, env=env)
-    cluster = ClusterStack(app, names["cluster"], settings=settings, vpc=network.vpc, env=env)
+    cluster = ClusterStack(app, names["cluster"], settings=settings, vpc=network.vpc, logs_key=network.logs_key, env=env)
     gpu = GpuCapacityStack(
         app,
         names["gpu"],
@@ -64,6 +65,8 @@ def build_stacks(app: App, settings: Settings) -> Deployment:
         gpu_nodegroup=gpu.gpu_nodes.nodegroup,
         env=env,
     )
+    for stack in (network, cluster, gpu, serving):
+        nag.acknowledge_checkov_on_cdk_lambdas(stack)
     Tags.of(app).add("project", PROJECT_TAG)
     Tags.of(app).add("cluster", settings.cluster_name)
     return Deployment(network=network, cluster=cluster, gpu=gpu, serving=serving)

@@ -50,7 +50,7 @@ def node_role(scope: Construct, construct_id: str) -> iam.Role:
 class ClusterStack(Stack):
     """EKS at K8S_VERSION with managed nodegroups only (no Auto Mode), KMS envelope encryption and logs."""
 
-    def __init__(self, scope: Construct, construct_id: str, *, settings: Settings, vpc: ec2.IVpc, env: Environment) -> None:
+    def __init__(self, scope: Construct, construct_id: str, *, settings: Settings, vpc: ec2.IVpc, logs_key: kms.IKey, env: Environment) -> None:
         super().__init__(scope, construct_id, env=env, description=f"{settings.cluster_name}: EKS cluster and system nodes")
         private = ec2.SubnetSelection(subnet_type=ec2.SubnetType.PRIVATE_WITH_EGRESS)
 
@@ -119,6 +119,7 @@ class ClusterStack(Stack):
             log_group_name=f"/aws/eks/{settings.cluster_name}/cluster",
             retention=logs.RetentionDays.ONE_MONTH,
             removal_policy=RemovalPolicy.DESTROY,
+            encryption_key=logs_key,
         )
         self.cluster.node.add_dependency(control_plane_logs)
         # The same cluster as eks.ICluster: jsii's Python typing of Cluster misses one ICluster member

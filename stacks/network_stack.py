@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
-from aws_cdk import Environment, RemovalPolicy, Stack, Tags
+from aws_cdk import Aws, Duration, Environment, RemovalPolicy, Stack, Tags
 from aws_cdk import aws_ec2 as ec2
+from aws_cdk import aws_iam as iam
+from aws_cdk import aws_kms as kms
 from aws_cdk import aws_logs as logs
 from constructs import Construct
 
@@ -36,8 +38,28 @@ class NetworkStack(Stack):
         for subnet in self.vpc.private_subnets:
             Tags.of(subnet).add("kubernetes.io/role/internal-elb", "1")
 
+        # One key for the deployment's log groups (flow logs here, the control plane's in the cluster stack):
+        # CloudWatch Logs may use it only for log groups of this account and Region.
+        self.logs_key = kms.Key(
+            self,
+            "LogsKey",
+            enable_key_rotation=True,
+            description=f"CloudWatch Logs encryption for {settings.cluster_name}",
+            removal_policy=RemovalPolicy.DESTROY,
+            pending_window=Duration.days(7),
+        )
+        self.logs_key.add_to_resource_policy(
+            iam.PolicyStatement(
+                actions=["kms:Encrypt*", "kms:Decrypt*", "kms:ReEncrypt*", "kms:GenerateDataKey*", "kms:Describe*"],
+                principals=[iam.ServicePrincipal(f"logs.{Aws.REGION}.amazonaws.com")],
+                resources=["*"],  # in a key policy, "*" is this key
+                conditions={"ArnLike": {"kms:EncryptionContext:aws:logs:arn": f"arn:{Aws.PARTITION}:logs:{Aws.REGION}:{Aws.ACCOUNT_ID}:log-group:*"}},
+            )
+        )
         # Rejected flows only: enough to debug a security group, without paying to log every KV transfer.
-        flow_log_group = logs.LogGroup(self, "FlowLogs", retention=logs.RetentionDays.ONE_MONTH, removal_policy=RemovalPolicy.DESTROY)
+        flow_log_group = logs.LogGroup(
+            self, "FlowLogs", retention=logs.RetentionDays.ONE_MONTH, removal_policy=RemovalPolicy.DESTROY, encryption_key=self.logs_key
+        )
         self.vpc.add_flow_log(
             "RejectedFlows",
             destination=ec2.FlowLogDestination.to_cloud_watch_logs(flow_log_group),

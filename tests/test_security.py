@@ -193,3 +193,27 @@ def test_serve_clients_follow_the_setting() -> None:
     peers = serve["spec"]["ingress"][0]["from"]
     assert [p["namespaceSelector"]["matchLabels"]["kubernetes.io/metadata.name"] for p in peers] == ["apps", "gateway"]
     assert serve["spec"]["ingress"][0]["ports"] == [{"port": 8000, "protocol": "TCP"}]
+
+
+def test_log_groups_are_encrypted_with_a_key_cloudwatch_logs_may_use(default_synth: Synth) -> None:
+    groups = {**default_synth.resources("network", "AWS::Logs::LogGroup"), **default_synth.resources("cluster", "AWS::Logs::LogGroup")}
+    assert len(groups) == 2 and all("KmsKeyId" in g["Properties"] for g in groups.values())  # checkov CKV_AWS_158
+    (key,) = default_synth.resources("network", "AWS::KMS::Key").values()
+    (logs,) = [s for s in key["Properties"]["KeyPolicy"]["Statement"] if "Service" in s.get("Principal", {})]
+    assert "logs." in json.dumps(logs["Principal"]) and "kms:GenerateDataKey*" in logs["Action"]
+    assert "kms:EncryptionContext:aws:logs:arn" in logs["Condition"]["ArnLike"]
+    assert key["Properties"]["EnableKeyRotation"] is True and key["DeletionPolicy"] == "Delete"
+
+
+def test_checkov_skips_only_aws_cdk_libs_own_lambdas_with_reasons(default_synth: Synth) -> None:
+    skipped: dict[str, list[str]] = {}
+    for name, template in default_synth.templates.items():
+        for logical_id, resource in template["Resources"].items():
+            skips = resource.get("Metadata", {}).get("checkov", {}).get("skip", [])
+            if skips:
+                assert resource["Type"] == "AWS::Lambda::Function", logical_id
+                assert all(len(s["comment"]) > 40 for s in skips)
+                skipped[f"{name}/{logical_id}"] = sorted(s["id"] for s in skips)
+            elif resource["Type"] == "AWS::Lambda::Function":
+                raise AssertionError(f"{logical_id}: a Lambda function without its checkov acknowledgement")
+    assert len(skipped) == 3 and all("KubectlProvider" in k or "VpcRestrictDefaultSG" in k for k in skipped), skipped
