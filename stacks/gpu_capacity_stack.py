@@ -2,14 +2,21 @@
 
 from __future__ import annotations
 
+import cdk8s
 from aws_cdk import CfnOutput, Environment, Stack
 from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_eks_v2 as eks
 from constructs import Construct
 
+from k8s_constructs.image_prepull import ImagePrepullChart, ImagePrepullProps
 from settings import Settings
 from stacks.device_plugins import DevicePlugins
 from stacks.efa_nodegroup import EfaNodegroup, EfaNodegroupProps
+
+
+def build_image_prepull_chart(settings: Settings) -> ImagePrepullChart:
+    """The pre-pull DaemonSet in a cdk8s app of its own; `make synth` writes it to dist/."""
+    return ImagePrepullChart(cdk8s.App(), "image-prepull", props=ImagePrepullProps(image=settings.dlc_image))
 
 
 class GpuCapacityStack(Stack):
@@ -45,6 +52,11 @@ class GpuCapacityStack(Stack):
         )
         self.device_plugins = DevicePlugins(
             self, "DevicePlugins", cluster=cluster, gpu_nodegroup=self.gpu_nodes.nodegroup, gpu_instance_type=settings.gpu_node.name
+        )
+        # Applied as soon as the stack starts, not after the nodegroup: each node starts pulling the ~20 GB
+        # Ray image the moment it joins (the system node too, for the head).
+        self.image_prepull = eks.KubernetesManifest(
+            self, "ImagePrepull", cluster=cluster, manifest=build_image_prepull_chart(settings).to_json(), overwrite=True
         )
         CfnOutput(self, "GpuAvailabilityZone", value=settings.gpu_az)
         CfnOutput(self, "GpuNodegroupName", value=settings.gpu_nodegroup_name)

@@ -22,6 +22,7 @@ from settings import Settings, load_settings
 from settings.context_files import LOOKUP_PREFIX, read_project_context
 from settings.versions import HelmChartPin
 from stacks.device_plugins import EFA, NVIDIA, efa_values, nvidia_values
+from stacks.gpu_capacity_stack import build_image_prepull_chart
 from stacks.serving_stack import build_rayservice_chart
 
 DIST = Path(__file__).resolve().parent.parent / "dist"
@@ -39,6 +40,7 @@ def render(settings: Settings) -> dict[str, str]:
     kuberay = kuberay_release(settings)
     return {
         "rayservice.k8s.yaml": HEADER + cdk8s.App.of(chart).synth_yaml(),
+        "image-prepull.k8s.yaml": HEADER + cdk8s.App.of(build_image_prepull_chart(settings)).synth_yaml(),
         "helm/kuberay-operator.values.yaml": _values_file(kuberay.pin, kuberay.values.to_values()),
         f"helm/{NVIDIA[1]}.values.yaml": _values_file(NVIDIA[0], nvidia_values()),
         f"helm/{EFA[1]}.values.yaml": _values_file(EFA[0], efa_values(settings.gpu_node.name)),
