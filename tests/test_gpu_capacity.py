@@ -35,7 +35,7 @@ def test_gpu_nodegroup_uses_exactly_one_private_subnet_in_the_gpu_az(default_syn
     (subnet,) = nodegroup["Properties"]["Subnets"]
     export = subnet["Fn::ImportValue"]
     network = default_synth.templates["network"]
-    exported = {o["Export"]["Name"]: o["Value"]["Ref"] for o in network["Outputs"].values() if "Export" in o}
+    exported = {o["Export"]["Name"]: o["Value"]["Ref"] for o in network["Outputs"].values() if "Export" in o and "Ref" in o["Value"]}
     subnet_resource = network["Resources"][exported[export]]
     assert subnet_resource["Properties"]["AvailabilityZone"] == default_synth.settings.gpu_az
     tags = {t["Key"]: t["Value"] for t in subnet_resource["Properties"]["Tags"]}
