@@ -63,8 +63,10 @@ review: install ## Offline review of a change: BASE=<git ref> [REVIEW_FILE=revie
 	$(PY) -m tools.review --base "$(BASE)" $(if $(REVIEW_FILE),--output "$(REVIEW_FILE)")
 
 # The assembly that preflight checked is the one deployed: `cdk deploy --app cdk.out` does not synthesize again.
+# --concurrency 2: the system and GPU stacks depend only on the cluster stack and deploy side by side.
 deploy: preflight ## synth, preflight, then cdk deploy --all of that assembly (in CI: ARGS="--require-approval never")
-	$(CDK) deploy --app cdk.out --all $(ARGS)
+	date -u +%Y-%m-%dT%H:%M:%SZ > .deploy-started
+	$(CDK) deploy --app cdk.out --all --concurrency 2 $(ARGS)
 
 park: ## Park the GPUs: the GPU_NODE_COUNT=0 deploy (unpark: make deploy)
 	GPU_NODE_COUNT=0 $(MAKE) --no-print-directory deploy ARGS="$(ARGS)"
@@ -75,7 +77,7 @@ STACKS ?=
 destroy: install ## cdk destroy: everything (ARGS="--force" in CI), or STACKS="..." only
 ifeq ($(strip $(STACKS)),)
 	$(PY) -m tools.teardown before
-	$(CDK) destroy --all $(ARGS)
+	$(CDK) destroy --all --concurrency 2 $(ARGS)
 	$(PY) -m tools.teardown after
 else
 	$(CDK) destroy $(STACKS) $(ARGS)

@@ -191,10 +191,11 @@ IDENTITY_PROPERTIES: Mapping[str, tuple[str, ...]] = {
     "AWS::EKS::PodIdentityAssociation": ("ClusterName", "Namespace", "ServiceAccount"),
     "AWS::EKS::Nodegroup": ("ClusterName", "NodegroupName"),
     "AWS::Logs::LogGroup": ("LogGroupName",),
+    "AWS::EKS::Addon": ("ClusterName", "AddonName"),
 }
 
 
-def _identity(resource: Mapping[str, Any]) -> str | None:
+def identity_of(resource: Mapping[str, Any]) -> str | None:
     keys = IDENTITY_PROPERTIES.get(str(resource.get("Type")))
     props = resource.get("Properties", {}) or {}
     if not keys or any(k not in props for k in keys):
@@ -205,10 +206,10 @@ def _identity(resource: Mapping[str, Any]) -> str | None:
 def created_beside_itself(changes: list[ResourceChange]) -> list[str]:
     """Resources a deploy would create while the old resource of the same identity still exists (a
     replacement under the same name, or a moved logical id): the service refuses the create."""
-    old = {identity: c.logical_id for c in changes if c.action in (REMOVE, REPLACE) and (identity := _identity(c.before))}
+    old = {identity: c.logical_id for c in changes if c.action in (REMOVE, REPLACE) and (identity := identity_of(c.before))}
     found = []
     for change in changes:
-        identity = _identity(change.after) if change.action in (ADD, REPLACE) else None
+        identity = identity_of(change.after) if change.action in (ADD, REPLACE) else None
         if identity and identity in old:
             found.append(f"{change.resource_type} {change.logical_id} would be created while {old[identity]} with the same identity still exists")
     return found
@@ -233,3 +234,26 @@ def helm_namespace_moves(changes: list[ResourceChange]) -> list[str]:
                 f"Helm release {props.get('Release')} would move from namespace {old.before['Properties'].get('Namespace')} to {props.get('Namespace')}"
             )
     return moves
+
+
+def clashes_across_stacks(stacks: list[tuple[str, list[ResourceChange]]]) -> list[str]:
+    """Within one deploy of several stacks, in deploy order: an object or identity that a stack creates
+    while the stack that removes it (the same one, or a later one) has not yet done so. A move to a later
+    stack is safe (the earlier stack's update, cleanup included, finishes first); a move to an earlier
+    stack, or within one, is not."""
+    found: list[str] = []
+    for index, (stack, changes) in enumerate(stacks):
+        for later_stack, later_changes in stacks[index:]:
+            removed_objects = set().union(*(_kubernetes_objects(c.before) for c in later_changes if c.action in (REMOVE, REPLACE)))
+            removed_ids = {i for c in later_changes if c.action in (REMOVE, REPLACE) and (i := identity_of(c.before))}
+            for change in changes:
+                if change.action not in (ADD, REPLACE):
+                    continue
+                for obj in sorted(_kubernetes_objects(change.after) & removed_objects):
+                    found.append(f"{stack}: {obj} would be applied and then deleted with an old resource of {later_stack}")
+                identity = identity_of(change.after)
+                if identity and identity in removed_ids and not (change.resource_type == "AWS::EKS::Nodegroup" and later_stack == stack):
+                    found.append(
+                        f"{stack}: {change.resource_type} {change.logical_id} would be created while the one of the same identity in {later_stack} still exists"
+                    )
+    return found

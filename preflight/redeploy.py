@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from preflight.changes import MODIFY, REPLACE, ResourceChange, created_beside_itself, deleted_after_apply, helm_namespace_moves, plan
+from preflight.changes import ADD, MODIFY, REMOVE, REPLACE, ResourceChange, clashes_across_stacks, helm_namespace_moves, identity_of, plan
 
 __all__ = ["MODIFY", "REPLACE", "Redeploy", "ResourceChange"]
 from preflight.deployed import Deployed, find_resources
@@ -166,8 +166,15 @@ def check_stack_changes(redeploy: Redeploy, deployed: Deployed) -> CheckResult:
     if not plans:
         return ok(name, "nothing deployed to change")
     refused: list[str] = []
+    ordered = [(s, plan(deployed.stacks[s].template if s in deployed.stacks else None, t)) for s, t in redeploy.templates.items()]
+    names = [s for s, _ in ordered]
     for stack, changes in plans.items():
+        # A resource that moves to a later stack (the same identity added there) is deleted by this stack's
+        # update before the later stack creates it again: a move, not a loss.
+        added_later = {i for _, later in ordered[names.index(stack) + 1 :] for c in later if c.action in (ADD, REPLACE) and (i := identity_of(c.after))}
         for change in changes:
+            if change.action == REMOVE and identity_of(change.before) in added_later:
+                continue
             procedure = _procedure(change, redeploy, deployed)
             if procedure:
                 refused.append(f"{stack}: {procedure}")
@@ -177,16 +184,10 @@ def check_stack_changes(redeploy: Redeploy, deployed: Deployed) -> CheckResult:
                     f"{stack}: nodegroup {change.after.get('Properties', {}).get('NodegroupName')} would change its Kubernetes version "
                     f"together with {others}, which EKS refuses in one update: deploy the K8S_VERSION change alone first, then the rest"
                 )
-        for clash in created_beside_itself(changes):
-            if "AWS::EKS::Nodegroup" not in clash:  # nodegroups: the procedure above says more
-                refused.append(f"{stack}: {clash}: deploy the removal first (e.g. without the entry), then the addition")
         for move in helm_namespace_moves(changes):
             refused.append(f"{stack}: {move}: destroy the stack first (`make destroy STACKS={stack}`), then deploy with the new namespace")
-        for obj in deleted_after_apply(changes):
-            refused.append(
-                f"{stack}: {obj} would be applied by a new resource and then deleted with the old one: destroy the stack first "
-                f"(`make destroy STACKS={stack}`), then deploy"
-            )
+    for clash in clashes_across_stacks(ordered):
+        refused.append(f"{clash}: remove the old one first — destroy the stack that holds it (`make destroy STACKS=...`) or deploy without it — then deploy")
     summary = "; ".join(f"{s.removeprefix(redeploy.stack_prefix + '-')}: {len(c)} change(s)" for s, c in plans.items())
     if refused:
         return fail(name, f"{len(refused)} change(s) cannot be deployed as they are ({summary})", " | ".join(refused))

@@ -60,7 +60,8 @@ CHANGE_EFFECTS: Final[dict[str, tuple[str, str]]] = {
     ),
     "KUBERAY_NAMESPACE": (
         REFUSED,
-        "the chart's cluster-scoped objects have fixed names, so two releases cannot coexist: `make destroy STACKS=CLUSTER_NAME-serving`, then deploy",
+        "the chart's cluster-scoped objects have fixed names, so two releases cannot coexist: `make destroy STACKS=CLUSTER_NAME-system` "
+        "(takes the serving stack with it; the GPU nodes stay), then deploy",
     ),
     "RAY_VERSION": (RECREATE, _RECREATE_HOW),
     "RAY_SERVICE_NAME": (

@@ -93,8 +93,9 @@ class Settings:
 
     @property
     def stack_names(self) -> dict[str, str]:
-        """The deployable units, in deploy order (destroy is the reverse): part -> stack name."""
-        return {part: f"{self.stack_prefix}-{part}" for part in ("network", "cluster", "gpu", "serving")}
+        """The deployable units, in deploy order (destroy is the reverse; system and gpu deploy side by side):
+        part -> stack name."""
+        return {part: f"{self.stack_prefix}-{part}" for part in ("network", "cluster", "system", "gpu", "serving")}
 
     @property
     def system_update_surge_nodes(self) -> int:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from aws_cdk import App, Environment, Tags
+from aws_cdk import App, Environment, Stack, Tags
 
 from settings import Settings
 from stacks import nag
@@ -12,6 +12,7 @@ from stacks.cluster_stack import ClusterStack
 from stacks.gpu_capacity_stack import GpuCapacityStack
 from stacks.network_stack import NetworkStack
 from stacks.serving_stack import ServingStack
+from stacks.system_stack import SystemStack
 
 PROJECT_TAG = "ray-llm-eks-pd"
 # No construct creation stack traces in the cloud assembly: they hold the jsii kernel's temporary
@@ -32,12 +33,13 @@ class Deployment:
 
     network: NetworkStack
     cluster: ClusterStack
+    system: SystemStack
     gpu: GpuCapacityStack
     serving: ServingStack
 
     @property
-    def stacks(self) -> tuple[NetworkStack, ClusterStack, GpuCapacityStack, ServingStack]:
-        return (self.network, self.cluster, self.gpu, self.serving)
+    def stacks(self) -> tuple[Stack, ...]:
+        return (self.network, self.cluster, self.system, self.gpu, self.serving)
 
 
 def build_stacks(app: App, settings: Settings) -> Deployment:
@@ -47,6 +49,7 @@ def build_stacks(app: App, settings: Settings) -> Deployment:
     names = settings.stack_names
     network = NetworkStack(app, names["network"], settings=settings, env=env)
     cluster = ClusterStack(app, names["cluster"], settings=settings, vpc=network.vpc, logs_key=network.logs_key, env=env)
+    system = SystemStack(app, names["system"], settings=settings, cluster=cluster.cluster_ref, env=env)
     gpu = GpuCapacityStack(
         app,
         names["gpu"],
@@ -61,12 +64,13 @@ def build_stacks(app: App, settings: Settings) -> Deployment:
         names["serving"],
         settings=settings,
         cluster=cluster.cluster_ref,
-        system_nodegroup=cluster.system_nodegroup,
+        system_nodegroup=system.system_nodegroup,
         gpu_nodegroup=gpu.gpu_nodes.nodegroup,
+        kuberay=system.kuberay,
         env=env,
     )
-    for stack in (network, cluster, gpu, serving):
+    for stack in (network, cluster, system, gpu, serving):
         nag.acknowledge_checkov_on_cdk_lambdas(stack)
     Tags.of(app).add("project", PROJECT_TAG)
     Tags.of(app).add("cluster", settings.cluster_name)
-    return Deployment(network=network, cluster=cluster, gpu=gpu, serving=serving)
+    return Deployment(network=network, cluster=cluster, system=system, gpu=gpu, serving=serving)

@@ -15,9 +15,7 @@ from aws_cdk.lambda_layer_kubectl_v35 import KubectlV35Layer
 from constructs import Construct
 
 from settings import Settings
-from settings.scheduling import SYSTEM_NODE_LABELS
 from stacks import nag
-from stacks.node_launch_template import metadata_options, pin_kubernetes_version, rolling_update, root_volume
 
 _ENDPOINT_ACCESS = {
     "public-and-private": eks.EndpointAccess.PUBLIC_AND_PRIVATE,
@@ -34,6 +32,26 @@ ADDON_CONFIGURATION: dict[str, dict[str, object]] = {"vpc-cni": {"enableNetworkP
 NODE_MANAGED_POLICIES = ("AmazonEKSWorkerNodePolicy", "AmazonEKS_CNI_Policy", "AmazonEC2ContainerRegistryReadOnly")
 
 
+# Managed add-ons the nodes need before they turn Ready; the others (CoreDNS) need nodes themselves.
+NODE_ADDONS = ("vpc-cni", "kube-proxy", "eks-pod-identity-agent")
+
+
+def managed_addon(scope: Construct, *, cluster: eks.ICluster, name: str, version: str | None) -> eks.Addon:
+    addon = eks.Addon(
+        scope,
+        f"Addon-{name}",
+        cluster=cluster,
+        addon_name=name,
+        addon_version=version,
+        preserve_on_delete=False,
+        configuration_values=ADDON_CONFIGURATION.get(name),
+    )
+    # A version bump overwrites fields changed by hand instead of failing on the conflict: the stack is
+    # the source of truth for the add-ons' configuration.
+    cast(eks.CfnAddon, addon.node.default_child).add_property_override("ResolveConflicts", "OVERWRITE")
+    return addon
+
+
 def node_role(scope: Construct, construct_id: str) -> iam.Role:
     role = iam.Role(scope, construct_id, assumed_by=iam.ServicePrincipal("ec2.amazonaws.com"))
     for name in NODE_MANAGED_POLICIES:
@@ -48,10 +66,11 @@ def node_role(scope: Construct, construct_id: str) -> iam.Role:
 
 
 class ClusterStack(Stack):
-    """EKS at K8S_VERSION with managed nodegroups only (no Auto Mode), KMS envelope encryption and logs."""
+    """EKS at K8S_VERSION with managed nodegroups only (no Auto Mode), KMS envelope encryption, logs, admin
+    access and the node add-ons. The nodegroups are in the system and GPU stacks, which deploy side by side."""
 
     def __init__(self, scope: Construct, construct_id: str, *, settings: Settings, vpc: ec2.IVpc, logs_key: kms.IKey, env: Environment) -> None:
-        super().__init__(scope, construct_id, env=env, description=f"{settings.cluster_name}: EKS cluster and system nodes")
+        super().__init__(scope, construct_id, env=env, description=f"{settings.cluster_name}: EKS control plane and the add-ons nodes need")
         private = ec2.SubnetSelection(subnet_type=ec2.SubnetType.PRIVATE_WITH_EGRESS)
 
         # Deleted with the stack after the shortest pending window: the cluster whose Secrets it protects
@@ -137,58 +156,14 @@ class ClusterStack(Stack):
                 access_policies=[eks.AccessPolicy.from_access_policy_name("AmazonEKSClusterAdminPolicy", access_scope_type=eks.AccessScopeType.CLUSTER)],
             )
 
-        launch_template = ec2.CfnLaunchTemplate(
-            self,
-            "SystemNodeLaunchTemplate",
-            launch_template_data=ec2.CfnLaunchTemplate.LaunchTemplateDataProperty(
-                # In the launch template, not the nodegroup: a SYSTEM_NODE_TYPE change is then a new
-                # template version (a rolling update), not a replacement of a nodegroup whose fixed name
-                # makes the replacement fail with "already exists" (InstanceTypes is create-only).
-                instance_type=settings.system_node.name,
-                metadata_options=metadata_options(),
-                block_device_mappings=[root_volume(settings.system_root_volume_gib)],
-            ),
-        )
-        self.system_nodegroup = eks.Nodegroup(
-            self,
-            "SystemNodegroup",
-            cluster=self.cluster_ref,
-            nodegroup_name=settings.system_nodegroup_name,
-            ami_type=eks.NodegroupAmiType.AL2023_X86_64_STANDARD,
-            min_size=settings.system_node_count,
-            desired_size=settings.system_node_count,
-            max_size=settings.system_node_count,
-            labels=SYSTEM_NODE_LABELS,
-            subnets=private,
-            node_role=node_role(self, "SystemNodeRole"),
-            launch_template_spec=eks.LaunchTemplateSpec(id=launch_template.ref, version=launch_template.attr_latest_version_number),
-        )
-
-        pin_kubernetes_version(self.system_nodegroup, settings.kubernetes_version)
-        rolling_update(self.system_nodegroup, "default")
-
-        # Node-level DaemonSets first: without the CNI no node turns Ready and the nodegroup never
-        # finishes. CoreDNS is a Deployment: it waits for the system nodes to have somewhere to run.
-        self.addons: dict[str, eks.Addon] = {}
-        for name, version in settings.eks_addon_versions:
-            addon = eks.Addon(
-                self,
-                f"Addon-{name}",
-                cluster=self.cluster_ref,
-                addon_name=name,
-                addon_version=version,
-                preserve_on_delete=False,
-                configuration_values=ADDON_CONFIGURATION.get(name),
-            )
-            # A version bump overwrites fields changed by hand instead of failing on the conflict: the stack
-            # is the source of truth for the add-ons' configuration.
-            cast(eks.CfnAddon, addon.node.default_child).add_property_override("ResolveConflicts", "OVERWRITE")
-            if name == "coredns":
-                addon.node.add_dependency(self.system_nodegroup)
-            else:
-                self.system_nodegroup.node.add_dependency(addon)
-            self.addons[name] = addon
-
+        # The add-ons a node needs to join and turn Ready (network, kube-proxy, Pod Identity): DaemonSets,
+        # ACTIVE without nodes, so both nodegroups (system and GPU stacks) can start as soon as this stack
+        # is done. CoreDNS is a Deployment and needs nodes to run on: it is in the system stack.
+        self.addons: dict[str, eks.Addon] = {
+            name: managed_addon(self, cluster=self.cluster_ref, name=name, version=version)
+            for name, version in settings.eks_addon_versions
+            if name in NODE_ADDONS
+        }
         CfnOutput(self, "ClusterName", value=self.cluster.cluster_name)
         CfnOutput(self, "Region", value=settings.region)
         CfnOutput(

@@ -9,7 +9,6 @@ from aws_cdk import aws_iam as iam
 from constructs import Construct
 
 from k8s_constructs.hf_token import HfToken, hf_token_of, provider_chart_values
-from k8s_constructs.kuberay_operator import kuberay_release
 from k8s_constructs.ray_service import PdRayServiceChart, RayServiceProps
 from settings import Settings, versions
 from stacks import nag
@@ -26,7 +25,8 @@ def build_rayservice_chart(settings: Settings) -> PdRayServiceChart:
 
 
 class ServingStack(Stack):
-    """Exposes ``kuberay`` (the Helm release), ``ray_service`` (its manifest) and ``chart`` (cdk8s)."""
+    """Exposes ``ray_service`` (its manifest), ``namespace_manifest`` and ``chart`` (cdk8s); ``kuberay`` is the
+    operator's release of the system stack, which the RayService waits for."""
 
     def __init__(
         self,
@@ -37,27 +37,11 @@ class ServingStack(Stack):
         cluster: eks.ICluster,
         system_nodegroup: eks.Nodegroup,
         gpu_nodegroup: eks.Nodegroup,
+        kuberay: eks.HelmChart,
         env: Environment,
     ) -> None:
-        super().__init__(scope, construct_id, env=env, description=f"{settings.cluster_name}: KubeRay and the PD RayService")
-        release = kuberay_release(settings)
-        # A KUBERAY_NAMESPACE change is refused by the preflight: the chart's cluster-scoped objects
-        # (ClusterRoles and their bindings) have fixed names, so a second release in another namespace
-        # cannot be installed beside the first, and the kubectl provider's `helm upgrade --install` would
-        # leave the old one running.
-        self.kuberay = pinned_release(
-            self,
-            "KubeRayOperator",
-            cluster=cluster,
-            pin=release.pin,
-            release=release.release,
-            namespace=release.namespace,
-            values=release.values.to_values(),
-            create_namespace=True,
-        )
-        # The operator runs on the system nodes: install it once they exist.
-        self.kuberay.node.add_dependency(system_nodegroup)
-
+        super().__init__(scope, construct_id, env=env, description=f"{settings.cluster_name}: the PD RayService")
+        self.kuberay = kuberay
         self.chart = build_rayservice_chart(settings)
         objects = self.chart.to_json()
         # Two manifests whose construct ids carry the names: renaming the namespace or the RayService

@@ -57,7 +57,7 @@ def synthesize(settings: Settings, outdir: Path) -> Synth:
         nag_error = str(error)
     templates = {
         name: json.loads((outdir / f"{stack.stack_name}.template.json").read_text())
-        for name, stack in zip(("network", "cluster", "gpu", "serving"), deployment.stacks, strict=True)
+        for name, stack in zip(("network", "cluster", "system", "gpu", "serving"), deployment.stacks, strict=True)
     }
     return Synth(settings=settings, deployment=deployment, outdir=outdir, templates=templates, nag_error=nag_error)
 

@@ -16,7 +16,7 @@ from tests.conftest import REPO, Synth
 
 def test_cfn_lint_reports_no_error(default_synth: Synth) -> None:
     templates = sorted(str(p) for p in default_synth.outdir.glob("*.template.json"))
-    assert len(templates) == 4
+    assert len(templates) == 5
     cfn_lint = Path(sys.executable).parent / "cfn-lint"
     result = subprocess.run([str(cfn_lint), "--format", "parseable", *templates], capture_output=True, text=True, timeout=300)
     # Exit bits: 2 = error, 4 = warning, 8 = informational. Warnings are CDK's own (W3005 in its

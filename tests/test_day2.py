@@ -32,7 +32,7 @@ from settings import Settings
 from stacks.application import build_stacks, new_app
 from tests.conftest import settings_for
 
-PARTS = ("network", "cluster", "gpu", "serving")
+PARTS = ("network", "cluster", "system", "gpu", "serving")
 
 
 @cache
@@ -118,7 +118,7 @@ def test_a_replacement_propagates_to_what_refers_to_it() -> None:
 
 
 def test_system_node_type_is_a_rolling_update_not_a_replacement() -> None:
-    found = changes("cluster", {"SYSTEM_NODE_TYPE": "m7i.2xlarge"})
+    found = changes("system", {"SYSTEM_NODE_TYPE": "m7i.2xlarge"})
     assert _only(found, "AWS::EC2::LaunchTemplate").action == MODIFY
     nodegroup = _only(found, "AWS::EKS::Nodegroup")
     assert nodegroup.action == MODIFY and nodegroup.properties == ("LaunchTemplate",) and rolls(nodegroup)
@@ -150,7 +150,7 @@ def test_gpu_az_with_a_new_nodegroup_name_goes_through_when_parked_only() -> Non
 
 
 def test_renamed_system_nodegroup_starts_beside_the_old_one() -> None:
-    nodegroup = _only(changes("cluster", {"SYSTEM_NODEGROUP_NAME": "system-b"}), "AWS::EKS::Nodegroup")
+    nodegroup = _only(changes("system", {"SYSTEM_NODEGROUP_NAME": "system-b"}), "AWS::EKS::Nodegroup")
     assert nodegroup.action == REPLACE and "NodegroupName" in nodegroup.replaced_by
     assert check_stack_changes(redeploy_of(SYSTEM_NODEGROUP_NAME="system-b"), deployed_as()).ok
 
@@ -206,7 +206,7 @@ def test_cached_add_on_versions_follow_the_kubernetes_version() -> None:
     addons = {r["Properties"]["AddonName"]: r["Properties"].get("AddonVersion") for r in cluster["Resources"].values() if r["Type"] == "AWS::EKS::Addon"}
     assert addons["kube-proxy"] == "v1.36.0-eksbuild.2" and None not in addons.values()
     found = plan(synth()[1]["cluster"], cluster)
-    assert sorted(c.properties for c in found if c.resource_type == "AWS::EKS::Addon") == [("AddonVersion",)] * 4
+    assert sorted(c.properties for c in found if c.resource_type == "AWS::EKS::Addon") == [("AddonVersion",)] * 3
     assert check_kubernetes_version(upgraded, deployed_as(cluster_version="1.35")).ok
 
 
@@ -297,7 +297,7 @@ def _as_kuberay(deployed: Deployed, version: str) -> Deployed:
     import copy
 
     stacks = dict(deployed.stacks)
-    serving = stacks["ray-llm-multinode-serving"]
+    serving = stacks["ray-llm-multinode-system"]
     template = copy.deepcopy(dict(serving.template))
     for resource in template["Resources"].values():
         if resource["Type"] == "Custom::AWSCDK-EKS-HelmChart" and resource["Properties"]["Chart"] == "kuberay-operator":
@@ -337,12 +337,12 @@ def test_same_kuberay_needs_no_cluster_access() -> None:
 def test_a_kuberay_namespace_change_is_refused() -> None:
     """The chart's ClusterRoles have fixed names: a release in a second namespace cannot be installed
     beside the first, and `helm upgrade --install` in place would leave the old operator running."""
-    found = [c for c in changes("serving", {"KUBERAY_NAMESPACE": "ray-system"}) if c.resource_type == "Custom::AWSCDK-EKS-HelmChart"]
+    found = [c for c in changes("system", {"KUBERAY_NAMESPACE": "ray-system"}) if c.resource_type == "Custom::AWSCDK-EKS-HelmChart"]
     assert [(c.action, c.properties) for c in found] == [(MODIFY, ("Namespace",))]
     result = check_stack_changes(redeploy_of(KUBERAY_NAMESPACE="ray-system"), deployed_as())
     assert not result.ok
     assert "Helm release kuberay-operator would move from namespace kuberay-operator to ray-system" in result.fix
-    assert "make destroy STACKS=ray-llm-multinode-serving" in result.fix
+    assert "make destroy STACKS=ray-llm-multinode-system" in result.fix
 
 
 def test_admin_access_entries_are_keyed_by_principal() -> None:
@@ -394,5 +394,50 @@ def test_an_old_layout_whose_manifest_holds_the_same_objects_is_refused() -> Non
     serving = settings.stack_names["serving"]
     stacks[serving] = DeployedStack(serving, "UPDATE_COMPLETE", {}, before)
     result = check_stack_changes(redeploy_of(), Deployed(stacks=stacks, cluster_version="1.35", nodegroups=deployed.nodegroups))
-    assert not result.ok and "RayService inference/ray-llm would be applied by a new resource and then deleted" in result.fix
-    assert f"make destroy STACKS={serving}" in result.fix
+    assert not result.ok
+    assert f"{serving}: RayService inference/ray-llm would be applied and then deleted with an old resource of {serving}" in result.fix
+    assert "destroy the stack that holds it (`make destroy STACKS=...`)" in result.fix
+
+
+def _moved(deployed: Deployed, resource_type: str, source: str, target: str) -> Deployed:
+    """The deployed templates with every ``resource_type`` of stack ``source`` moved to stack ``target``
+    (the layout before a resource changed stacks)."""
+    import copy
+
+    stacks = {name: copy.deepcopy(dict(stack.template)) for name, stack in deployed.stacks.items()}
+    moving = {k: v for k, v in stacks[source]["Resources"].items() if v["Type"] == resource_type}
+    for logical_id in moving:
+        del stacks[source]["Resources"][logical_id]
+    stacks[target]["Resources"].update({f"Old{k}": v for k, v in moving.items()})
+    return Deployed(
+        stacks={name: DeployedStack(name, "UPDATE_COMPLETE", {}, template) for name, template in stacks.items()},
+        cluster_version=deployed.cluster_version,
+        nodegroups=deployed.nodegroups,
+    )
+
+
+def test_a_helm_release_moving_to_an_earlier_stack_is_refused() -> None:
+    """Upgrading from the layout where KubeRay was in the serving stack: the system stack would install
+    the release, then the serving stack's update would uninstall it with its old resource."""
+    old = _moved(deployed_as(), "Custom::AWSCDK-EKS-HelmChart", "ray-llm-multinode-system", "ray-llm-multinode-serving")
+    result = check_stack_changes(redeploy_of(), old)
+    assert not result.ok
+    assert (
+        "ray-llm-multinode-system: Helm release kuberay-operator/kuberay-operator would be applied and then deleted with an old resource of ray-llm-multinode-serving"
+        in result.fix
+    )
+
+
+def test_an_add_on_moving_to_a_later_stack_is_safe() -> None:
+    """CoreDNS moving from the cluster stack to the system stack: the cluster stack's update (cleanup
+    included) deletes it before the system stack creates it."""
+    old = _moved(deployed_as(), "AWS::EKS::Addon", "ray-llm-multinode-system", "ray-llm-multinode-cluster")
+    assert check_stack_changes(redeploy_of(), old).ok
+
+
+def test_the_system_nodegroup_moving_from_the_cluster_stack_is_a_move() -> None:
+    """The upgrade from the four-stack layout: the system nodegroup leaves the cluster stack and the new
+    system stack creates it again under the same name, after the cluster stack's update removed it."""
+    old = _moved(deployed_as(), "AWS::EKS::Nodegroup", "ray-llm-multinode-system", "ray-llm-multinode-cluster")
+    result = check_stack_changes(redeploy_of(), old)
+    assert result.ok, result.fix

@@ -75,18 +75,22 @@ def test_secrets_key_rotates(default_synth: Synth) -> None:
 
 
 def test_managed_addons_and_their_order(default_synth: Synth) -> None:
-    resources = default_synth.templates["cluster"]["Resources"]
-    addons = {v["Properties"]["AddonName"]: (k, v) for k, v in resources.items() if v["Type"] == "AWS::EKS::Addon"}
-    assert set(addons) == {"vpc-cni", "kube-proxy", "coredns", "eks-pod-identity-agent"}
-    nodegroup_id, nodegroup = next((k, v) for k, v in resources.items() if v["Type"] == "AWS::EKS::Nodegroup")
-    # The CNI must exist before nodes can turn Ready; CoreDNS needs nodes to run on.
-    for name in ("vpc-cni", "kube-proxy", "eks-pod-identity-agent"):
-        assert addons[name][0] in nodegroup["DependsOn"]
-    assert nodegroup_id in addons["coredns"][1]["DependsOn"]
+    cluster = {v["Properties"]["AddonName"] for v in default_synth.resources("cluster", "AWS::EKS::Addon").values()}
+    # The add-ons a node needs to turn Ready are in the cluster stack, which both nodegroup stacks follow.
+    assert cluster == {"vpc-cni", "kube-proxy", "eks-pod-identity-agent"}
+    d = default_synth.deployment
+    for stack in (d.system, d.gpu):
+        assert d.cluster.stack_name in {s.stack_name for s in stack.dependencies}
+    # CoreDNS needs nodes to run on: the system stack, after its nodegroup.
+    system = default_synth.templates["system"]["Resources"]
+    (coredns,) = [v for v in system.values() if v["Type"] == "AWS::EKS::Addon"]
+    assert coredns["Properties"]["AddonName"] == "coredns"
+    (nodegroup_id,) = [k for k, v in system.items() if v["Type"] == "AWS::EKS::Nodegroup"]
+    assert nodegroup_id in coredns["DependsOn"]
 
 
 def test_system_nodegroup(default_synth: Synth) -> None:
-    template = default_synth.template("cluster")
+    template = default_synth.template("system")
     template.has_resource_properties(
         "AWS::EKS::Nodegroup",
         {
@@ -98,7 +102,7 @@ def test_system_nodegroup(default_synth: Synth) -> None:
             "LaunchTemplate": Match.object_like({"Id": Match.any_value()}),
         },
     )
-    nodegroup = _only(default_synth.resources("cluster", "AWS::EKS::Nodegroup"))["Properties"]
+    nodegroup = _only(default_synth.resources("system", "AWS::EKS::Nodegroup"))["Properties"]
     # Type and disks live in the launch template: a SYSTEM_NODE_TYPE change is a rolling update.
     assert "DiskSize" not in nodegroup and "InstanceTypes" not in nodegroup
     assert nodegroup["UpdateConfig"] == {"MaxUnavailable": 1, "UpdateStrategy": "DEFAULT"}
@@ -108,7 +112,7 @@ def test_system_nodegroup(default_synth: Synth) -> None:
 
 
 def test_system_launch_template_imdsv2_and_encrypted_gp3(default_synth: Synth) -> None:
-    data = _only(default_synth.resources("cluster", "AWS::EC2::LaunchTemplate"))["Properties"]["LaunchTemplateData"]
+    data = _only(default_synth.resources("system", "AWS::EC2::LaunchTemplate"))["Properties"]["LaunchTemplateData"]
     assert data["InstanceType"] == "m7i.xlarge"
     assert data["MetadataOptions"] == {"HttpEndpoint": "enabled", "HttpTokens": "required", "HttpPutResponseHopLimit": 1}
     ebs = data["BlockDeviceMappings"][0]["Ebs"]

@@ -161,7 +161,7 @@ def test_namespace_admits_the_privileged_workers(default_synth: Synth) -> None:
 
 
 def test_kuberay_release(default_synth: Synth) -> None:
-    (release,) = [v for v in default_synth.resources("serving", "Custom::AWSCDK-EKS-HelmChart").values()]
+    (release,) = [v for v in default_synth.resources("system", "Custom::AWSCDK-EKS-HelmChart").values()]
     props = release["Properties"]
     assert props["Chart"] == "kuberay-operator" and props["Release"] == "kuberay-operator"
     assert props["Namespace"] == "kuberay-operator" and props["CreateNamespace"] is True
@@ -180,24 +180,31 @@ def _depends_on(synth: Synth, stack: str, resource_type: str) -> list[str]:
     return list(resource.get("DependsOn", []))
 
 
-def test_rayservice_depends_on_kuberay_and_its_namespace_in_its_stack(default_synth: Synth) -> None:
-    (kuberay_id,) = default_synth.resources("serving", "Custom::AWSCDK-EKS-HelmChart")
+def test_rayservice_depends_on_its_namespace_in_its_stack(default_synth: Synth) -> None:
     manifests = default_synth.resources("serving", "Custom::AWSCDK-EKS-KubernetesResource")
     (namespace_id,) = [k for k, v in manifests.items() if '"kind":"Namespace"' in v["Properties"]["Manifest"]]
     (ray_service_id,) = [k for k, v in manifests.items() if '"kind":"RayService"' in v["Properties"]["Manifest"]]
-    assert {kuberay_id, namespace_id} <= set(manifests[ray_service_id]["DependsOn"])
+    assert namespace_id in manifests[ray_service_id]["DependsOn"]
 
 
-def test_serving_stack_depends_on_both_nodegroups_stacks(default_synth: Synth) -> None:
+def test_serving_stack_follows_the_operator_and_both_nodegroups(default_synth: Synth) -> None:
     d = default_synth.deployment
     serving_deps = {s.stack_name for s in d.serving.dependencies}
-    assert {d.cluster.stack_name, d.gpu.stack_name} <= serving_deps
-    # Within the app the manifest's dependencies reach both nodegroups and the operator.
+    assert {d.system.stack_name, d.gpu.stack_name} <= serving_deps
+    # Within the app the manifest's dependencies reach both nodegroups and the operator (created after
+    # them, so deleted before them: the pods drain while their nodes and the operator still run).
     manifest_deps = {c.node.path for c in d.serving.ray_service.node.dependencies}
-    assert d.cluster.system_nodegroup.node.path in manifest_deps
-    assert d.gpu.gpu_nodes.nodegroup.node.path in manifest_deps
-    assert d.serving.kuberay.node.path in manifest_deps
-    assert d.cluster.system_nodegroup.node.path in {c.node.path for c in d.serving.kuberay.node.dependencies}
+    assert {d.system.system_nodegroup.node.path, d.gpu.gpu_nodes.nodegroup.node.path, d.system.kuberay.node.path} <= manifest_deps
+    assert d.system.system_nodegroup.node.path in {c.node.path for c in d.system.kuberay.node.dependencies}
+
+
+def test_the_gpu_nodes_do_not_wait_for_the_system_nodes_coredns_or_kuberay(default_synth: Synth) -> None:
+    """The graph with no needless waits: system and GPU stacks depend on the cluster stack only, so
+    `cdk deploy --concurrency` runs them side by side; the RayService waits for both."""
+    d = default_synth.deployment
+    assert {s.stack_name for s in d.gpu.dependencies} == {d.network.stack_name, d.cluster.stack_name}
+    assert {s.stack_name for s in d.system.dependencies} == {d.network.stack_name, d.cluster.stack_name}
+    assert not default_synth.resources("gpu", "AWS::EKS::Addon") and not default_synth.resources("cluster", "AWS::EKS::Nodegroup")
 
 
 def test_cluster_fingerprint_output_changes_only_with_the_cluster(default_synth: Synth, p5_synth: Synth) -> None:

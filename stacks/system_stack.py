@@ -1,0 +1,76 @@
+"""The system nodes and what runs on them: the CPU system nodegroup, CoreDNS, the KubeRay operator.
+
+It deploys beside the GPU stack (both depend only on the cluster stack), so the GPU nodes do not wait
+for the system nodes, CoreDNS or KubeRay, and KubeRay installs as soon as the system nodes exist.
+"""
+
+from __future__ import annotations
+
+from aws_cdk import Environment, Stack
+from aws_cdk import aws_ec2 as ec2
+from aws_cdk import aws_eks_v2 as eks
+from constructs import Construct
+
+from k8s_constructs.kuberay_operator import kuberay_release
+from settings import Settings
+from settings.scheduling import SYSTEM_NODE_LABELS
+from stacks.cluster_stack import managed_addon, node_role
+from stacks.helm import pinned_release
+from stacks.node_launch_template import metadata_options, pin_kubernetes_version, rolling_update, root_volume
+
+
+class SystemStack(Stack):
+    """Exposes ``system_nodegroup``, ``coredns`` (the managed add-on) and ``kuberay`` (the Helm release)."""
+
+    def __init__(self, scope: Construct, construct_id: str, *, settings: Settings, cluster: eks.ICluster, env: Environment) -> None:
+        super().__init__(scope, construct_id, env=env, description=f"{settings.cluster_name}: system nodes, CoreDNS and the KubeRay operator")
+        launch_template = ec2.CfnLaunchTemplate(
+            self,
+            "SystemNodeLaunchTemplate",
+            launch_template_data=ec2.CfnLaunchTemplate.LaunchTemplateDataProperty(
+                # In the launch template, not the nodegroup: a SYSTEM_NODE_TYPE change is then a new
+                # template version (a rolling update), not a replacement of a nodegroup whose fixed name
+                # makes the replacement fail with "already exists" (InstanceTypes is create-only).
+                instance_type=settings.system_node.name,
+                metadata_options=metadata_options(),
+                block_device_mappings=[root_volume(settings.system_root_volume_gib)],
+            ),
+        )
+        self.system_nodegroup = eks.Nodegroup(
+            self,
+            "SystemNodegroup",
+            cluster=cluster,
+            nodegroup_name=settings.system_nodegroup_name,
+            ami_type=eks.NodegroupAmiType.AL2023_X86_64_STANDARD,
+            min_size=settings.system_node_count,
+            desired_size=settings.system_node_count,
+            max_size=settings.system_node_count,
+            labels=SYSTEM_NODE_LABELS,
+            subnets=ec2.SubnetSelection(subnet_type=ec2.SubnetType.PRIVATE_WITH_EGRESS),
+            node_role=node_role(self, "SystemNodeRole"),
+            launch_template_spec=eks.LaunchTemplateSpec(id=launch_template.ref, version=launch_template.attr_latest_version_number),
+        )
+        pin_kubernetes_version(self.system_nodegroup, settings.kubernetes_version)
+        rolling_update(self.system_nodegroup, "default")
+
+        # CoreDNS is a Deployment: it waits for the system nodes to have somewhere to run.
+        (coredns_version,) = [version for name, version in settings.eks_addon_versions if name == "coredns"]
+        self.coredns = managed_addon(self, cluster=cluster, name="coredns", version=coredns_version)
+        self.coredns.node.add_dependency(self.system_nodegroup)
+
+        # The operator runs on the system nodes: installed once they exist, beside CoreDNS. A
+        # KUBERAY_NAMESPACE change is refused by the preflight: the chart's cluster-scoped objects
+        # (ClusterRoles and their bindings) have fixed names, so a second release in another namespace
+        # cannot be installed beside the first, and `helm upgrade --install` would leave the old one running.
+        release = kuberay_release(settings)
+        self.kuberay = pinned_release(
+            self,
+            "KubeRayOperator",
+            cluster=cluster,
+            pin=release.pin,
+            release=release.release,
+            namespace=release.namespace,
+            values=release.values.to_values(),
+            create_namespace=True,
+        )
+        self.kuberay.node.add_dependency(self.system_nodegroup)
