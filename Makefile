@@ -10,7 +10,7 @@ CDK := node_modules/.bin/cdk
 export JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION := 20
 ARGS ?=
 
-.PHONY: status verify-efa help install install-dev synth test lint format diff deploy destroy park review stacks kubeconfig kuberay-crds wait-ready bench lookup preflight imports dist settings-table checkov ci-access ci-access-synth clean
+.PHONY: status verify verify-efa help install install-dev synth test lint format diff deploy destroy park review stacks kubeconfig kuberay-crds wait-ready bench lookup preflight imports dist settings-table checkov ci-access ci-access-synth clean
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-15s %s\n", $$1, $$2}'
@@ -67,6 +67,7 @@ review: install ## Offline review of a change: BASE=<git ref> [REVIEW_FILE=revie
 deploy: preflight ## synth, preflight, then cdk deploy --all of that assembly (in CI: ARGS="--require-approval never")
 	date -u +%Y-%m-%dT%H:%M:%SZ > .deploy-started
 	$(CDK) deploy --app cdk.out --all --concurrency 2 $(ARGS)
+	date -u +%Y-%m-%dT%H:%M:%SZ > .deploy-finished
 
 park: ## Park the GPUs: the GPU_NODE_COUNT=0 deploy (unpark: make deploy)
 	GPU_NODE_COUNT=0 $(MAKE) --no-print-directory deploy ARGS="$(ARGS)"
@@ -94,6 +95,9 @@ kuberay-crds: install ## Apply the repository's KubeRay CRDs server-side (before
 
 wait-ready: install ## Wait for the RayService to be Ready (WAIT_TIMEOUT=45m)
 	$(PY) -m tools.cluster wait-ready
+
+verify: install ## The post-deploy gate: RayService ready, GPU/EFA on every GPU node, NIXL on LIBFABRIC, one completion; phase times (VERIFY_TIMEOUT=45m)
+	$(PY) -m tools.verify
 
 # The CI access stack (ci_app.py): an app of its own, with its own cloud assembly directory. Deployed with
 # your own (administrator) credentials, never by CI: it holds the roles CI assumes.

@@ -30,7 +30,7 @@ DEPLOY_ROLE = "${{ vars.AWS_DEPLOY_ROLE_ARN }}"
 DIFF_ROLE = "${{ vars.AWS_DIFF_ROLE_ARN }}"
 AWS_CREDENTIALS = "aws-actions/configure-aws-credentials"
 # Make targets that need AWS credentials: none may run before the credentials step of its job.
-AWS_TARGETS = {"preflight", "deploy", "park", "destroy", "diff", "kubeconfig", "wait-ready", "status"}
+AWS_TARGETS = {"preflight", "deploy", "park", "destroy", "diff", "kubeconfig", "wait-ready", "verify", "status"}
 # The queue shared by everything that changes the cluster.
 CLUSTER_QUEUE = ("deploy", "destroy", "park")
 # How GitHub runs `run:` with `shell: bash`.
@@ -372,14 +372,13 @@ def test_deploy_steps() -> None:
     assert "--outputs-file cdk-outputs.json" in args.group(1)
     # The outputs file is kept, also when a later step fails.
     upload = [s for s in job["steps"] if uses(s) == "actions/upload-artifact"]
-    assert len(upload) == 1
-    assert upload[0]["with"]["path"] == "cdk-outputs.json"
-    assert "cancelled()" in upload[0]["if"]
-    # The post-deploy gate after the deploy: kubectl configured, then the RayService Ready.
+    assert [u["with"]["path"] for u in upload] == ["cdk-outputs.json", "verify-result.json"]
+    assert all("cancelled()" in u["if"] for u in upload)
+    # The post-deploy gate after the deploy: kubectl configured, then `make verify`.
     kubeconfig = next(i for i, s in enumerate(scripts) if "make kubeconfig" in s)
-    wait = next(i for i, s in enumerate(scripts) if "make wait-ready" in s)
-    assert deploy < kubeconfig < wait
-    assert "WAIT_TIMEOUT=" in scripts[wait]
+    gate = next(i for i, s in enumerate(scripts) if "make verify" in s)
+    assert deploy < kubeconfig < gate
+    assert "VERIFY_TIMEOUT=" in scripts[gate]
 
 
 def test_park_deploys_zero_gpus_only_for_an_existing_cluster() -> None:

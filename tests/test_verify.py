@@ -1,0 +1,136 @@
+"""`make verify`'s decisions on recorded objects of the real shape, each verdict and the exit code."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from typing import Any
+
+import pytest
+
+from tests.conftest import settings_for
+from tools import verify as gate
+
+SETTINGS = settings_for()
+T0 = "2026-11-29T10:00:00Z"
+
+
+def _node(name: str, gpu: int, efa: int | None) -> dict[str, Any]:
+    allocatable = {"cpu": "31", "nvidia.com/gpu": str(gpu)}
+    if efa is not None:
+        allocatable["vpc.amazonaws.com/efa"] = str(efa)
+    return {"metadata": {"name": name}, "status": {"allocatable": allocatable}}
+
+
+def _pod(name: str, kind: str, scheduled: str, started: str | None) -> dict[str, Any]:
+    container = {"name": f"ray-{kind}", "state": {"running": {"startedAt": started}} if started else {"waiting": {"reason": "ContainerCreating"}}}
+    return {
+        "metadata": {"name": name, "labels": {"ray.io/is-ray-node": "yes", "ray.io/node-type": kind}},
+        "status": {"conditions": [{"type": "PodScheduled", "status": "True", "lastTransitionTime": scheduled}], "containerStatuses": [container]},
+    }
+
+
+def _ray_service(ready: bool) -> dict[str, Any]:
+    condition = {
+        "type": "Ready",
+        "status": "True" if ready else "False",
+        "reason": "NonZeroServeEndpoints" if ready else "Initializing",
+        "lastTransitionTime": "2026-11-29T10:26:00Z",
+    }
+    apps = {"qwen": {"status": "RUNNING" if ready else "DEPLOYING"}}
+    return {
+        "metadata": {"name": "ray-llm", "generation": 1},
+        "status": {"observedGeneration": 1, "conditions": [condition], "activeServiceStatus": {"applicationStatuses": apps}},
+    }
+
+
+PODS = {
+    "items": [
+        _pod("head", "head", "2026-11-29T10:21:00Z", "2026-11-29T10:22:30Z"),
+        _pod("prefill-0", "worker", "2026-11-29T10:21:10Z", "2026-11-29T10:23:00Z"),
+        _pod("decode-0", "worker", "2026-11-29T10:21:20Z", "2026-11-29T10:23:30Z"),
+    ]
+}
+LIBFABRIC = "Backend LIBFABRIC was instantiated\n"
+ANSWER = {"choices": [{"message": {"role": "assistant", "content": "Hello there, how are you?"}}]}
+
+
+class Cluster:
+    """kubectl answers from recorded objects."""
+
+    def __init__(self, *, ray_service: dict[str, Any], nodes: list[dict[str, Any]], logs: dict[str, str], answer: dict[str, Any] | None) -> None:
+        self.ray_service, self.nodes, self.logs, self.answer = ray_service, nodes, logs, answer
+
+    def __call__(self, args: list[str], stdin: str | None = None) -> subprocess.CompletedProcess[str]:
+        def out(value: Any) -> subprocess.CompletedProcess[str]:
+            return subprocess.CompletedProcess(args, 0, value if isinstance(value, str) else json.dumps(value), "")
+
+        if args[:2] == ["get", "rayservice"]:
+            return out(self.ray_service)
+        if args[:2] == ["get", "nodes"]:
+            return out({"items": self.nodes})
+        if args[:2] == ["get", "pods"] and "-l" in args:
+            return out("head")
+        if args[:2] == ["get", "pods"]:
+            return out(PODS)
+        if args[0] == "exec" and "ray-worker" in args:
+            return out(self.logs[args[3]])
+        if args[0] == "exec" and "ray-head" in args:
+            return out(self.answer) if self.answer else subprocess.CompletedProcess(args, 1, "", "urllib.error.HTTPError: HTTP Error 503")
+        raise AssertionError(args)
+
+
+def _run(**kwargs: Any) -> gate.Result:
+    cluster = Cluster(
+        **{
+            "ray_service": _ray_service(True),
+            "nodes": [_node("a", 1, 1), _node("b", 1, 1)],
+            "logs": {"prefill-0": LIBFABRIC, "decode-0": LIBFABRIC},
+            "answer": ANSWER,
+            **kwargs,
+        }
+    )
+    start = gate._time(T0)
+    return gate.verify(
+        SETTINGS, cluster, timeout_s=0, start=start, cloudformation_done=gate._time("2026-11-29T10:20:00Z"), clock=lambda: start + 27 * 60, sleep=lambda s: None
+    )
+
+
+def test_a_working_deploy_passes_and_reports_its_phases() -> None:
+    result = _run()
+    assert result.ok and [s.name for s in result.steps] == ["rayservice", "gpu-nodes", "nixl", "completion"]
+    assert result.phases == {
+        "cloudformation_done": 1200.0,
+        "ray_pods_scheduled": 1280.0,
+        "image_present": 1410.0,
+        "model_loaded": 1560.0,
+        "first_token": 1620.0,
+    }
+    assert "first_token          27m00s" in gate.table(result)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "failed", "fragment"),
+    [
+        ({"ray_service": _ray_service(False)}, {"rayservice", "completion"}, "Ready=False (Initializing); qwen DEPLOYING"),
+        ({"nodes": [_node("a", 1, 1), _node("b", 1, None)]}, {"gpu-nodes"}, "b has 1 GPU / 0 EFA"),
+        ({"nodes": [_node("a", 1, 1)]}, {"gpu-nodes"}, "1 of 2 GPU node(s)"),
+        ({"logs": {"prefill-0": LIBFABRIC, "decode-0": "Backend UCX was instantiated\n"}}, {"nixl"}, "decode-0: UCX"),
+        ({"logs": {"prefill-0": LIBFABRIC, "decode-0": ""}}, {"nixl"}, "decode-0: none"),
+        ({"answer": None}, {"completion"}, "HTTP Error 503"),
+        ({"answer": {"choices": [{"message": {"content": "  "}}]}}, {"completion"}, "no answer"),
+    ],
+)
+def test_each_failure_names_its_step_and_the_command_to_look_closer(kwargs: dict[str, Any], failed: set[str], fragment: str) -> None:
+    result = _run(**kwargs)
+    assert not result.ok
+    assert {s.name for s in result.steps if not s.ok} == failed
+    assert any(fragment in s.detail for s in result.steps)
+    assert all(s.look_closer for s in result.steps if not s.ok)
+
+
+def test_no_cluster_is_one_line_and_exit_2(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Any) -> None:
+    monkeypatch.setenv("PATH", str(tmp_path))  # no aws, no kubectl
+    assert gate.main(["--result", str(tmp_path / "r.json")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("error: cannot reach cluster ray-llm-multinode in sa-east-1")

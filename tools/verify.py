@@ -1,0 +1,252 @@
+"""`make verify`: the post-deploy gate. Exit 0 only when the deploy works.
+
+In order, each with a visible wait where it waits:
+1. rayservice   the RayService Ready for the spec just deployed, its Serve application RUNNING
+2. gpu-nodes    every GPU node advertises the GPUs and EFA devices the instance facts say
+3. nixl         every Ray worker's NIXL backend is LIBFABRIC (UCX, or no backend line, fails)
+4. completion   one chat completion through Serve, from inside the cluster, with a non-empty answer
+Then the time of each phase since `make deploy` started (.deploy-started): CloudFormation done, Ray pods
+scheduled, image present, model loaded, first token — as a table and in the JSON result
+(VERIFY_RESULT, default verify-result.json).
+
+kubectl runs against this cluster only (preflight.kube). Names come from the same settings as the synth.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from preflight.kube import ClusterUnreachable, Kubectl, cluster_kubectl
+from settings import SettingError, Settings, load_settings
+from settings.context_files import REPO, read_project_context
+from settings.scheduling import GPU_NODE_LABELS
+from tools.cluster import ray_service_verdict
+
+DEPLOY_STARTED = REPO / ".deploy-started"
+CLOUDFORMATION_DONE = REPO / ".deploy-finished"
+PROMPT = "Say hello in five words."
+
+
+@dataclass
+class Step:
+    name: str
+    ok: bool
+    detail: str
+    look_closer: str = ""  # the command to run when it failed
+
+
+@dataclass
+class Result:
+    steps: list[Step] = field(default_factory=list)
+    phases: dict[str, float | None] = field(default_factory=dict)  # seconds since the deploy started
+
+    @property
+    def ok(self) -> bool:
+        return bool(self.steps) and all(s.ok for s in self.steps)
+
+
+def _json(kubectl: Kubectl, args: list[str]) -> dict[str, Any] | None:
+    got = kubectl([*args, "-o", "json"])
+    return json.loads(got.stdout) if got.returncode == 0 and got.stdout.strip() else None
+
+
+def check_gpu_nodes(settings: Settings, nodes: dict[str, Any]) -> Step:
+    """Every GPU node advertises all its GPUs and EFA interfaces (the device plugins are running)."""
+    want_gpu, want_efa = settings.gpu_node.gpus, settings.gpu_node.efa_interfaces
+    items = nodes.get("items", [])
+    short = []
+    for node in items:
+        allocatable = node.get("status", {}).get("allocatable", {})
+        gpu, efa = int(allocatable.get("nvidia.com/gpu", 0)), int(allocatable.get("vpc.amazonaws.com/efa", 0))
+        if (gpu, efa) != (want_gpu, want_efa):
+            short.append(f"{node['metadata']['name']} has {gpu} GPU / {efa} EFA")
+    detail = f"{len(items)} of {settings.gpu_node_count} GPU node(s), each {want_gpu} GPU / {want_efa} EFA"
+    ok = len(items) == settings.gpu_node_count and not short
+    look = "kubectl describe nodes -l role=gpu-worker; kubectl get pods -n kube-system -o wide | grep -E 'nvidia|efa'"
+    return Step("gpu-nodes", ok, detail if ok else f"{detail}: {'; '.join(short) or 'missing nodes'}", "" if ok else look)
+
+
+def backend_of(log_lines: str) -> str:
+    """LIBFABRIC, UCX, both or none: which NIXL backends a worker's logs say it instantiated."""
+    found = sorted({line.split("Backend ", 1)[1].split()[0] for line in log_lines.splitlines() if "Backend " in line and "was instantiated" in line})
+    return "+".join(found) or "none"
+
+
+def check_nixl(settings: Settings, backends: dict[str, str]) -> Step:
+    bad = {pod: b for pod, b in backends.items() if b != "LIBFABRIC"}
+    detail = ", ".join(f"{pod}: {b}" for pod, b in sorted(backends.items())) or "no Ray worker pods"
+    ok = bool(backends) and not bad
+    look = f"kubectl logs -n {settings.namespace} -l ray.io/node-type=worker -c ray-worker | grep -i nixl"
+    return Step("nixl", ok, detail, "" if ok else look)
+
+
+def check_completion(settings: Settings, answer: dict[str, Any] | None, error: str) -> Step:
+    try:
+        text = str(answer["choices"][0]["message"]["content"]).strip() if answer else ""
+    except (KeyError, IndexError, TypeError):
+        text = ""
+    ok = bool(text)
+    detail = f"{settings.model_id} answered {text[:60]!r}" if ok else f"no answer: {error or json.dumps(answer)[:200]}"
+    return Step("completion", ok, detail, "" if ok else f"kubectl describe rayservice -n {settings.namespace} {settings.ray_service_name}")
+
+
+def _time(stamp: str | None) -> float | None:
+    return datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp() if stamp else None
+
+
+def phases(
+    start: float | None, cloudformation_done: float | None, pods: dict[str, Any], ray_service: dict[str, Any], first_token: float | None
+) -> dict[str, float | None]:
+    """Seconds from the deploy's start to each phase, from the objects' own timestamps (None: not reached)."""
+    ray_pods = [p for p in pods.get("items", []) if p.get("metadata", {}).get("labels", {}).get("ray.io/is-ray-node") == "yes"]
+    scheduled = [
+        _time(c.get("lastTransitionTime"))
+        for p in ray_pods
+        for c in p.get("status", {}).get("conditions", [])
+        if c.get("type") == "PodScheduled" and c.get("status") == "True"
+    ]
+    started = [
+        _time(s.get("state", {}).get("running", {}).get("startedAt"))
+        for p in ray_pods
+        for s in p.get("status", {}).get("containerStatuses", [])
+        if s.get("name", "").startswith("ray-")
+    ]
+    ready = [
+        _time(c.get("lastTransitionTime"))
+        for c in ray_service.get("status", {}).get("conditions", [])
+        if c.get("type") == "Ready" and c.get("status") == "True"
+    ]
+
+    def since(moments: list[float | None], every: int | None = None) -> float | None:
+        known = [m for m in moments if m is not None]
+        if start is None or not known or (every is not None and len(known) < every):
+            return None
+        return round(max(known) - start, 1)
+
+    return {
+        "cloudformation_done": since([cloudformation_done]),
+        "ray_pods_scheduled": since(scheduled, len(ray_pods) or None),
+        "image_present": since(started, len(ray_pods) or None),  # a container runs only once its image is on the node
+        "model_loaded": since(ready),
+        "first_token": since([first_token]),
+    }
+
+
+def _completion(settings: Settings, kubectl: Kubectl) -> tuple[dict[str, Any] | None, str]:
+    """One chat completion from the head pod (a Ray pod, so the NetworkPolicies let it reach Serve)."""
+    head = kubectl(["get", "pods", "-n", settings.namespace, "-l", "ray.io/node-type=head", "-o", "jsonpath={.items[0].metadata.name}"])
+    if head.returncode != 0 or not head.stdout.strip():
+        return None, "no head pod"
+    body = json.dumps({"model": settings.model_id, "messages": [{"role": "user", "content": PROMPT}], "max_tokens": 16})
+    script = (
+        "import sys, urllib.request; "
+        "req = urllib.request.Request('http://127.0.0.1:8000/v1/chat/completions', data=sys.argv[1].encode(), headers={'Content-Type': 'application/json'}); "
+        "print(urllib.request.urlopen(req, timeout=300).read().decode())"
+    )
+    got = kubectl(["exec", "-n", settings.namespace, head.stdout.strip(), "-c", "ray-head", "--", "python", "-c", script, body])
+    if got.returncode != 0:
+        return None, got.stderr.strip()[-300:]
+    try:
+        return json.loads(got.stdout), ""
+    except json.JSONDecodeError:
+        return None, got.stdout.strip()[:300]
+
+
+def verify(
+    settings: Settings,
+    kubectl: Kubectl,
+    *,
+    timeout_s: int,
+    start: float | None,
+    cloudformation_done: float | None,
+    clock: Callable[[], float] = time.time,
+    sleep: Callable[[float], None] = time.sleep,
+) -> Result:
+    result = Result()
+    ns, name = settings.namespace, settings.ray_service_name
+    began = clock()
+    last = ""
+    while True:  # 1. the RayService, Ready for this generation
+        obj = _json(kubectl, ["get", "rayservice", "-n", ns, name])
+        ready, said = ray_service_verdict(obj) if obj else (False, f"RayService {ns}/{name} not found")
+        waited = int(clock() - began)
+        if said != last:
+            print(f"[{waited // 60:02d}:{waited % 60:02d}] waiting for RayService {ns}/{name}: {said}", flush=True)
+            last = said
+        if ready or waited >= timeout_s:
+            break
+        sleep(15)
+    result.steps.append(Step("rayservice", ready, said, "" if ready else f"kubectl describe rayservice -n {ns} {name}"))
+
+    nodes = _json(kubectl, ["get", "nodes", "-l", f"role={GPU_NODE_LABELS['role']}"]) or {}
+    result.steps.append(check_gpu_nodes(settings, nodes))
+
+    pods = _json(kubectl, ["get", "pods", "-n", ns]) or {}
+    workers = [p["metadata"]["name"] for p in pods.get("items", []) if p["metadata"].get("labels", {}).get("ray.io/node-type") == "worker"]
+    backends = {}
+    for pod in workers:
+        logs = kubectl(
+            ["exec", "-n", ns, pod, "-c", "ray-worker", "--", "sh", "-c", "grep -rhE 'Backend [A-Z]+ was instantiated' /tmp/ray/session_latest/logs/ || true"]
+        )
+        backends[pod] = backend_of(logs.stdout)
+    result.steps.append(check_nixl(settings, backends))
+
+    answer, error = _completion(settings, kubectl) if ready else (None, "skipped: the RayService is not ready")
+    first_token = clock() if answer else None
+    result.steps.append(check_completion(settings, answer, error))
+    result.phases = phases(start, cloudformation_done, pods, obj or {}, first_token)
+    return result
+
+
+def table(result: Result) -> str:
+    lines = [f"{'STEP':<12} {'RESULT':<6} DETAIL"] + [f"{s.name:<12} {'PASS' if s.ok else 'FAIL':<6} {s.detail}" for s in result.steps]
+    lines += ["", f"{'PHASE':<20} SINCE make deploy"]
+    lines += [f"{phase:<20} {'-' if seconds is None else f'{int(seconds) // 60}m{int(seconds) % 60:02d}s'}" for phase, seconds in result.phases.items()]
+    lines += [f"look closer: {s.name}: {s.look_closer}" for s in result.steps if not s.ok]
+    return "\n".join(lines)
+
+
+def _stamp(path: Path) -> float | None:
+    return _time(path.read_text().strip()) if path.exists() else None
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--timeout", default=os.environ.get("VERIFY_TIMEOUT", "45m"), help="how long to wait for the RayService (e.g. 45m)")
+    parser.add_argument("--result", type=Path, default=Path(os.environ.get("VERIFY_RESULT", "verify-result.json")))
+    args = parser.parse_args(argv)
+    from tools.cluster import _duration_seconds
+
+    try:
+        settings = load_settings(os.environ, read_project_context())
+        timeout_s = _duration_seconds(args.timeout)
+    except SettingError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    try:
+        with cluster_kubectl(settings.region, settings.cluster_name) as kubectl:
+            result = verify(settings, kubectl, timeout_s=timeout_s, start=_stamp(DEPLOY_STARTED), cloudformation_done=_stamp(CLOUDFORMATION_DONE))
+    except ClusterUnreachable as error:
+        print(f"error: cannot reach cluster {settings.cluster_name} in {settings.region}: {error}", file=sys.stderr)
+        return 2
+    print(table(result))
+    args.result.write_text(json.dumps({"ok": result.ok, "steps": [asdict(s) for s in result.steps], "phases_seconds": result.phases}, indent=2) + "\n")
+    failed = [s.name for s in result.steps if not s.ok]
+    if failed:
+        print(f"error: verification failed at {', '.join(failed)} (see `look closer` above)", file=sys.stderr)
+        return 1
+    print(f"verified: {settings.ray_service_name} serves {settings.model_id}, KV cache over LIBFABRIC (EFA); result in {args.result}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
