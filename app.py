@@ -7,7 +7,7 @@ import os
 import sys
 
 from settings import SettingError, load_settings
-from stacks.application import build_stacks, new_app
+from stacks.application import build_stacks, new_app, synthesize_or_say_why
 
 
 def main() -> int:
@@ -35,16 +35,7 @@ def main() -> int:
             "EKS picks its default at create time, and a later K8S_VERSION change would not move them; run `make lookup` with AWS credentials",
             file=sys.stderr,
         )
-    try:
-        build_stacks(app, settings)
-        app.synth()
-    except Exception as error:  # a construct rejected a value the settings check let through
-        if os.environ.get("CDK_DEBUG"):
-            raise
-        first_line = next((line for line in str(error).splitlines() if line.strip()), type(error).__name__)
-        print(f"error: synthesis failed: {first_line} (set CDK_DEBUG=true for the full trace)", file=sys.stderr)
-        return 1
-    return 0
+    return synthesize_or_say_why(app, lambda app: build_stacks(app, settings))
 
 
 if __name__ == "__main__":

@@ -15,7 +15,7 @@ from aws_cdk import Environment
 
 from settings.ci_access import load_ci_access_settings
 from settings.errors import SettingError
-from stacks.application import new_app
+from stacks.application import new_app, synthesize_or_say_why
 from stacks.ci_access_stack import CiAccessStack
 
 
@@ -26,16 +26,7 @@ def main() -> int:
     except SettingError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
-    try:
-        CiAccessStack(app, settings.stack_name, settings=settings, env=Environment(region=settings.region))
-        app.synth()
-    except Exception as error:  # a construct rejected a value the settings check let through
-        if os.environ.get("CDK_DEBUG"):
-            raise
-        first_line = next((line for line in str(error).splitlines() if line.strip()), type(error).__name__)
-        print(f"error: synthesis failed: {first_line} (set CDK_DEBUG=true for the full trace)", file=sys.stderr)
-        return 1
-    return 0
+    return synthesize_or_say_why(app, lambda app: CiAccessStack(app, settings.stack_name, settings=settings, env=Environment(region=settings.region)))
 
 
 if __name__ == "__main__":

@@ -18,6 +18,7 @@ __all__ = ["MODIFY", "REPLACE", "Redeploy", "ResourceChange"]
 from preflight.deployed import Deployed, find_resources
 from preflight.kube import ClusterUnreachable, Kubectl, cluster_kubectl
 from preflight.results import CheckResult, fail, ok
+from settings import Settings
 
 NODEGROUP = "AWS::EKS::Nodegroup"
 # A nodegroup property change that makes EKS replace its nodes one by one (UpdateNodegroupVersion).
@@ -39,6 +40,20 @@ class Redeploy:
     kuberay_version: str
     stack_prefix: str
     templates: Mapping[str, Mapping[str, Any]]  # stack name -> synthesized template
+
+    @staticmethod
+    def of(settings: Settings, templates: Mapping[str, Mapping[str, Any]]) -> Redeploy:
+        return Redeploy(
+            cluster_name=settings.cluster_name,
+            region=settings.region,
+            kubernetes_version=settings.kubernetes_version,
+            gpu_nodegroup_name=settings.gpu_nodegroup_name,
+            system_nodegroup_name=settings.system_nodegroup_name,
+            gpu_node_count=settings.gpu_node_count,
+            kuberay_version=settings.kuberay_version,
+            stack_prefix=settings.stack_prefix,
+            templates=templates,
+        )
 
 
 def stack_plans(redeploy: Redeploy, deployed: Deployed) -> dict[str, list[ResourceChange]]:

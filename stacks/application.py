@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from aws_cdk import App, Environment, Stack, Tags
@@ -25,6 +28,21 @@ def new_app(outdir: str | None = None) -> App:
     because the tests run cfn-lint over every template (the same schema and more) without adding seconds
     to every synth; no stack traces, for determinism."""
     return App(builtin_cloud_formation_validation=False, stack_traces=False, context=DETERMINISTIC_CONTEXT, outdir=outdir)
+
+
+def synthesize_or_say_why(app: App, build: Callable[[App], object]) -> int:
+    """Build the stacks and synthesize; a failure (a construct rejecting a value the settings check let
+    through) is one line on stderr and exit 1, the trace only with CDK_DEBUG set."""
+    try:
+        build(app)
+        app.synth()
+    except Exception as error:
+        if os.environ.get("CDK_DEBUG"):
+            raise
+        first_line = next((line for line in str(error).splitlines() if line.strip()), type(error).__name__)
+        print(f"error: synthesis failed: {first_line} (set CDK_DEBUG=true for the full trace)", file=sys.stderr)
+        return 1
+    return 0
 
 
 @dataclass(frozen=True)

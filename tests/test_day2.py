@@ -68,17 +68,7 @@ def deployed_as(env: Mapping[str, str] | None = None, *, gpu_desired: int = 2, c
 
 def redeploy_of(**env: str) -> Redeploy:
     settings, templates = synth(**env)
-    return Redeploy(
-        cluster_name=settings.cluster_name,
-        region=settings.region,
-        kubernetes_version=settings.kubernetes_version,
-        gpu_nodegroup_name=settings.gpu_nodegroup_name,
-        system_nodegroup_name=settings.system_nodegroup_name,
-        gpu_node_count=settings.gpu_node_count,
-        kuberay_version=settings.kuberay_version,
-        stack_prefix=settings.stack_prefix,
-        templates={settings.stack_names[p]: templates[p] for p in PARTS},
-    )
+    return Redeploy.of(settings, {settings.stack_names[p]: templates[p] for p in PARTS})
 
 
 def _only(found: list[ResourceChange], resource_type: str) -> ResourceChange:

@@ -56,7 +56,7 @@ def main() -> int:
             unvalidated.append(_time_synth(baseline, Path(tmp) / f"unvalidated{run}", {"CDK_VALIDATION": "false"}))
     ours_median = statistics.median(ours)
     print(f"cdk synth, median of {args.runs} alternating runs")
-    rows = [("this app (4 stacks, EKS, cdk8s)", ours), ("one-bucket app", plain), ("one-bucket app, no built-in validation", unvalidated)]
+    rows = [("this app (5 stacks, EKS, cdk8s)", ours), ("one-bucket app", plain), ("one-bucket app, no built-in validation", unvalidated)]
     for label, times in rows:
         print(f"  {label:<40} {statistics.median(times):6.2f} s   runs: {', '.join(f'{t:.2f}' for t in times)}")
     ratio = ours_median / statistics.median(plain)

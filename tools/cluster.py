@@ -53,7 +53,7 @@ def ray_service_verdict(obj: dict[str, Any]) -> tuple[bool, str]:
     return ready.get("status") == "True", f"Ready={ready.get('status', 'Unknown')} ({message}); {app_states}"
 
 
-def _duration_seconds(text: str) -> int:
+def duration_seconds(text: str) -> int:
     match = re.fullmatch(r"(\d+)([smh]?)", text.strip())
     if not match:
         raise SettingError("WAIT_TIMEOUT", text, "a duration such as 45m, 90s or 1h")
@@ -121,7 +121,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         settings = load_settings(os.environ, read_project_context())
-        timeout_s = _duration_seconds(args.timeout)
+        timeout_s = duration_seconds(args.timeout)
     except SettingError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2

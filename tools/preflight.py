@@ -48,21 +48,7 @@ def read_assembly(settings: Settings, assembly: Path) -> dict[str, dict[str, obj
 
 def preflight_input(settings: Settings, templates: dict[str, dict[str, object]] | None = None) -> PreflightInput:
     quota_code, quota_name = settings.gpu_node.on_demand_quota
-    redeploy = (
-        Redeploy(
-            cluster_name=settings.cluster_name,
-            region=settings.region,
-            kubernetes_version=settings.kubernetes_version,
-            gpu_nodegroup_name=settings.gpu_nodegroup_name,
-            system_nodegroup_name=settings.system_nodegroup_name,
-            gpu_node_count=settings.gpu_node_count,
-            kuberay_version=settings.kuberay_version,
-            stack_prefix=settings.stack_prefix,
-            templates=templates,
-        )
-        if templates is not None
-        else None
-    )
+    redeploy = Redeploy.of(settings, templates) if templates is not None else None
     return PreflightInput(
         region=settings.region,
         gpu_az=settings.gpu_az,

@@ -29,7 +29,7 @@ from preflight.kube import ClusterUnreachable, Kubectl, cluster_kubectl
 from settings import SettingError, Settings, load_settings
 from settings.context_files import REPO, read_project_context
 from settings.scheduling import GPU_NODE_LABELS
-from tools.cluster import ray_service_verdict
+from tools.cluster import duration_seconds, ray_service_verdict
 
 DEPLOY_STARTED = REPO / ".deploy-started"
 CLOUDFORMATION_DONE = REPO / ".deploy-finished"
@@ -224,11 +224,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--timeout", default=os.environ.get("VERIFY_TIMEOUT", "45m"), help="how long to wait for the RayService (e.g. 45m)")
     parser.add_argument("--result", type=Path, default=Path(os.environ.get("VERIFY_RESULT", "verify-result.json")))
     args = parser.parse_args(argv)
-    from tools.cluster import _duration_seconds
 
     try:
         settings = load_settings(os.environ, read_project_context())
-        timeout_s = _duration_seconds(args.timeout)
+        timeout_s = duration_seconds(args.timeout)
     except SettingError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
