@@ -1,0 +1,113 @@
+"""An in-cluster benchmark of the Serve endpoint: a Kubernetes Job that runs vLLM's own `vllm bench serve`
+(the Ray LLM image ships vLLM) against the RayService's Serve service, with a mixed workload.
+
+The mix is what prefill/decode disaggregation is for: a stream of long prompts (RAG, summarisation)
+and, at the same time, a stream of short prompts at a few request rates. With PD, the long prompts'
+prefill runs on the prefill node, so the short requests' inter-token latency stays flat as the long
+stream's rate rises; without PD it climbs. Each run prints one line `BENCH_RESULT <json>` (vLLM's saved
+result plus the run's label), which `make bench-serving` collects from the Job's log.
+"""
+
+from __future__ import annotations
+
+import shlex
+from dataclasses import dataclass
+
+import cdk8s
+import cdk8s_plus_28 as kplus
+from constructs import Construct
+
+from settings.scheduling import SYSTEM_NODE_LABELS
+
+JOB_NAME_SUFFIX = "-bench"
+RESULT_MARKER = "BENCH_RESULT "
+
+
+@dataclass(frozen=True)
+class Workload:
+    """One class of requests: prompt and output lengths, how many, at what rate (requests/s)."""
+
+    label: str
+    input_len: int
+    output_len: int
+    num_prompts: int
+
+
+LONG = Workload("long", input_len=3000, output_len=64, num_prompts=40)
+SHORT = Workload("short", input_len=128, output_len=256, num_prompts=60)
+RATES = (0.5, 1.0, 2.0)  # requests/s of each stream
+
+
+@dataclass(frozen=True)
+class BenchJobProps:
+    name: str  # the Job's name
+    namespace: str
+    image: str  # the Ray LLM image (vLLM inside), by digest when `make lookup` resolved it
+    base_url: str  # the Serve service, e.g. http://ray-llm-serve-svc.inference.svc.cluster.local:8000
+    model_id: str
+    tokenizer: str  # the Hugging Face repository (MODEL_SOURCE)
+    rates: tuple[float, ...] = RATES
+    long: Workload = LONG
+    short: Workload = SHORT
+
+
+def bench_command(props: BenchJobProps, workload: Workload, rate: float) -> str:
+    """One `vllm bench serve` run, printing its saved result on one line."""
+    result = f"/tmp/{workload.label}-{rate}.json"
+    args = [
+        "vllm", "bench", "serve",
+        "--backend", "openai-chat", "--base-url", props.base_url, "--endpoint", "/v1/chat/completions",
+        "--model", props.model_id, "--tokenizer", props.tokenizer,
+        "--dataset-name", "random", "--random-input-len", str(workload.input_len), "--random-output-len", str(workload.output_len),
+        "--num-prompts", str(workload.num_prompts), "--request-rate", str(rate), "--seed", "1",
+        "--percentile-metrics", "ttft,tpot,itl,e2el", "--metric-percentiles", "50,99",
+        "--save-result", "--result-dir", "/tmp", "--result-filename", result.removeprefix("/tmp/"),
+    ]  # fmt: skip
+    label = f'{{"workload": "{workload.label}", "rate": {rate}}}'
+    merge = f"python3 -c 'import json,sys; r=json.load(open(sys.argv[1])); r.update(json.loads(sys.argv[2])); print(\"{RESULT_MARKER}\" + json.dumps(r))'"
+    return f"{shlex.join(args)} > /tmp/{workload.label}-{rate}.log 2>&1 && {merge} {result} {shlex.quote(label)}"
+
+
+def bench_script(props: BenchJobProps) -> str:
+    """For each rate: the long and the short stream at the same time, then both results."""
+    steps = ["set -e"]
+    for rate in props.rates:
+        # `wait PID` returns the run's own status, so a failed run fails the Job.
+        steps.append(
+            f"( {bench_command(props, props.long, rate)} ) & long=$!; ( {bench_command(props, props.short, rate)} ) & short=$!; wait $long; wait $short"
+        )
+    return "\n".join(steps)
+
+
+class BenchJobChart(cdk8s.Chart):
+    """Exposes ``job``."""
+
+    def __init__(self, scope: Construct, construct_id: str, *, props: BenchJobProps) -> None:
+        super().__init__(scope, construct_id, disable_resource_name_hashes=True)
+        self.job = kplus.Job(
+            self,
+            "Bench",
+            metadata=cdk8s.ApiObjectMetadata(name=props.name, namespace=props.namespace, labels={"app.kubernetes.io/name": props.name}),
+            backoff_limit=0,
+            active_deadline=cdk8s.Duration.hours(1),
+            ttl_after_finished=cdk8s.Duration.hours(12),
+            automount_service_account_token=False,
+            security_context=kplus.PodSecurityContextProps(ensure_non_root=False),
+            containers=[
+                kplus.ContainerProps(
+                    name="bench",
+                    image=props.image,
+                    command=["/bin/bash", "-c", bench_script(props)],
+                    # A client: no GPU, a few CPUs for the tokenizer and the asyncio load generator.
+                    resources=kplus.ContainerResources(
+                        cpu=kplus.CpuResources(request=kplus.Cpu.units(1), limit=kplus.Cpu.units(2)),
+                        memory=kplus.MemoryResources(request=cdk8s.Size.gibibytes(2), limit=cdk8s.Size.gibibytes(4)),
+                    ),
+                    security_context=kplus.ContainerSecurityContextProps(
+                        ensure_non_root=False, read_only_root_filesystem=False, allow_privilege_escalation=False
+                    ),
+                    env_variables={"HF_HOME": kplus.EnvValue.from_value("/tmp/hf")},
+                )
+            ],
+        )
+        self.job.scheduling.attract(kplus.Node.labeled(kplus.NodeLabelQuery.is_("role", SYSTEM_NODE_LABELS["role"])))

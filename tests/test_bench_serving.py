@@ -1,0 +1,113 @@
+"""`make bench-serving`: the Job (validated like the other Kubernetes objects), its script run for real
+with a stand-in `vllm` (the image's vLLM is not installable here), and the result table and comparison."""
+
+from __future__ import annotations
+
+import json
+import stat
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import cdk8s
+import kubernetes_validate
+import yaml
+
+from k8s_constructs.bench_job import BenchJobChart, bench_script
+from tests.conftest import settings_for
+from tools.bench_serving import bench_props, parse_results, summarize, table
+
+SETTINGS = settings_for()
+
+
+def _job() -> dict[str, Any]:
+    (obj,) = yaml.safe_load_all(cdk8s.App.of(BenchJobChart(cdk8s.App(), "bench", props=bench_props(SETTINGS))).synth_yaml())
+    return obj
+
+
+def test_the_job_passes_strict_validation_and_is_a_cpu_client_of_the_serve_service() -> None:
+    job = _job()
+    kubernetes_validate.validate(job, SETTINGS.kubernetes_version, strict=True)
+    assert (job["metadata"]["name"], job["metadata"]["namespace"]) == ("ray-llm-bench", "inference")
+    pod = job["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    assert container["image"] == SETTINGS.dlc_image  # the image with vLLM inside
+    assert set(container["resources"]["limits"]) == {"cpu", "memory"}  # no GPU
+    assert pod["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"][0]["matchExpressions"] == [
+        {"key": "role", "operator": "In", "values": ["system"]}
+    ]
+    script = container["command"][-1]
+    assert "--base-url http://ray-llm-serve-svc.inference.svc.cluster.local:8000" in script
+    assert script.count("vllm bench serve") == 6  # long and short streams at three rates
+
+
+FAKE_VLLM = """#!/usr/bin/env python3
+import json, sys
+args = sys.argv[1:]
+value = lambda flag: args[args.index(flag) + 1]
+if value("--request-rate") == FAIL_AT:
+    sys.exit(3)
+rate, length = float(value("--request-rate")), int(value("--random-input-len"))
+result = {"p50_ttft_ms": length / 10 + rate, "p99_ttft_ms": length / 5 + rate, "p50_itl_ms": 20 + rate, "p99_itl_ms": 40 + rate,
+          "output_throughput": 100 * rate, "request_throughput": rate}
+json.dump(result, open(value("--result-dir") + "/" + value("--result-filename"), "w"))
+"""
+
+
+def _run_script(tmp_path: Path, fail_at: str = "none") -> subprocess.CompletedProcess[str]:
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    fake = bin_dir / "vllm"
+    fake.write_text(FAKE_VLLM.replace("FAIL_AT", repr(fail_at)))
+    fake.chmod(stat.S_IRWXU)
+    script = bench_script(bench_props(SETTINGS)).replace("/tmp", str(tmp_path))
+    return subprocess.run(["/bin/bash", "-c", script], env={"PATH": f"{bin_dir}:/usr/bin:/bin"}, capture_output=True, text=True, timeout=120)
+
+
+def test_the_script_runs_both_streams_at_each_rate_and_reports_every_run(tmp_path: Path) -> None:
+    result = _run_script(tmp_path)
+    assert result.returncode == 0, result.stderr
+    runs = parse_results(result.stdout)
+    assert [(r["workload"], r["rate"]) for r in runs] == [(w, r) for r in (0.5, 1.0, 2.0) for w in ("long", "short")]
+    rows = summarize(runs)
+    assert rows[0] == {
+        "workload": "long",
+        "rate": 0.5,
+        "p50_ttft_ms": 300.5,
+        "p99_ttft_ms": 600.5,
+        "p50_itl_ms": 20.5,
+        "p99_itl_ms": 40.5,
+        "output_throughput": 50.0,
+        "request_throughput": 0.5,
+    }
+
+
+def test_a_failed_run_fails_the_job(tmp_path: Path) -> None:
+    assert _run_script(tmp_path, fail_at="1.0").returncode != 0
+
+
+def test_the_table_and_the_comparison_with_a_previous_result() -> None:
+    now = [
+        {
+            "workload": "short",
+            "rate": 1.0,
+            "p50_ttft_ms": 100.0,
+            "p99_ttft_ms": 200.0,
+            "p50_itl_ms": 22.0,
+            "p99_itl_ms": 30.0,
+            "output_throughput": 120.0,
+            "request_throughput": 1.0,
+        }
+    ]
+    before = [{**now[0], "p50_itl_ms": 20.0, "output_throughput": 100.0}]
+    plain = table(now)
+    assert plain.splitlines()[0].split()[:4] == ["workload", "rate", "TTFT", "p50"] and "22.0" in plain
+    compared = table(now, before)
+    assert "22.0 (+10% worse)" in compared and "120.0 (+20%)" in compared and "100.0 (+0%)" in compared
+
+
+def test_results_are_saved_as_json(tmp_path: Path) -> None:
+    rows = summarize(parse_results(_run_script(tmp_path).stdout))
+    path = tmp_path / "bench.json"
+    path.write_text(json.dumps({"runs": rows}))
+    assert table(json.loads(path.read_text())["runs"]) == table(rows)

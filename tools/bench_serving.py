@@ -1,0 +1,131 @@
+"""`make bench-serving`: run the in-cluster benchmark Job (k8s_constructs/bench_job.py) against the Serve
+endpoint, collect its results, save them as JSON and print a table; with COMPARE=previous.json, the change
+of each figure against an earlier result.
+
+Reported per run (workload class and request rate): TTFT p50/p99, ITL p50/p99 (ms), output tokens/s and
+requests/s, as `vllm bench serve` measured them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import cdk8s
+
+from k8s_constructs.bench_job import RESULT_MARKER, BenchJobChart, BenchJobProps
+from preflight.kube import ClusterUnreachable, Kubectl, cluster_kubectl
+from settings import SettingError, Settings, load_settings
+from settings.context_files import read_project_context
+
+# (label, key in vLLM's saved result, higher is better)
+FIGURES: tuple[tuple[str, str, bool], ...] = (
+    ("TTFT p50 ms", "p50_ttft_ms", False),
+    ("TTFT p99 ms", "p99_ttft_ms", False),
+    ("ITL p50 ms", "p50_itl_ms", False),
+    ("ITL p99 ms", "p99_itl_ms", False),
+    ("output tok/s", "output_throughput", True),
+    ("req/s", "request_throughput", True),
+)
+
+
+def bench_props(settings: Settings) -> BenchJobProps:
+    return BenchJobProps(
+        name=f"{settings.ray_service_name}-bench",
+        namespace=settings.namespace,
+        image=settings.dlc_image,
+        base_url=f"http://{settings.serve_service_name}.{settings.namespace}.svc.cluster.local:8000",
+        model_id=settings.model_id,
+        tokenizer=settings.model_source,
+    )
+
+
+def parse_results(log: str) -> list[dict[str, Any]]:
+    """The runs' results from the Job's log, in the order they finished."""
+    runs = [json.loads(line.split(RESULT_MARKER, 1)[1]) for line in log.splitlines() if RESULT_MARKER in line]
+    return sorted(runs, key=lambda r: (float(r["rate"]), str(r["workload"])))
+
+
+def summarize(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [{"workload": r["workload"], "rate": float(r["rate"]), **{key: r.get(key) for _, key, _ in FIGURES}} for r in runs]
+
+
+def table(rows: list[dict[str, Any]], previous: list[dict[str, Any]] | None = None) -> str:
+    """One line per run; with a previous result, each figure followed by its change in percent."""
+    before = {(p["workload"], float(p["rate"])): p for p in previous or []}
+    header = f"{'workload':<8} {'rate':>5}  " + "  ".join(f"{label:>{20 if previous else 12}}" for label, _, _ in FIGURES)
+    lines = [header]
+    for row in rows:
+        cells = []
+        old = before.get((row["workload"], row["rate"]))
+        for _, key, higher_is_better in FIGURES:
+            value = row.get(key)
+            cell = "-" if value is None else f"{value:.1f}"
+            if previous is not None:
+                was = old.get(key) if old else None
+                if value is not None and was:
+                    change = (value - was) / was * 100
+                    better = (change > 0) == higher_is_better or change == 0
+                    cell += f" ({change:+.0f}%{'' if better else ' worse'})"
+                cell = f"{cell:>20}"
+            else:
+                cell = f"{cell:>12}"
+            cells.append(cell)
+        lines.append(f"{row['workload']:<8} {row['rate']:>5}  " + "  ".join(cells))
+    return "\n".join(lines)
+
+
+def run_job(settings: Settings, kubectl: Kubectl, timeout_s: int) -> str:
+    props = bench_props(settings)
+    manifest = cdk8s.App.of(BenchJobChart(cdk8s.App(), "bench", props=props)).synth_yaml()
+    kubectl(["delete", "job", "-n", props.namespace, props.name, "--ignore-not-found", "--wait=true"])
+    applied = kubectl(["apply", "-f", "-"], manifest)
+    if applied.returncode != 0:
+        raise RuntimeError(f"cannot create Job {props.namespace}/{props.name}: {applied.stderr.strip()}")
+    print(f"running Job {props.namespace}/{props.name} against {props.base_url} (up to {timeout_s // 60} min)...", flush=True)
+    start = time.monotonic()
+    done = kubectl(["wait", "-n", props.namespace, f"job/{props.name}", "--for=condition=complete", f"--timeout={timeout_s}s"])
+    log = kubectl(["logs", "-n", props.namespace, f"job/{props.name}"]).stdout
+    if done.returncode != 0:
+        raise RuntimeError(
+            f"Job {props.namespace}/{props.name} did not complete in {int(time.monotonic() - start)}s: "
+            f"`kubectl logs -n {props.namespace} job/{props.name}` ({done.stderr.strip()[:200]})"
+        )
+    return log
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--output", type=Path, default=Path(os.environ.get("BENCH_RESULT", "bench-serving.json")))
+    parser.add_argument("--compare", type=Path, default=Path(os.environ["COMPARE"]) if os.environ.get("COMPARE") else None)
+    parser.add_argument("--timeout-minutes", type=int, default=60)
+    args = parser.parse_args(argv)
+    try:
+        settings = load_settings(os.environ, read_project_context())
+    except SettingError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    previous = json.loads(args.compare.read_text())["runs"] if args.compare else None
+    try:
+        with cluster_kubectl(settings.region, settings.cluster_name, timeout=args.timeout_minutes * 60 + 120) as kubectl:
+            log = run_job(settings, kubectl, args.timeout_minutes * 60)
+    except ClusterUnreachable as error:
+        print(f"error: cannot reach cluster {settings.cluster_name} in {settings.region}: {error}", file=sys.stderr)
+        return 2
+    except RuntimeError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 1
+    rows = summarize(parse_results(log))
+    args.output.write_text(json.dumps({"model": settings.model_id, "gpu_node_type": settings.gpu_node.name, "runs": rows}, indent=2) + "\n")
+    print(table(rows, previous))
+    print(f"saved {args.output}")
+    return 0 if rows else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
