@@ -77,6 +77,10 @@ CHANGE_EFFECTS: Final[dict[str, tuple[str, str]]] = {
     "MAX_MODEL_LEN": (IN_PLACE, "serveConfigV2: Ray Serve redeploys the application"),
     "SERVE_CLIENT_NAMESPACES": (IN_PLACE, "the NetworkPolicy of the Serve port"),
     "METRICS_NAMESPACE": (IN_PLACE, "the NetworkPolicy of the metrics port"),
+    "OBSERVABILITY": (
+        IN_PLACE,
+        "`on` adds the CLUSTER_NAME-observability stack; back to `off`, `make destroy STACKS=CLUSTER_NAME-observability` (a stack left out of the app is not deleted by a deploy)",
+    ),
     "HF_TOKEN_SECRET_NAME": (
         RECREATE,
         f"the CSI driver and Pod Identity are added in place; the workers' token volume is a RayCluster change: {_RECREATE_HOW}",

@@ -137,6 +137,12 @@ SPECS: tuple[SettingSpec, ...] = (
         "comma-separated namespace names",
     ),
     SettingSpec("METRICS_NAMESPACE", "amazon-cloudwatch", "Namespace of the metrics collector allowed to scrape the Ray pods (port 8080)", "a namespace name"),
+    SettingSpec(
+        "OBSERVABILITY",
+        "off",
+        "CloudWatch metrics (Container Insights with GPU and EFA, the Ray pods' Prometheus metrics), a dashboard and alarms; costs money while idle",
+        "on or off",
+    ),
     SettingSpec("HF_TOKEN_SECRET_NAME", "", "Secrets Manager secret holding a Hugging Face token (empty = none)", "a Secrets Manager secret name"),
 )
 
@@ -422,6 +428,7 @@ def load_settings(environ: Mapping[str, str], context: Mapping[str, Any]) -> Set
         hf_token_secret_name=secret,
         serve_client_namespaces=_namespaces("SERVE_CLIENT_NAMESPACES", raw["SERVE_CLIENT_NAMESPACES"]) or (raw["NAMESPACE"],),
         metrics_namespace=_dns_label("METRICS_NAMESPACE", raw["METRICS_NAMESPACE"]),
+        observability=_choice("OBSERVABILITY", raw["OBSERVABILITY"], ("on", "off")) == "on",
         eks_addon_versions=_addon_versions(region, raw["K8S_VERSION"], context),
     )
     if settings.gpu_node_count == -1:  # empty: what the replicas need

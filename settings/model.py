@@ -46,6 +46,7 @@ class Settings:
     hf_token_secret_name: str  # "" = no token (public model)
     serve_client_namespaces: tuple[str, ...]  # may reach the Serve port (NetworkPolicy)
     metrics_namespace: str  # the metrics collector's, may reach the Ray metrics port
+    observability: bool  # the optional CloudWatch stack (add-on, dashboard, alarms)
     # Managed add-on -> version: pinned in settings/versions.py, else EKS's default for kubernetes_version
     # as `make lookup` cached it, else None (EKS's default at create time; it does not follow upgrades).
     eks_addon_versions: tuple[tuple[str, str | None], ...] = ()
@@ -95,7 +96,8 @@ class Settings:
     def stack_names(self) -> dict[str, str]:
         """The deployable units, in deploy order (destroy is the reverse; system and gpu deploy side by side):
         part -> stack name."""
-        return {part: f"{self.stack_prefix}-{part}" for part in ("network", "cluster", "system", "gpu", "serving")}
+        parts = ("network", "cluster", "system", "gpu", "serving") + (("observability",) if self.observability else ())
+        return {part: f"{self.stack_prefix}-{part}" for part in parts}
 
     @property
     def system_update_surge_nodes(self) -> int:

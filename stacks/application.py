@@ -14,6 +14,7 @@ from stacks import nag
 from stacks.cluster_stack import ClusterStack
 from stacks.gpu_capacity_stack import GpuCapacityStack
 from stacks.network_stack import NetworkStack
+from stacks.observability_stack import ObservabilityStack
 from stacks.serving_stack import ServingStack
 from stacks.system_stack import SystemStack
 
@@ -54,10 +55,11 @@ class Deployment:
     system: SystemStack
     gpu: GpuCapacityStack
     serving: ServingStack
+    observability: ObservabilityStack | None = None
 
     @property
     def stacks(self) -> tuple[Stack, ...]:
-        return (self.network, self.cluster, self.system, self.gpu, self.serving)
+        return (self.network, self.cluster, self.system, self.gpu, self.serving) + ((self.observability,) if self.observability else ())
 
 
 def build_stacks(app: App, settings: Settings) -> Deployment:
@@ -87,8 +89,9 @@ def build_stacks(app: App, settings: Settings) -> Deployment:
         kuberay=system.kuberay,
         env=env,
     )
+    observability = ObservabilityStack(app, names["observability"], settings=settings, cluster=cluster.cluster_ref, env=env) if settings.observability else None
     for stack in (network, cluster, system, gpu, serving):
         nag.acknowledge_checkov_on_cdk_lambdas(stack)
     Tags.of(app).add("project", PROJECT_TAG)
     Tags.of(app).add("cluster", settings.cluster_name)
-    return Deployment(network=network, cluster=cluster, system=system, gpu=gpu, serving=serving)
+    return Deployment(network=network, cluster=cluster, system=system, gpu=gpu, serving=serving, observability=observability)

@@ -55,10 +55,7 @@ def synthesize(settings: Settings, outdir: Path) -> Synth:
         app.synth()
     except Exception as error:  # cdk-nag findings fail the synth; test_nag reports them
         nag_error = str(error)
-    templates = {
-        name: json.loads((outdir / f"{stack.stack_name}.template.json").read_text())
-        for name, stack in zip(("network", "cluster", "system", "gpu", "serving"), deployment.stacks, strict=True)
-    }
+    templates = {part: json.loads((outdir / f"{name}.template.json").read_text()) for part, name in settings.stack_names.items()}
     return Synth(settings=settings, deployment=deployment, outdir=outdir, templates=templates, nag_error=nag_error)
 
 
