@@ -51,7 +51,9 @@ def test_the_agents_configurations_pass_the_cloudwatch_agents_own_schema(observe
     jsonschema.validate(ray_agent["config"], SCHEMA)
     (scrape,) = ray_agent["prometheus"]["config"]["scrape_configs"]
     assert {"source_labels": ["__meta_kubernetes_pod_container_port_name"], "regex": "metrics", "action": "keep"} in scrape["relabel_configs"]
-    selectors = [s for d in ray_agent["config"]["logs"]["metrics_collected"]["prometheus"]["emf_processor"]["metric_declaration"] for s in d["metric_selectors"]]
+    selectors = [
+        s for d in ray_agent["config"]["logs"]["metrics_collected"]["prometheus"]["emf_processor"]["metric_declaration"] for s in d["metric_selectors"]
+    ]
     assert any("nixl_num_(failed_transfers" in s for s in selectors) and any("kv_cache_usage_perc" in s for s in selectors)
 
 
@@ -63,7 +65,14 @@ def test_the_schema_check_can_fail() -> None:
 def test_dashboard_and_alarms(observed: Synth) -> None:
     (dashboard,) = observed.resources("observability", "AWS::CloudWatch::Dashboard").values()
     body = json.dumps(dashboard["Properties"]["DashboardBody"])
-    for metric in ("node_gpu_utilization", "node_efa_rx_bytes", "ray_vllm_num_requests_running", "ray_vllm_kv_cache_usage_perc", "ray_vllm_nixl_num_failed_transfers_total", "ray_serve_num_http_requests_total"):
+    for metric in (
+        "node_gpu_utilization",
+        "node_efa_rx_bytes",
+        "ray_vllm_num_requests_running",
+        "ray_vllm_kv_cache_usage_perc",
+        "ray_vllm_nixl_num_failed_transfers_total",
+        "ray_serve_num_http_requests_total",
+    ):
         assert metric in body, metric
     alarms = {a["Properties"]["MetricName"]: a["Properties"] for a in observed.resources("observability", "AWS::CloudWatch::Alarm").values()}
     nixl, gpus = alarms["ray_vllm_nixl_num_failed_transfers_total"], alarms["node_gpu_limit"]
@@ -73,7 +82,9 @@ def test_dashboard_and_alarms(observed: Synth) -> None:
 
 def test_cfn_lint_and_cdk_nag_are_clean(observed: Synth) -> None:
     template = observed.outdir / "ray-llm-multinode-observability.template.json"
-    result = subprocess.run([str(Path(sys.executable).parent / "cfn-lint"), "--format", "parseable", str(template)], capture_output=True, text=True, timeout=300)
+    result = subprocess.run(
+        [str(Path(sys.executable).parent / "cfn-lint"), "--format", "parseable", str(template)], capture_output=True, text=True, timeout=300
+    )
     assert not [line for line in result.stdout.splitlines() if ":E" in line], result.stdout
     findings = [v for p in observed.nag_report["pluginReports"] for v in p["violations"]]
     assert findings == [] and observed.nag_error == ""
@@ -81,4 +92,6 @@ def test_cfn_lint_and_cdk_nag_are_clean(observed: Synth) -> None:
 
 def test_parked_gpus_raise_no_capacity_alarm(tmp_path: Path) -> None:
     parked = synthesize(settings_for({"OBSERVABILITY": "on", "GPU_NODE_COUNT": "0"}), tmp_path)
-    assert [a["Properties"]["MetricName"] for a in parked.resources("observability", "AWS::CloudWatch::Alarm").values()] == ["ray_vllm_nixl_num_failed_transfers_total"]
+    assert [a["Properties"]["MetricName"] for a in parked.resources("observability", "AWS::CloudWatch::Alarm").values()] == [
+        "ray_vllm_nixl_num_failed_transfers_total"
+    ]
