@@ -17,12 +17,11 @@ import cdk8s
 import cdk8s_plus_28 as kplus
 from constructs import Construct
 
-# Labels KubeRay puts on every pod of a RayCluster and on the head (not ray.io/cluster: the RayService's
-# cluster name has a random suffix that changes with every re-create).
-RAY_NODE_LABELS = {"ray.io/is-ray-node": "yes"}
-HEAD_LABELS = {"ray.io/node-type": "head"}
+from k8s_constructs.ray_facts import DASHBOARD_PORT, METRICS_PORT, NODE_TYPE_LABEL, RAY_NODE_LABEL, SERVE_PORT
+
+RAY_NODE_LABELS = dict([RAY_NODE_LABEL])
+HEAD_LABELS = {NODE_TYPE_LABEL: "head"}
 OPERATOR_LABELS = {"app.kubernetes.io/name": "kuberay-operator"}
-DASHBOARD_PORT, SERVE_PORT, METRICS_PORT = 8265, 8000, 8080
 
 
 @dataclass(frozen=True)

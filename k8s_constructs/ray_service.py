@@ -59,6 +59,7 @@ from imports.io.ray import (
 from k8s_constructs import hf_token
 from k8s_constructs.hf_token import HfTokenProviderClass, hf_token_of
 from k8s_constructs.network_policies import NetworkPolicyProps, RayNetworkPolicies
+from k8s_constructs.ray_facts import DASHBOARD_PORT, GCS_PORT, HEAD_CONTAINER, SERVE_PORT, WORKER_CONTAINER
 from k8s_constructs.serve_config import PHASE_RESOURCES, Phase, pd_application
 from settings import Settings
 from settings.scheduling import GPU_NODE_LABELS, LOCAL_NVME_MOUNT, SYSTEM_NODE_LABELS, gpu_toleration
@@ -176,7 +177,7 @@ class PdRayServiceChart(cdk8s.Chart):
 
     @staticmethod
     def _head_group(s: Settings) -> RayServiceSpecRayClusterConfigHeadGroupSpec:
-        ports = [("gcs", 6379), ("dashboard", 8265), ("serve", 8000)]
+        ports = [("gcs", GCS_PORT), ("dashboard", DASHBOARD_PORT), ("serve", SERVE_PORT)]
         return RayServiceSpecRayClusterConfigHeadGroupSpec(
             # The head runs no model and no Serve replica (as KubeRay's production samples): with no CPU or
             # GPU to offer, Ray places the engines, the ingress and the router on the GPU workers.
@@ -186,7 +187,7 @@ class PdRayServiceChart(cdk8s.Chart):
                     node_selector=dict(SYSTEM_NODE_LABELS),
                     containers=[
                         RayServiceSpecRayClusterConfigHeadGroupSpecTemplateSpecContainers(
-                            name="ray-head",
+                            name=HEAD_CONTAINER,
                             image=s.dlc_image,
                             ports=[
                                 RayServiceSpecRayClusterConfigHeadGroupSpecTemplateSpecContainersPorts(name=name, container_port=port) for name, port in ports
@@ -275,7 +276,7 @@ class PdRayServiceChart(cdk8s.Chart):
                     tolerations=[RayServiceSpecRayClusterConfigWorkerGroupSpecsTemplateSpecTolerations(**gpu_toleration())],
                     containers=[
                         RayServiceSpecRayClusterConfigWorkerGroupSpecsTemplateSpecContainers(
-                            name="ray-worker",
+                            name=WORKER_CONTAINER,
                             image=s.dlc_image,
                             env=[Env(name=name, value=value) for name, value in env]
                             + token_env

@@ -19,6 +19,7 @@ from aws_cdk import aws_eks_v2 as eks
 from aws_cdk import aws_iam as iam
 from constructs import Construct
 
+from k8s_constructs.ray_facts import RAY_NODE_LABEL
 from settings import Settings
 from stacks import nag
 
@@ -26,6 +27,11 @@ ADDON = "amazon-cloudwatch-observability"
 AGENT_NAMESPACE, AGENT_SERVICE_ACCOUNT = "amazon-cloudwatch", "cloudwatch-agent"
 RAY_NAMESPACE = "RayServe"  # CloudWatch namespace of the Ray metrics
 CONTAINER_INSIGHTS = "ContainerInsights"
+
+
+def _sd_label(label: str) -> str:
+    """Prometheus's Kubernetes service-discovery name of a pod label (non-alphanumerics become '_')."""
+    return "__meta_kubernetes_pod_label_" + "".join(c if c.isalnum() else "_" for c in label)
 
 
 def ray_scrape_agent(settings: Settings) -> dict[str, Any]:
@@ -75,7 +81,7 @@ def ray_scrape_agent(settings: Settings) -> dict[str, Any]:
                         "job_name": "ray",
                         "kubernetes_sd_configs": [{"role": "pod", "namespaces": {"names": [settings.namespace]}}],
                         "relabel_configs": [
-                            {"source_labels": ["__meta_kubernetes_pod_label_ray_io_is_ray_node"], "regex": "yes", "action": "keep"},
+                            {"source_labels": [_sd_label(RAY_NODE_LABEL[0])], "regex": RAY_NODE_LABEL[1], "action": "keep"},
                             {"source_labels": ["__meta_kubernetes_pod_container_port_name"], "regex": "metrics", "action": "keep"},
                         ],
                     }

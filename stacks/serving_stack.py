@@ -9,6 +9,7 @@ from aws_cdk import aws_iam as iam
 from constructs import Construct
 
 from k8s_constructs.hf_token import HfToken, hf_token_of, provider_chart_values
+from k8s_constructs.ray_facts import SERVE_PORT
 from k8s_constructs.ray_service import PdRayServiceChart, RayServiceProps
 from settings import Settings, versions
 from stacks import nag
@@ -90,7 +91,7 @@ class ServingStack(Stack):
         CfnOutput(
             self,
             "PortForwardCommand",
-            value=f"kubectl port-forward -n {settings.namespace} svc/{settings.serve_service_name} 8000:8000",
+            value=f"kubectl port-forward -n {settings.namespace} svc/{settings.serve_service_name} {SERVE_PORT}:{SERVE_PORT}",
         )
 
     def _hf_token_access(self, cluster: eks.ICluster, namespace: str, token: HfToken) -> list[Construct]:

@@ -19,6 +19,7 @@ from typing import Any
 import cdk8s
 
 from k8s_constructs.bench_job import RESULT_MARKER, BenchJobChart, BenchJobProps
+from k8s_constructs.ray_facts import SERVE_PORT
 from preflight.kube import ClusterUnreachable, Kubectl, cluster_kubectl
 from settings import SettingError, Settings, load_settings
 from settings.context_files import read_project_context
@@ -39,7 +40,7 @@ def bench_props(settings: Settings) -> BenchJobProps:
         name=f"{settings.ray_service_name}-bench",
         namespace=settings.namespace,
         image=settings.dlc_image,
-        base_url=f"http://{settings.serve_service_name}.{settings.namespace}.svc.cluster.local:8000",
+        base_url=f"http://{settings.serve_service_name}.{settings.namespace}.svc.cluster.local:{SERVE_PORT}",
         model_id=settings.model_id,
         tokenizer=settings.model_source,
     )

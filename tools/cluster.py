@@ -19,6 +19,7 @@ from typing import Any
 
 import yaml
 
+from k8s_constructs.ray_facts import NODE_TYPE_LABEL, WORKER_CONTAINER, selector
 from preflight.kube import ClusterUnreachable, Kubectl, cluster_kubectl
 from preflight.redeploy import KUBERAY_CRD_LABEL
 from settings import SettingError, Settings, load_settings, versions
@@ -83,14 +84,14 @@ def wait_ready(
 
 def verify_efa(settings: Settings, kubectl: Kubectl) -> int:
     """Which NIXL backend each GPU worker started: every one must be LIBFABRIC, not UCX."""
-    pods = kubectl(["get", "pods", "-n", settings.namespace, "-l", "ray.io/node-type=worker", "-o", "jsonpath={.items[*].metadata.name}"])
+    pods = kubectl(["get", "pods", "-n", settings.namespace, "-l", selector(NODE_TYPE_LABEL, "worker"), "-o", "jsonpath={.items[*].metadata.name}"])
     if pods.returncode != 0:
         print(f"error: {pods.stderr.strip()}", file=sys.stderr)
         return 1
     verdicts = []
     for pod in pods.stdout.split():
         found = kubectl(
-            ["exec", "-n", settings.namespace, pod, "-c", "ray-worker", "--", "sh", "-c",
+            ["exec", "-n", settings.namespace, pod, "-c", WORKER_CONTAINER, "--", "sh", "-c",
              "grep -rhoE 'Backend (LIBFABRIC|UCX) was instantiated' /tmp/ray/session_latest/logs/ | sort -u"]
         )  # fmt: skip
         backends = sorted({line.split()[1] for line in found.stdout.splitlines() if line.startswith("Backend ")})

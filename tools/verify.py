@@ -25,6 +25,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from k8s_constructs.ray_facts import HEAD_CONTAINER, NODE_TYPE_LABEL, RAY_NODE_LABEL, SERVE_PORT, WORKER_CONTAINER, selector
 from preflight.kube import ClusterUnreachable, Kubectl, cluster_kubectl
 from settings import SettingError, Settings, load_settings
 from settings.context_files import REPO, read_project_context
@@ -85,7 +86,7 @@ def check_nixl(settings: Settings, backends: dict[str, str]) -> Step:
     bad = {pod: b for pod, b in backends.items() if b != "LIBFABRIC"}
     detail = ", ".join(f"{pod}: {b}" for pod, b in sorted(backends.items())) or "no Ray worker pods"
     ok = bool(backends) and not bad
-    look = f"kubectl logs -n {settings.namespace} -l ray.io/node-type=worker -c ray-worker | grep -i nixl"
+    look = f"kubectl logs -n {settings.namespace} -l {selector(NODE_TYPE_LABEL, 'worker')} -c {WORKER_CONTAINER} | grep -i nixl"
     return Step("nixl", ok, detail, "" if ok else look)
 
 
@@ -107,7 +108,7 @@ def phases(
     start: float | None, cloudformation_done: float | None, pods: dict[str, Any], ray_service: dict[str, Any], first_token: float | None
 ) -> dict[str, float | None]:
     """Seconds from the deploy's start to each phase, from the objects' own timestamps (None: not reached)."""
-    ray_pods = [p for p in pods.get("items", []) if p.get("metadata", {}).get("labels", {}).get("ray.io/is-ray-node") == "yes"]
+    ray_pods = [p for p in pods.get("items", []) if p.get("metadata", {}).get("labels", {}).get(RAY_NODE_LABEL[0]) == RAY_NODE_LABEL[1]]
     scheduled = [
         _time(c.get("lastTransitionTime"))
         for p in ray_pods
@@ -143,16 +144,16 @@ def phases(
 
 def _completion(settings: Settings, kubectl: Kubectl) -> tuple[dict[str, Any] | None, str]:
     """One chat completion from the head pod (a Ray pod, so the NetworkPolicies let it reach Serve)."""
-    head = kubectl(["get", "pods", "-n", settings.namespace, "-l", "ray.io/node-type=head", "-o", "jsonpath={.items[0].metadata.name}"])
+    head = kubectl(["get", "pods", "-n", settings.namespace, "-l", selector(NODE_TYPE_LABEL, "head"), "-o", "jsonpath={.items[0].metadata.name}"])
     if head.returncode != 0 or not head.stdout.strip():
         return None, "no head pod"
     body = json.dumps({"model": settings.model_id, "messages": [{"role": "user", "content": PROMPT}], "max_tokens": 16})
     script = (
         "import sys, urllib.request; "
-        "req = urllib.request.Request('http://127.0.0.1:8000/v1/chat/completions', data=sys.argv[1].encode(), headers={'Content-Type': 'application/json'}); "
+        f"req = urllib.request.Request('http://127.0.0.1:{SERVE_PORT}/v1/chat/completions', data=sys.argv[1].encode(), headers={{'Content-Type': 'application/json'}}); "
         "print(urllib.request.urlopen(req, timeout=300).read().decode())"
     )
-    got = kubectl(["exec", "-n", settings.namespace, head.stdout.strip(), "-c", "ray-head", "--", "python", "-c", script, body])
+    got = kubectl(["exec", "-n", settings.namespace, head.stdout.strip(), "-c", HEAD_CONTAINER, "--", "python", "-c", script, body])
     if got.returncode != 0:
         return None, got.stderr.strip()[-300:]
     try:
@@ -191,11 +192,22 @@ def verify(
     result.steps.append(check_gpu_nodes(settings, nodes))
 
     pods = _json(kubectl, ["get", "pods", "-n", ns]) or {}
-    workers = [p["metadata"]["name"] for p in pods.get("items", []) if p["metadata"].get("labels", {}).get("ray.io/node-type") == "worker"]
+    workers = [p["metadata"]["name"] for p in pods.get("items", []) if p["metadata"].get("labels", {}).get(NODE_TYPE_LABEL) == "worker"]
     backends = {}
     for pod in workers:
         logs = kubectl(
-            ["exec", "-n", ns, pod, "-c", "ray-worker", "--", "sh", "-c", "grep -rhE 'Backend [A-Z]+ was instantiated' /tmp/ray/session_latest/logs/ || true"]
+            [
+                "exec",
+                "-n",
+                ns,
+                pod,
+                "-c",
+                WORKER_CONTAINER,
+                "--",
+                "sh",
+                "-c",
+                "grep -rhE 'Backend [A-Z]+ was instantiated' /tmp/ray/session_latest/logs/ || true",
+            ]
         )
         backends[pod] = backend_of(logs.stdout)
     result.steps.append(check_nixl(settings, backends))

@@ -1,0 +1,28 @@
+"""What KubeRay and Ray fix about the pods, in one place: their ports and the labels KubeRay sets.
+
+Read by the RayService (the head's ports), the NetworkPolicies, the observability scraper and the
+post-deploy tools, so a port or a label is never written twice.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+GCS_PORT: Final = 6379
+DASHBOARD_PORT: Final = 8265
+SERVE_PORT: Final = 8000
+METRICS_PORT: Final = 8080  # KubeRay adds it to every Ray container, named "metrics"
+
+# Our container names in the head and worker pods.
+HEAD_CONTAINER: Final = "ray-head"
+WORKER_CONTAINER: Final = "ray-worker"
+
+# Labels KubeRay puts on the pods of a RayCluster (not ray.io/cluster: under a RayService the cluster name
+# has a random suffix that changes with every re-create).
+RAY_NODE_LABEL: Final = ("ray.io/is-ray-node", "yes")
+NODE_TYPE_LABEL: Final = "ray.io/node-type"  # "head" or "worker"
+
+
+def selector(key: str, value: str) -> str:
+    """A kubectl label selector."""
+    return f"{key}={value}"
