@@ -134,3 +134,13 @@ def test_no_cluster_is_one_line_and_exit_2(monkeypatch: pytest.MonkeyPatch, caps
     assert gate.main(["--result", str(tmp_path / "r.json")]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and err.startswith("error: cannot reach cluster ray-llm-multinode in sa-east-1")
+
+
+def test_a_bad_setting_is_one_line_and_exit_2_in_every_tool(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    from tools import bench_serving, cluster, teardown
+
+    monkeypatch.setenv("GPU_NODE_COUNT", "3")
+    for main, argv in ((gate.main, []), (cluster.main, ["status"]), (teardown.main, ["after"]), (bench_serving.main, [])):
+        assert main(argv) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and err.startswith("error: GPU_NODE_COUNT='3' is not allowed"), err

@@ -21,8 +21,8 @@ import cdk8s
 from k8s_constructs.bench_job import RESULT_MARKER, BenchJobChart, BenchJobProps
 from k8s_constructs.ray_facts import SERVE_PORT
 from preflight.kube import ClusterUnreachable, Kubectl, cluster_kubectl
-from settings import SettingError, Settings, load_settings
-from settings.context_files import read_project_context
+from settings import Settings
+from tools.entry import one_line_errors, project_settings
 
 # (label, key in vLLM's saved result, higher is better)
 FIGURES: tuple[tuple[str, str, bool], ...] = (
@@ -100,17 +100,14 @@ def run_job(settings: Settings, kubectl: Kubectl, timeout_s: int) -> str:
     return log
 
 
+@one_line_errors
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--output", type=Path, default=Path(os.environ.get("BENCH_RESULT", "bench-serving.json")))
     parser.add_argument("--compare", type=Path, default=Path(os.environ["COMPARE"]) if os.environ.get("COMPARE") else None)
     parser.add_argument("--timeout-minutes", type=int, default=60)
     args = parser.parse_args(argv)
-    try:
-        settings = load_settings(os.environ, read_project_context())
-    except SettingError as error:
-        print(f"error: {error}", file=sys.stderr)
-        return 2
+    settings = project_settings()
     previous = json.loads(args.compare.read_text())["runs"] if args.compare else None
     try:
         with cluster_kubectl(settings.region, settings.cluster_name, timeout=args.timeout_minutes * 60 + 120) as kubectl:

@@ -22,9 +22,9 @@ import yaml
 from k8s_constructs.ray_facts import NODE_TYPE_LABEL, WORKER_CONTAINER, selector
 from preflight.kube import ClusterUnreachable, Kubectl, cluster_kubectl
 from preflight.redeploy import KUBERAY_CRD_LABEL
-from settings import SettingError, Settings, load_settings, versions
-from settings.context_files import read_project_context
+from settings import SettingError, Settings, versions
 from settings.scheduling import GPU_NODE_LABELS
+from tools.entry import one_line_errors, project_settings
 
 
 def kuberay_crd_documents(settings: Settings) -> str:
@@ -115,17 +115,14 @@ def status(settings: Settings, kubectl: Kubectl) -> int:
     return 1 if failed else 0
 
 
+@one_line_errors
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("action", choices=("stacks", "kubeconfig", "kuberay-crds", "wait-ready", "status", "verify-efa"))
     parser.add_argument("--timeout", default=os.environ.get("WAIT_TIMEOUT", "45m"), help="wait-ready: how long to wait (e.g. 45m)")
     args = parser.parse_args(argv)
-    try:
-        settings = load_settings(os.environ, read_project_context())
-        timeout_s = duration_seconds(args.timeout)
-    except SettingError as error:
-        print(f"error: {error}", file=sys.stderr)
-        return 2
+    settings = project_settings()
+    timeout_s = duration_seconds(args.timeout)
     if args.action == "stacks":
         print("\n".join(settings.stack_names.values()))
         return 0

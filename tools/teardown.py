@@ -11,15 +11,14 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import subprocess
 import sys
 from dataclasses import dataclass
 from typing import Any
 
 from preflight.kube import ClusterUnreachable, Kubectl, cluster_kubectl
-from settings import SettingError, Settings, load_settings
-from settings.context_files import read_project_context
+from settings import Settings
+from tools.entry import one_line_errors, project_settings
 
 
 def _said(result: subprocess.CompletedProcess[str], done: str) -> str:
@@ -101,15 +100,12 @@ def after(settings: Settings, session: Any) -> list[Leftover]:
     return sorted(found.values(), key=lambda leftover: (leftover.kind, leftover.identifier))
 
 
+@one_line_errors
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("step", choices=("before", "after"))
     args = parser.parse_args(argv)
-    try:
-        settings = load_settings(os.environ, read_project_context())
-    except SettingError as error:
-        print(f"error: {error}", file=sys.stderr)
-        return 2
+    settings = project_settings()
     if args.step == "before":
         try:
             with cluster_kubectl(settings.region, settings.cluster_name) as kubectl:

@@ -27,10 +27,11 @@ from typing import Any
 
 from k8s_constructs.ray_facts import HEAD_CONTAINER, NODE_TYPE_LABEL, RAY_NODE_LABEL, SERVE_PORT, WORKER_CONTAINER, selector
 from preflight.kube import ClusterUnreachable, Kubectl, cluster_kubectl
-from settings import SettingError, Settings, load_settings
-from settings.context_files import REPO, read_project_context
+from settings import Settings
+from settings.context_files import REPO
 from settings.scheduling import GPU_NODE_LABELS
 from tools.cluster import duration_seconds, ray_service_verdict
+from tools.entry import one_line_errors, project_settings
 
 DEPLOY_STARTED = REPO / ".deploy-started"
 CLOUDFORMATION_DONE = REPO / ".deploy-finished"
@@ -231,18 +232,15 @@ def _stamp(path: Path) -> float | None:
     return _time(path.read_text().strip()) if path.exists() else None
 
 
+@one_line_errors
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--timeout", default=os.environ.get("VERIFY_TIMEOUT", "45m"), help="how long to wait for the RayService (e.g. 45m)")
     parser.add_argument("--result", type=Path, default=Path(os.environ.get("VERIFY_RESULT", "verify-result.json")))
     args = parser.parse_args(argv)
 
-    try:
-        settings = load_settings(os.environ, read_project_context())
-        timeout_s = duration_seconds(args.timeout)
-    except SettingError as error:
-        print(f"error: {error}", file=sys.stderr)
-        return 2
+    settings = project_settings()
+    timeout_s = duration_seconds(args.timeout)
     try:
         with cluster_kubectl(settings.region, settings.cluster_name) as kubectl:
             result = verify(settings, kubectl, timeout_s=timeout_s, start=_stamp(DEPLOY_STARTED), cloudformation_done=_stamp(CLOUDFORMATION_DONE))
