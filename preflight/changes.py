@@ -171,19 +171,6 @@ def _kubernetes_objects(resource: Mapping[str, Any]) -> set[str]:
     return {f"{o.get('kind')} {o.get('metadata', {}).get('namespace', '-')}/{o.get('metadata', {}).get('name')}" for o in objects if isinstance(o, dict)}
 
 
-def deleted_after_apply(changes: list[ResourceChange]) -> list[str]:
-    """Kubernetes objects that a deploy would apply and then delete.
-
-    CloudFormation creates a resource's replacement (or a new resource) first and deletes the old one at
-    the end: when the old kubectl-provider resource holds an object the new one also applies, its
-    `kubectl delete` (or `helm uninstall`) removes what was just applied. It happens when a construct id
-    changes but the objects' names do not (e.g. an upgrade of this project that splits a manifest).
-    """
-    added = set().union(*(_kubernetes_objects(c.after) for c in changes if c.action in (ADD, REPLACE))) if changes else set()
-    removed = set().union(*(_kubernetes_objects(c.before) for c in changes if c.action in (REMOVE, REPLACE))) if changes else set()
-    return sorted(added & removed)
-
-
 # What identifies a resource to its service, beyond CloudFormation's logical id: two resources with the
 # same identity cannot exist at once, and CloudFormation creates a new one before it deletes the old.
 IDENTITY_PROPERTIES: Mapping[str, tuple[str, ...]] = {
@@ -201,18 +188,6 @@ def identity_of(resource: Mapping[str, Any]) -> str | None:
     if not keys or any(k not in props for k in keys):
         return None
     return f"{resource.get('Type')} " + json.dumps([props[k] for k in keys], sort_keys=True)
-
-
-def created_beside_itself(changes: list[ResourceChange]) -> list[str]:
-    """Resources a deploy would create while the old resource of the same identity still exists (a
-    replacement under the same name, or a moved logical id): the service refuses the create."""
-    old = {identity: c.logical_id for c in changes if c.action in (REMOVE, REPLACE) and (identity := identity_of(c.before))}
-    found = []
-    for change in changes:
-        identity = identity_of(change.after) if change.action in (ADD, REPLACE) else None
-        if identity and identity in old:
-            found.append(f"{change.resource_type} {change.logical_id} would be created while {old[identity]} with the same identity still exists")
-    return found
 
 
 def helm_namespace_moves(changes: list[ResourceChange]) -> list[str]:

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from preflight.changes import ADD, MODIFY, PROTECTED_TYPES, REMOVE, REPLACE, ResourceChange, created_beside_itself, deleted_after_apply, plan
+from preflight.changes import ADD, MODIFY, PROTECTED_TYPES, REMOVE, REPLACE, ResourceChange, clashes_across_stacks, plan
 from preflight.deployed import Deployed, DeployedNodegroup, DeployedStack
 from preflight.redeploy import (
     KUBERAY_CRD_LABEL,
@@ -353,14 +353,14 @@ def test_a_resource_created_beside_one_of_the_same_identity_is_refused() -> None
     before = copy.deepcopy(after["cluster"])
     (logical_id,) = [k for k, v in before["Resources"].items() if v["Type"] == "AWS::EKS::AccessEntry" and v["Properties"]["PrincipalArn"] == b]
     before["Resources"]["Admin0"] = before["Resources"].pop(logical_id)
-    assert created_beside_itself(plan(before, after["cluster"])) == [
-        f"AWS::EKS::AccessEntry {logical_id} would be created while Admin0 with the same identity still exists"
+    assert clashes_across_stacks([("cluster", plan(before, after["cluster"]))]) == [
+        f"cluster: AWS::EKS::AccessEntry {logical_id} would be created while the one of the same identity in cluster still exists"
     ]
 
 
 def test_renames_delete_only_the_old_objects() -> None:
     for env in ({"RAY_SERVICE_NAME": "ray-llm-2"}, {"NAMESPACE": "serving"}):
-        assert deleted_after_apply(changes("serving", env)) == []
+        assert clashes_across_stacks([("serving", changes("serving", env))]) == []
 
 
 def test_an_old_layout_whose_manifest_holds_the_same_objects_is_refused() -> None:
@@ -377,7 +377,7 @@ def test_an_old_layout_whose_manifest_holds_the_same_objects_is_refused() -> Non
     for logical_id in manifests:
         del before["Resources"][logical_id]
     before["Resources"]["PdRayService9A1B2C3D"] = {**first, "Properties": {**first["Properties"], "Manifest": json.dumps(merged)}}
-    doomed = deleted_after_apply(plan(before, templates["serving"]))
+    doomed = " ".join(clashes_across_stacks([("serving", plan(before, templates["serving"]))]))
     assert "Namespace -/inference" in doomed and "RayService inference/ray-llm" in doomed and "NetworkPolicy inference/default-deny-ingress" in doomed
     deployed = deployed_as()
     stacks = dict(deployed.stacks)

@@ -19,7 +19,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from preflight.changes import ADD, MODIFY, PROTECTED_TYPES, REMOVE, REPLACE, ResourceChange, counts, deleted_after_apply, plan
+from preflight.changes import ADD, MODIFY, PROTECTED_TYPES, REMOVE, REPLACE, ResourceChange, clashes_across_stacks, counts, plan
 
 REPO = Path(__file__).resolve().parent.parent
 CDK = REPO / "node_modules" / ".bin" / "cdk"
@@ -94,11 +94,7 @@ def report(base: str, stacks: list[str], plans: dict[str, list[ResourceChange]],
         for stack in stacks
         for c in plans.get(stack, [])
         if c.protected
-    ] + [
-        f"`{stack}` {obj} would be applied by a new resource and then deleted with the old one (destroy the stack first)"
-        for stack in stacks
-        for obj in deleted_after_apply(plans.get(stack, []))
-    ]
+    ] + [f"{clash} (destroy the stack that holds the old one first)" for clash in clashes_across_stacks([(stack, plans.get(stack, [])) for stack in stacks])]
     lines = [f"## Review: `{base}` → working tree", ""]
     lines += ["| Stack | Added | Changed | Replaced | Destroyed |", "|---|---:|---:|---:|---:|"]
     for stack in stacks:
