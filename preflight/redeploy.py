@@ -18,7 +18,7 @@ __all__ = ["MODIFY", "REPLACE", "Redeploy", "ResourceChange"]
 from preflight.deployed import Deployed, find_resources
 from preflight.kube import ClusterUnreachable, Kubectl, cluster_kubectl
 from preflight.results import CheckResult, fail, ok
-from settings import Settings
+from settings import Settings, versions
 
 NODEGROUP = "AWS::EKS::Nodegroup"
 # A nodegroup property change that makes EKS replace its nodes one by one (UpdateNodegroupVersion).
@@ -215,7 +215,7 @@ def check_stack_changes(redeploy: Redeploy, deployed: Deployed) -> CheckResult:
 
 def deployed_kuberay_version(deployed: Deployed) -> str | None:
     for stack in deployed.stacks.values():
-        for resource in find_resources(stack.template, "Custom::AWSCDK-EKS-HelmChart", Chart="kuberay-operator").values():
+        for resource in find_resources(stack.template, "Custom::AWSCDK-EKS-HelmChart", Chart=versions.KUBERAY_OPERATOR.chart).values():
             return str(resource["Properties"].get("Version"))
     return None
 

@@ -26,6 +26,7 @@ from settings.instance_types import (
     instance_type_context_key,
 )
 from settings.model import Settings
+from settings.scheduling import CLOUDWATCH_AGENT_NAMESPACE
 from settings.sizing import check_engine_cpus, check_head_fits, gpu_worker_resources
 from settings.zones import choose_zones
 
@@ -136,7 +137,9 @@ SPECS: tuple[SettingSpec, ...] = (
         "Namespaces whose pods may call the OpenAI endpoint (port 8000; Ray's token does not cover it); empty = NAMESPACE only",
         "comma-separated namespace names",
     ),
-    SettingSpec("METRICS_NAMESPACE", "amazon-cloudwatch", "Namespace of the metrics collector allowed to scrape the Ray pods (port 8080)", "a namespace name"),
+    SettingSpec(
+        "METRICS_NAMESPACE", CLOUDWATCH_AGENT_NAMESPACE, "Namespace of the metrics collector allowed to scrape the Ray pods (port 8080)", "a namespace name"
+    ),
     SettingSpec(
         "OBSERVABILITY",
         "off",

@@ -21,10 +21,11 @@ from constructs import Construct
 
 from k8s_constructs.ray_facts import RAY_NODE_LABEL
 from settings import Settings
+from settings.scheduling import CLOUDWATCH_AGENT_NAMESPACE
 from stacks import nag
 
 ADDON = "amazon-cloudwatch-observability"
-AGENT_NAMESPACE, AGENT_SERVICE_ACCOUNT = "amazon-cloudwatch", "cloudwatch-agent"
+AGENT_NAMESPACE, AGENT_SERVICE_ACCOUNT = CLOUDWATCH_AGENT_NAMESPACE, "cloudwatch-agent"
 RAY_NAMESPACE = "RayServe"  # CloudWatch namespace of the Ray metrics
 CONTAINER_INSIGHTS = "ContainerInsights"
 

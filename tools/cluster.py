@@ -82,22 +82,28 @@ def wait_ready(
         sleep(15)
 
 
+def backend_of(log_lines: str) -> str:
+    """LIBFABRIC, UCX, both or none: which NIXL backends a worker's logs say it instantiated."""
+    found = sorted({line.split("Backend ", 1)[1].split()[0] for line in log_lines.splitlines() if "Backend " in line and "was instantiated" in line})
+    return "+".join(found) or "none"
+
+
+def worker_backends(settings: Settings, kubectl: Kubectl, workers: list[str]) -> dict[str, str]:
+    """Each Ray worker pod's NIXL backend, from the Ray logs in its container."""
+    grep = "grep -rhE 'Backend [A-Z]+ was instantiated' /tmp/ray/session_latest/logs/ || true"
+    return {pod: backend_of(kubectl(["exec", "-n", settings.namespace, pod, "-c", WORKER_CONTAINER, "--", "sh", "-c", grep]).stdout) for pod in workers}
+
+
 def verify_efa(settings: Settings, kubectl: Kubectl) -> int:
     """Which NIXL backend each GPU worker started: every one must be LIBFABRIC, not UCX."""
     pods = kubectl(["get", "pods", "-n", settings.namespace, "-l", selector(NODE_TYPE_LABEL, "worker"), "-o", "jsonpath={.items[*].metadata.name}"])
     if pods.returncode != 0:
         print(f"error: {pods.stderr.strip()}", file=sys.stderr)
         return 1
-    verdicts = []
-    for pod in pods.stdout.split():
-        found = kubectl(
-            ["exec", "-n", settings.namespace, pod, "-c", WORKER_CONTAINER, "--", "sh", "-c",
-             "grep -rhoE 'Backend (LIBFABRIC|UCX) was instantiated' /tmp/ray/session_latest/logs/ | sort -u"]
-        )  # fmt: skip
-        backends = sorted({line.split()[1] for line in found.stdout.splitlines() if line.startswith("Backend ")})
-        verdicts.append(backends == ["LIBFABRIC"])
-        print(f"{pod}: {', '.join(backends) or 'no NIXL backend line yet'}")
-    return 0 if verdicts and all(verdicts) else 1
+    backends = worker_backends(settings, kubectl, pods.stdout.split())
+    for pod, backend in backends.items():
+        print(f"{pod}: {backend}")
+    return 0 if backends and all(b == "LIBFABRIC" for b in backends.values()) else 1
 
 
 def status(settings: Settings, kubectl: Kubectl) -> int:

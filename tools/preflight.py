@@ -12,15 +12,15 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 from pathlib import Path
 
 from preflight.checks import PreflightInput
 from preflight.checks import main as run_preflight
 from preflight.redeploy import Redeploy
-from settings import SettingError, Settings, load_settings, versions
-from settings.context_files import REPO, read_project_context
+from settings import SettingError, Settings, versions
+from settings.context_files import REPO
+from tools.entry import project_settings
 
 ASSEMBLY = REPO / "cdk.out"
 
@@ -75,12 +75,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--assembly", type=Path, default=ASSEMBLY, help="the synthesized cloud assembly (default: cdk.out)")
     args = parser.parse_args(argv)
     try:
-        settings = load_settings(os.environ, read_project_context())
+        settings = project_settings()
         templates = read_assembly(settings, args.assembly)
-    except SettingError as error:
-        print(f"error: {error}", file=sys.stderr)
-        return 2
-    except FileNotFoundError as error:
+    except (SettingError, FileNotFoundError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
     if not settings.admin_principal_arns:

@@ -30,7 +30,7 @@ from preflight.kube import ClusterUnreachable, Kubectl, cluster_kubectl
 from settings import Settings
 from settings.context_files import REPO
 from settings.scheduling import GPU_NODE_LABELS
-from tools.cluster import duration_seconds, ray_service_verdict
+from tools.cluster import duration_seconds, ray_service_verdict, worker_backends
 from tools.entry import one_line_errors, project_settings
 
 DEPLOY_STARTED = REPO / ".deploy-started"
@@ -75,12 +75,6 @@ def check_gpu_nodes(settings: Settings, nodes: dict[str, Any]) -> Step:
     ok = len(items) == settings.gpu_node_count and not short
     look = "kubectl describe nodes -l role=gpu-worker; kubectl get pods -n kube-system -o wide | grep -E 'nvidia|efa'"
     return Step("gpu-nodes", ok, detail if ok else f"{detail}: {'; '.join(short) or 'missing nodes'}", "" if ok else look)
-
-
-def backend_of(log_lines: str) -> str:
-    """LIBFABRIC, UCX, both or none: which NIXL backends a worker's logs say it instantiated."""
-    found = sorted({line.split("Backend ", 1)[1].split()[0] for line in log_lines.splitlines() if "Backend " in line and "was instantiated" in line})
-    return "+".join(found) or "none"
 
 
 def check_nixl(settings: Settings, backends: dict[str, str]) -> Step:
@@ -194,23 +188,7 @@ def verify(
 
     pods = _json(kubectl, ["get", "pods", "-n", ns]) or {}
     workers = [p["metadata"]["name"] for p in pods.get("items", []) if p["metadata"].get("labels", {}).get(NODE_TYPE_LABEL) == "worker"]
-    backends = {}
-    for pod in workers:
-        logs = kubectl(
-            [
-                "exec",
-                "-n",
-                ns,
-                pod,
-                "-c",
-                WORKER_CONTAINER,
-                "--",
-                "sh",
-                "-c",
-                "grep -rhE 'Backend [A-Z]+ was instantiated' /tmp/ray/session_latest/logs/ || true",
-            ]
-        )
-        backends[pod] = backend_of(logs.stdout)
+    backends = worker_backends(settings, kubectl, workers)
     result.steps.append(check_nixl(settings, backends))
 
     answer, error = _completion(settings, kubectl) if ready else (None, "skipped: the RayService is not ready")
