@@ -4,7 +4,9 @@ network policy agent (the cluster stack turns it on in the vpc-cni add-on).
 Ingress is denied by default; then only: the pods of the RayCluster among themselves (GCS, object
 transfers, NIXL's side channel, Serve's internal calls), the KubeRay operator to the head's dashboard
 (serve config, status) and Serve health port, the namespaces named by SERVE_CLIENT_NAMESPACES to the Serve
-port, and the metrics collector to the metrics port. Ray's token authentication guards the dashboard,
+port, and the metrics collectors to the metrics port: METRICS_NAMESPACE (a collector run in the cluster)
+and, with OBSERVABILITY=on, the VPC's addresses, because the managed Prometheus collector connects from
+network interfaces in the private subnets, which a NetworkPolicy can only name by address. Ray's token authentication guards the dashboard,
 the Jobs API and GCS; it does not cover Serve's HTTP port, so this is the Serve endpoint's only guard.
 EFA's OS-bypass traffic does not pass through the kernel's IP stack: the EFA security group governs it.
 """
@@ -30,6 +32,7 @@ class NetworkPolicyProps:
     operator_namespace: str
     serve_client_namespaces: tuple[str, ...]
     metrics_namespace: str
+    collector_cidr: str | None = None  # the managed collector's addresses (the VPC), with OBSERVABILITY=on
 
 
 class RayNetworkPolicies(Construct):
@@ -70,4 +73,9 @@ class RayNetworkPolicies(Construct):
         metrics.add_ingress_rule(
             kplus.Namespaces.select(self, "MetricsNamespace", names=[props.metrics_namespace]), [kplus.NetworkPolicyPort.tcp(METRICS_PORT)]
         )
+        if props.collector_cidr:
+            # Read-only metrics, no secret in them; the dashboard, GCS and Serve ports stay closed to it.
+            metrics.add_ingress_rule(
+                kplus.NetworkPolicyIpBlock.ipv4(self, "ManagedCollector", props.collector_cidr), [kplus.NetworkPolicyPort.tcp(METRICS_PORT)]
+            )
         self.policies = (deny, internal, operator, serve, metrics)

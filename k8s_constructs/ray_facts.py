@@ -21,6 +21,7 @@ WORKER_CONTAINER: Final = "ray-worker"
 # has a random suffix that changes with every re-create).
 RAY_NODE_LABEL: Final = ("ray.io/is-ray-node", "yes")
 NODE_TYPE_LABEL: Final = "ray.io/node-type"  # "head" or "worker"
+GROUP_LABEL: Final = "ray.io/group"  # "headgroup", or the worker group's name: "prefill", "decode"
 
 
 def selector(key: str, value: str) -> str:

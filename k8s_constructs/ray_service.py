@@ -129,6 +129,7 @@ class PdRayServiceChart(cdk8s.Chart):
                 operator_namespace=s.kuberay_namespace,
                 serve_client_namespaces=s.serve_client_namespaces,
                 metrics_namespace=s.metrics_namespace,
+                collector_cidr=s.vpc_cidr if s.observability else None,
             ),
         )
         for policy in self.network_policies.policies:

@@ -83,6 +83,9 @@ class PreflightInput:
     # A deploy over deployed stacks: the synthesized templates to compare with them (None: skip).
     redeploy: Redeploy | None = None
     helm_charts: tuple[HelmChartPin, ...] = ()
+    # OBSERVABILITY=on: the managed Prometheus collector and CloudWatch's OpenTelemetry metrics store.
+    observability: bool = False
+    metrics_collector_alias: str = ""  # ours: held, not another collector
 
 
 def quota_code_of(instance_type: str) -> str | None:
@@ -407,6 +410,46 @@ def _check_api_endpoint(ctx: _Context) -> CheckResult:
     )
 
 
+# Amazon Managed Service for Prometheus collectors per account and Region, unless raised.
+SCRAPER_DEFAULT_QUOTA = 10
+
+
+def _check_metrics_destination(ctx: _Context) -> CheckResult:
+    """OBSERVABILITY=on writes the Ray metrics, through a managed collector, into CloudWatch's
+    OpenTelemetry metrics store (the account's `default` dataset), which PromQL reads: both must be
+    offered in the Region, or the observability stack fails after the cluster is up."""
+    name, inp = "metrics-destination", ctx.inp
+    if not inp.observability:
+        return _pass(name, "OBSERVABILITY=off: nothing to check")
+    try:
+        ctx.client("cloudwatch").get_dataset(DatasetIdentifier="default")
+    except ClientError as err:
+        code = str(err.response.get("Error", {}).get("Code", ""))
+        if code in _ACCESS_DENIED_CODES:
+            raise
+        return _fail(
+            name,
+            f"CloudWatch's OpenTelemetry metrics (PromQL) answer {code or 'an error'} in {inp.region}",
+            "set OBSERVABILITY=off, or deploy in a Region that offers CloudWatch OpenTelemetry metrics",
+        )
+    scrapers, token = [], None
+    while True:
+        page = ctx.client("amp").list_scrapers(**({"nextToken": token} if token else {}))
+        scrapers += [s for s in page.get("scrapers", []) if s.get("status", {}).get("statusCode") != "DELETING"]
+        token = page.get("nextToken")
+        if not token:
+            break
+    others = [s for s in scrapers if s.get("alias") != inp.metrics_collector_alias]
+    detail = f"dataset default ready; {len(others)} other metrics collector(s) in {inp.region}"
+    if len(others) >= SCRAPER_DEFAULT_QUOTA:
+        return warn(
+            name,
+            detail,
+            f"the default quota is {SCRAPER_DEFAULT_QUOTA} collectors per Region: unless it was raised, the observability stack will fail",
+        )
+    return _pass(name, detail)
+
+
 def _check_charts(ctx: _Context) -> CheckResult:
     return check_helm_charts(ctx.inp.helm_charts)
 
@@ -452,6 +495,7 @@ _AWS_CHECKS: tuple[tuple[str, _Check], ...] = (
     ("cdk-bootstrap", _check_bootstrap),
     ("api-endpoint", _check_api_endpoint),
     ("helm-charts", _check_charts),
+    ("metrics-destination", _check_metrics_destination),
 )
 
 

@@ -26,7 +26,6 @@ from settings.instance_types import (
     instance_type_context_key,
 )
 from settings.model import Settings
-from settings.scheduling import CLOUDWATCH_AGENT_NAMESPACE
 from settings.sizing import check_engine_cpus, check_head_fits, gpu_worker_resources
 from settings.zones import choose_zones
 
@@ -138,12 +137,15 @@ SPECS: tuple[SettingSpec, ...] = (
         "comma-separated namespace names",
     ),
     SettingSpec(
-        "METRICS_NAMESPACE", CLOUDWATCH_AGENT_NAMESPACE, "Namespace of the metrics collector allowed to scrape the Ray pods (port 8080)", "a namespace name"
+        "METRICS_NAMESPACE",
+        "monitoring",
+        "Namespace of an in-cluster metrics collector (your Prometheus) allowed to scrape the Ray pods' port 8080; OBSERVABILITY's managed collector is let in by address",
+        "a namespace name",
     ),
     SettingSpec(
         "OBSERVABILITY",
         "off",
-        "CloudWatch metrics (Container Insights with GPU and EFA, the Ray pods' Prometheus metrics), a dashboard and alarms; costs money while idle",
+        "CloudWatch metrics (Container Insights with GPU and EFA; the Ray pods' Prometheus metrics through a managed collector, queried with PromQL), a dashboard and alarms; costs money while idle",
         "on or off",
     ),
     SettingSpec("HF_TOKEN_SECRET_NAME", "", "Secrets Manager secret holding a Hugging Face token (empty = none)", "a Secrets Manager secret name"),
@@ -377,6 +379,11 @@ def load_settings(environ: Mapping[str, str], context: Mapping[str, Any]) -> Set
         # EKS keeps a private endpoint for the nodes whenever the public one is restricted.
         raise SettingError("PUBLIC_ACCESS_CIDRS", raw["PUBLIC_ACCESS_CIDRS"], f"empty unless ENDPOINT_ACCESS=public-and-private (it is {endpoint_access})")
 
+    observability = _choice("OBSERVABILITY", raw["OBSERVABILITY"], ("on", "off")) == "on"
+    if observability and endpoint_access == "public":
+        # The managed Prometheus collector reads the pod list from inside the VPC.
+        raise SettingError("OBSERVABILITY", "on", "off while ENDPOINT_ACCESS=public (the metrics collector needs the private endpoint)")
+
     gpu_node = _gpu_facts(raw["GPU_NODE_TYPE"], context)
     zones = choose_zones(region=region, gpu_type=gpu_node.name, gpu_az=raw["GPU_AZ"].strip(), context=context)
 
@@ -431,7 +438,7 @@ def load_settings(environ: Mapping[str, str], context: Mapping[str, Any]) -> Set
         hf_token_secret_name=secret,
         serve_client_namespaces=_namespaces("SERVE_CLIENT_NAMESPACES", raw["SERVE_CLIENT_NAMESPACES"]) or (raw["NAMESPACE"],),
         metrics_namespace=_dns_label("METRICS_NAMESPACE", raw["METRICS_NAMESPACE"]),
-        observability=_choice("OBSERVABILITY", raw["OBSERVABILITY"], ("on", "off")) == "on",
+        observability=observability,
         eks_addon_versions=_addon_versions(region, raw["K8S_VERSION"], context),
     )
     if settings.gpu_node_count == -1:  # empty: what the replicas need

@@ -105,6 +105,11 @@ class Settings:
         return 2 * len(self.availability_zones)
 
     @property
+    def metrics_collector_alias(self) -> str:
+        """The alias of the observability stack's managed Prometheus collector (the preflight tells it apart)."""
+        return f"{self.cluster_name}-ray"
+
+    @property
     def serve_service_name(self) -> str:
         """The Service KubeRay creates for the Serve endpoint."""
         return f"{self.ray_service_name}-serve-svc"

@@ -21,10 +21,5 @@ GPU_TAINT_VALUE: Final = "true"
 LOCAL_NVME_MOUNT: Final = "/mnt/k8s-disks/0"
 
 
-# Where the amazon-cloudwatch-observability add-on runs its agents (fixed by the add-on): the default
-# METRICS_NAMESPACE, allowed to scrape the Ray pods, and the observability stack's Pod Identity target.
-CLOUDWATCH_AGENT_NAMESPACE: Final = "amazon-cloudwatch"
-
-
 def gpu_toleration() -> dict[str, str]:
     return {"key": GPU_TAINT_KEY, "operator": "Exists", "effect": "NoSchedule"}

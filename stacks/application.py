@@ -89,7 +89,11 @@ def build_stacks(app: App, settings: Settings) -> Deployment:
         kuberay=system.kuberay,
         env=env,
     )
-    observability = ObservabilityStack(app, names["observability"], settings=settings, cluster=cluster.cluster_ref, env=env) if settings.observability else None
+    observability = (
+        ObservabilityStack(app, names["observability"], settings=settings, cluster=cluster.cluster_ref, vpc=network.vpc, env=env)
+        if settings.observability
+        else None
+    )
     for stack in (network, cluster, system, gpu, serving):
         nag.acknowledge_checkov_on_cdk_lambdas(stack)
     Tags.of(app).add("project", PROJECT_TAG)

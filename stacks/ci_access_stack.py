@@ -47,6 +47,8 @@ DEPLOY_READ_ONLY_UNSCOPED = (
     "elasticloadbalancing:DescribeLoadBalancers",
     "elasticloadbalancing:DescribeTags",
     "tag:GetResources",
+    # OBSERVABILITY=on: the managed Prometheus collectors of the Region.
+    "aps:ListScrapers",
 )
 # What `cdk diff` reads when it falls back from the lookup role to the caller's credentials.
 DIFF_STACK_READS = (
@@ -149,6 +151,10 @@ class CiAccessStack(Stack):
                 iam.PolicyStatement(sid="ReadTheCluster", actions=["eks:DescribeCluster", "eks:ListNodegroups"], resources=[self._cluster_arn()]),
                 iam.PolicyStatement(sid="ReadTheNodegroups", actions=["eks:DescribeNodegroup"], resources=[nodegroups]),
                 iam.PolicyStatement(sid="ReadEc2Quotas", actions=["servicequotas:GetServiceQuota"], resources=[ec2_quotas]),
+                # OBSERVABILITY=on: CloudWatch's OpenTelemetry metrics store, the account's implicit dataset.
+                iam.PolicyStatement(
+                    sid="ReadTheMetricsDataset", actions=["cloudwatch:GetDataset"], resources=[self._arn("cloudwatch", settings.region, "dataset/default")]
+                ),
                 iam.PolicyStatement(
                     sid="ReadServiceAndBootstrapStacks", actions=list(DEPLOY_STACK_READS), resources=[service_stacks, self._stack_arn(CDK_TOOLKIT_STACK)]
                 ),

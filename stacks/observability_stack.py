@@ -1,33 +1,47 @@
-"""Metrics with nothing installed by hand: the EKS `amazon-cloudwatch-observability` add-on (Container
-Insights with NVIDIA GPU and EFA metrics, and a CloudWatch agent that scrapes the Ray pods' Prometheus
-port), a CloudWatch dashboard and alarms. Optional (OBSERVABILITY=on): it costs money while idle.
+"""Metrics with nothing installed by hand, optional (OBSERVABILITY=on: it costs money while idle).
 
-Why the add-on and CloudWatch rather than Amazon Managed Service for Prometheus: the GPU, EFA and node
-metrics come from the add-on with no scrape configuration, and everything lands where CloudWatch
-dashboards and alarms (defined here, in CDK) can use it; AMP's metrics are not visible to CloudWatch
-alarms. The limit of this path: the agent's Prometheus input keeps gauges and counters, not histograms,
-so TTFT and inter-token latency percentiles come from `make bench-serving` and the Ray dashboard.
+- GPU, EFA and node metrics: the EKS `amazon-cloudwatch-observability` add-on (Container Insights, NVIDIA
+  DCGM and EFA on every node), in the `ContainerInsights` namespace.
+- Ray Serve, vLLM and NIXL metrics: an agentless collector of Amazon Managed Service for Prometheus
+  (AWS::APS::Scraper) that scrapes the Ray pods' `metrics` port and writes to CloudWatch's OpenTelemetry
+  metrics store (the account's `default` dataset), where PromQL queries them. This path keeps Prometheus
+  histograms, which the CloudWatch agent's Prometheus input drops: time to first token, inter-token
+  latency and NIXL bytes are on the dashboard as percentiles and rates.
+- A CloudWatch dashboard (PromQL charts beside Container Insights graphs) and two alarms: NIXL transfers
+  failing (a PromQL alarm) and fewer schedulable GPUs than the nodes should have.
+
+Everything lands in CloudWatch, where the dashboard and alarms defined here read it; an AMP workspace would
+need Grafana to look at and could not feed CloudWatch alarms.
 """
 
 from __future__ import annotations
 
+import base64
+from dataclasses import dataclass
 from typing import Any
 
-from aws_cdk import CfnOutput, Duration, Environment, Stack
+import yaml
+from aws_cdk import Aws, CfnOutput, Duration, Environment, Stack
+from aws_cdk import aws_aps as aps
 from aws_cdk import aws_cloudwatch as cw
+from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_eks_v2 as eks
 from aws_cdk import aws_iam as iam
 from constructs import Construct
 
-from k8s_constructs.ray_facts import RAY_NODE_LABEL
+from k8s_constructs.ray_facts import GROUP_LABEL, RAY_NODE_LABEL
 from settings import Settings
-from settings.scheduling import CLOUDWATCH_AGENT_NAMESPACE
 from stacks import nag
 
 ADDON = "amazon-cloudwatch-observability"
-AGENT_NAMESPACE, AGENT_SERVICE_ACCOUNT = CLOUDWATCH_AGENT_NAMESPACE, "cloudwatch-agent"
-RAY_NAMESPACE = "RayServe"  # CloudWatch namespace of the Ray metrics
+# Where the add-on runs its agent (fixed by the add-on): the Pod Identity association's target.
+AGENT_NAMESPACE, AGENT_SERVICE_ACCOUNT = "amazon-cloudwatch", "cloudwatch-agent"
 CONTAINER_INSIGHTS = "ContainerInsights"
+# The collector's scrape interval: the shortest it accepts.
+SCRAPE_INTERVAL = "30s"
+# Labels the scrape configuration puts on every Ray series: the CloudWatch dataset is shared by the whole
+# account and Region, so every query selects this cluster.
+CLUSTER_LABEL, PHASE_LABEL = "cluster", "ray_group"
 
 
 def _sd_label(label: str) -> str:
@@ -35,71 +49,106 @@ def _sd_label(label: str) -> str:
     return "__meta_kubernetes_pod_label_" + "".join(c if c.isalnum() else "_" for c in label)
 
 
-def ray_scrape_agent(settings: Settings) -> dict[str, Any]:
-    """A single-replica agent (a DaemonSet would scrape every Ray pod once per node) that scrapes the Ray
-    pods' `metrics` port and publishes Ray Serve and vLLM gauges and counters through EMF."""
-    by_model = {"source_labels": ["job"], "label_matcher": "^ray$", "dimensions": [["ClusterName"], ["ClusterName", "model_name"]]}
+def ray_scrape_configuration(settings: Settings) -> dict[str, Any]:
+    """The collector's Prometheus configuration: the Ray pods of the serving namespace, their `metrics` port."""
     return {
-        "name": "cloudwatch-agent-ray",
-        "mode": "deployment",
-        "replicas": 1,
-        "config": {
-            "agent": {"region": settings.region},
-            "logs": {
-                "metrics_collected": {
-                    "prometheus": {
-                        "cluster_name": settings.cluster_name,
-                        "log_group_name": f"/aws/containerinsights/{settings.cluster_name}/prometheus",
-                        "prometheus_config_path": "/etc/prometheusconfig/prometheus.yaml",
-                        "emf_processor": {
-                            "metric_namespace": RAY_NAMESPACE,
-                            "metric_declaration": [
-                                {
-                                    **by_model,
-                                    "metric_selectors": [
-                                        "^ray_vllm_num_requests_(running|waiting)$",
-                                        "^ray_vllm_kv_cache_usage_perc$",
-                                        "^ray_vllm_nixl_num_(failed_transfers|failed_notifications|kv_expired_reqs)_total$",
-                                    ],
-                                },
-                                {
-                                    "source_labels": ["job"],
-                                    "label_matcher": "^ray$",
-                                    "dimensions": [["ClusterName"], ["ClusterName", "application"]],
-                                    "metric_selectors": ["^ray_serve_num_http_(error_)?requests_total$"],
-                                },
-                            ],
-                        },
-                    }
-                }
-            },
-        },
-        "prometheus": {
-            "config": {
-                "global": {"scrape_interval": "30s", "scrape_timeout": "10s"},
-                "scrape_configs": [
-                    {
-                        "job_name": "ray",
-                        "kubernetes_sd_configs": [{"role": "pod", "namespaces": {"names": [settings.namespace]}}],
-                        "relabel_configs": [
-                            {"source_labels": [_sd_label(RAY_NODE_LABEL[0])], "regex": RAY_NODE_LABEL[1], "action": "keep"},
-                            {"source_labels": ["__meta_kubernetes_pod_container_port_name"], "regex": "metrics", "action": "keep"},
-                        ],
-                    }
+        "global": {"scrape_interval": SCRAPE_INTERVAL, "scrape_timeout": "10s"},
+        "scrape_configs": [
+            {
+                "job_name": "ray",
+                "kubernetes_sd_configs": [{"role": "pod", "namespaces": {"names": [settings.namespace]}}],
+                "relabel_configs": [
+                    {"source_labels": [_sd_label(RAY_NODE_LABEL[0])], "regex": RAY_NODE_LABEL[1], "action": "keep"},
+                    {"source_labels": ["__meta_kubernetes_pod_container_port_name"], "regex": "metrics", "action": "keep"},
+                    {"target_label": CLUSTER_LABEL, "replacement": settings.cluster_name, "action": "replace"},
+                    {"source_labels": [_sd_label(GROUP_LABEL)], "target_label": PHASE_LABEL, "action": "replace"},
+                    {"source_labels": ["__meta_kubernetes_pod_name"], "target_label": "pod", "action": "replace"},
                 ],
             }
-        },
+        ],
     }
 
 
-def addon_configuration(settings: Settings) -> dict[str, Any]:
-    """The add-on's values: the default node agent (Container Insights, GPU via DCGM, EFA), plus the Ray scraper."""
-    return {"containerInsights": {"enabled": True}, "agents": [{"name": "cloudwatch-agent"}, ray_scrape_agent(settings)]}
+def addon_configuration() -> dict[str, Any]:
+    """The add-on's values: Container Insights with its default node agent (GPU via DCGM, EFA)."""
+    return {"containerInsights": {"enabled": True}}
 
 
-def _search(namespace: str, dimensions: str, metric: str, cluster: str, stat: str, label: str) -> cw.MathExpression:
+@dataclass(frozen=True)
+class PromQLPanel:
+    title: str
+    queries: tuple[tuple[str, str], ...]  # (legend label, PromQL)
+
+
+def ray_panels(cluster_name: str) -> tuple[PromQLPanel, ...]:
+    """The dashboard's PromQL charts. CloudWatch stores a Prometheus histogram as an exponential
+    histogram under its base name (no `_bucket` series): quantiles and sums read that name."""
+    this = f'{CLUSTER_LABEL}="{cluster_name}"'
+
+    def quantile(q: float, histogram: str) -> str:
+        return f"histogram_quantile({q}, sum(rate({histogram}{{{this}}}[5m])))"
+
+    return (
+        PromQLPanel(
+            "Time to first token (s)",
+            (("p50", quantile(0.5, "ray_vllm_time_to_first_token_seconds")), ("p99", quantile(0.99, "ray_vllm_time_to_first_token_seconds"))),
+        ),
+        PromQLPanel(
+            "Inter-token latency (s)",
+            (("p50", quantile(0.5, "ray_vllm_inter_token_latency_seconds")), ("p99", quantile(0.99, "ray_vllm_inter_token_latency_seconds"))),
+        ),
+        PromQLPanel(
+            "Requests running / waiting per phase",
+            (
+                ("running", f"sum by ({PHASE_LABEL}) (ray_vllm_num_requests_running{{{this}}})"),
+                ("waiting", f"sum by ({PHASE_LABEL}) (ray_vllm_num_requests_waiting{{{this}}})"),
+            ),
+        ),
+        PromQLPanel("KV-cache usage per phase (0-1)", (("max", f"max by ({PHASE_LABEL}) (ray_vllm_kv_cache_usage_perc{{{this}}})"),)),
+        PromQLPanel(
+            "NIXL KV-cache transfer (bytes/s, p99 s)",
+            (
+                ("bytes/s", f"histogram_sum(sum(rate(ray_vllm_nixl_bytes_transferred{{{this}}}[5m])))"),
+                ("transfer p99", quantile(0.99, "ray_vllm_nixl_xfer_time_seconds")),
+            ),
+        ),
+        PromQLPanel("NIXL failed transfers (5 min)", (("failed", f"sum(increase(ray_vllm_nixl_num_failed_transfers_total{{{this}}}[5m]))"),)),
+        PromQLPanel("Serve HTTP requests/s", (("requests/s", f"sum(rate(ray_serve_num_http_requests_total{{{this}}}[5m]))"),)),
+    )
+
+
+def nixl_failures_query(cluster_name: str) -> str:
+    """One alarm contributor per pod whose NIXL transfers failed in the last 5 minutes."""
+    return f'sum by (pod) (increase(ray_vllm_nixl_num_failed_transfers_total{{{CLUSTER_LABEL}="{cluster_name}"}}[5m])) > 0'
+
+
+class PromQLChart(cw.ConcreteWidget):
+    """A CloudWatch `chart` widget of PromQL queries (aws-cdk-lib has no construct for one)."""
+
+    def __init__(self, *, panel: PromQLPanel, region: str, width: int = 8, height: int = 6) -> None:
+        super().__init__(width, height)
+        self._panel, self._region = panel, region
+
+    def to_json(self) -> list[Any]:
+        queries = [
+            {"id": f"q{i}", "type": "cloudwatch-metrics", "language": "PromQL", "query": query, "label": label}
+            for i, (label, query) in enumerate(self._panel.queries)
+        ]
+        return [
+            {
+                "type": "chart",
+                "x": self._x,
+                "y": self._y,
+                "width": self.width,
+                "height": self.height,
+                "properties": {"title": self._panel.title, "view": "line", "region": self._region, "data": {"queries": queries}},
+            }
+        ]
+
+
+def _search(dimensions: str, metric: str, cluster: str, stat: str, label: str) -> cw.MathExpression:
     return cw.MathExpression(
-        expression=f"SEARCH('{{{namespace},{dimensions}}} MetricName=\"{metric}\" ClusterName=\"{cluster}\"', '{stat}', 60)",
+        expression=f"SEARCH('{{{CONTAINER_INSIGHTS},{dimensions}}} MetricName=\"{metric}\" ClusterName=\"{cluster}\"', '{stat}', 60)",
         label=label,
         using_metrics={},
         period=Duration.minutes(1),
@@ -107,11 +156,94 @@ def _search(namespace: str, dimensions: str, metric: str, cluster: str, stat: st
 
 
 class ObservabilityStack(Stack):
-    """Exposes ``addon``, ``dashboard``, ``nixl_failures_alarm`` and ``gpu_capacity_alarm`` (None while parked)."""
+    """Exposes ``addon``, ``scraper``, ``dashboard``, ``nixl_failures_alarm`` and ``gpu_capacity_alarm``
+    (None while parked)."""
 
-    def __init__(self, scope: Construct, construct_id: str, *, settings: Settings, cluster: eks.ICluster, env: Environment) -> None:
+    def __init__(self, scope: Construct, construct_id: str, *, settings: Settings, cluster: eks.ICluster, vpc: ec2.IVpc, env: Environment) -> None:
         super().__init__(scope, construct_id, env=env, description=f"{settings.cluster_name}: CloudWatch metrics, dashboard and alarms")
         cluster_name = settings.cluster_name
+        self._container_insights(cluster)
+
+        # The collector's network interfaces sit in the private subnets with the cluster security group,
+        # which every node carries and which admits itself: it reaches the pods and the private API endpoint.
+        self.scraper = aps.CfnScraper(
+            self,
+            "RayMetricsCollector",
+            alias=settings.metrics_collector_alias,
+            source=aps.CfnScraper.SourceProperty(
+                eks_configuration=aps.CfnScraper.EksConfigurationProperty(
+                    cluster_arn=cluster.cluster_arn,
+                    subnet_ids=[s.subnet_id for s in vpc.private_subnets],
+                    security_group_ids=[cluster.cluster_security_group_id],
+                )
+            ),
+            scrape_configuration=aps.CfnScraper.ScrapeConfigurationProperty(
+                configuration_blob=base64.b64encode(yaml.safe_dump(ray_scrape_configuration(settings), sort_keys=False).encode()).decode()
+            ),
+            destination=aps.CfnScraper.DestinationProperty(
+                cloud_watch_configuration=aps.CfnScraper.CloudWatchConfigurationProperty(
+                    dataset_arn=f"arn:{Aws.PARTITION}:cloudwatch:{Aws.REGION}:{Aws.ACCOUNT_ID}:dataset/default"
+                )
+            ),
+        )
+
+        widgets: list[cw.IWidget] = [PromQLChart(panel=panel, region=settings.region) for panel in ray_panels(cluster_name)]
+        by_node = "ClusterName,InstanceId,NodeName"
+        widgets += [
+            cw.GraphWidget(title="GPU utilisation per node (%)", left=[_search(by_node, "node_gpu_utilization", cluster_name, "Average", "")]),
+            cw.GraphWidget(title="GPU memory utilisation per node (%)", left=[_search(by_node, "node_gpu_memory_utilization", cluster_name, "Average", "")]),
+            cw.GraphWidget(
+                title="EFA bytes per node (rx, tx, RDMA read)",
+                left=[_search(by_node, m, cluster_name, "Sum", m) for m in ("node_efa_rx_bytes", "node_efa_tx_bytes", "node_efa_rdma_read_bytes")],
+            ),
+        ]
+        widgets.append(
+            cw.TextWidget(
+                markdown="Ray, vLLM and NIXL: PromQL over the Ray pods' Prometheus metrics (managed collector, "
+                f'`{CLUSTER_LABEL}="{cluster_name}"`, `{PHASE_LABEL}` = prefill/decode/headgroup). GPU and EFA: Container Insights. '
+                "Per-request detail: `make bench-serving`.",
+                width=16,
+                height=6,
+            )
+        )
+        self.dashboard = cw.Dashboard(
+            self, "Dashboard", dashboard_name=f"{cluster_name}-serving", widgets=[widgets[i : i + 3] for i in range(0, len(widgets), 3)]
+        )
+
+        self.nixl_failures_alarm = cw.PromQLAlarm(
+            self,
+            "NixlFailedTransfers",
+            alarm_description="NIXL KV-cache transfers failed: a decode engine could not read the prefill node's KV cache over EFA",
+            query=nixl_failures_query(cluster_name),
+            evaluation_interval=Duration.minutes(1),
+            pending_period=Duration.seconds(0),
+            recovery_period=Duration.minutes(10),
+        )
+        expected_gpus = settings.gpu_node_count * settings.gpu_node.gpus
+        self.gpu_capacity_alarm = (
+            cw.Alarm(
+                self,
+                "GpuCapacity",
+                alarm_description=f"Fewer than {expected_gpus} GPUs schedulable: a GPU node is not ready, or its device plugin is not advertising",
+                metric=cw.Metric(
+                    namespace=CONTAINER_INSIGHTS,
+                    metric_name="node_gpu_limit",
+                    dimensions_map={"ClusterName": cluster_name},
+                    statistic="Sum",
+                    period=Duration.minutes(5),
+                ),
+                threshold=expected_gpus,
+                comparison_operator=cw.ComparisonOperator.LESS_THAN_THRESHOLD,
+                evaluation_periods=2,
+                treat_missing_data=cw.TreatMissingData.BREACHING,
+            )
+            if expected_gpus
+            else None  # parked: no GPU is expected
+        )
+        CfnOutput(self, "DashboardName", value=f"{cluster_name}-serving")
+        CfnOutput(self, "ScraperId", value=self.scraper.attr_scraper_id)
+
+    def _container_insights(self, cluster: eks.ICluster) -> None:
         role = iam.Role(
             self,
             "CloudWatchAgentRole",
@@ -137,89 +269,6 @@ class ObservabilityStack(Stack):
             role_arn=role.role_arn,
         )
         self.addon = eks.Addon(
-            self, "CloudWatchObservability", cluster=cluster, addon_name=ADDON, configuration_values=addon_configuration(settings), preserve_on_delete=False
+            self, "CloudWatchObservability", cluster=cluster, addon_name=ADDON, configuration_values=addon_configuration(), preserve_on_delete=False
         )
         self.addon.node.add_dependency(association)
-
-        ray_by_model = "ClusterName,model_name"
-        widgets: list[cw.IWidget] = [
-            cw.GraphWidget(
-                title="GPU utilisation per node (%)",
-                left=[_search(CONTAINER_INSIGHTS, "ClusterName,InstanceId,NodeName", "node_gpu_utilization", cluster_name, "Average", "")],
-            ),
-            cw.GraphWidget(
-                title="GPU memory utilisation per node (%)",
-                left=[_search(CONTAINER_INSIGHTS, "ClusterName,InstanceId,NodeName", "node_gpu_memory_utilization", cluster_name, "Average", "")],
-            ),
-            cw.GraphWidget(
-                title="EFA bytes per node (rx, tx, RDMA read)",
-                left=[
-                    _search(CONTAINER_INSIGHTS, "ClusterName,InstanceId,NodeName", m, cluster_name, "Sum", m)
-                    for m in ("node_efa_rx_bytes", "node_efa_tx_bytes", "node_efa_rdma_read_bytes")
-                ],
-            ),
-            cw.GraphWidget(
-                title="Requests running / waiting",
-                left=[
-                    _search(RAY_NAMESPACE, ray_by_model, m, cluster_name, "Maximum", m)
-                    for m in ("ray_vllm_num_requests_running", "ray_vllm_num_requests_waiting")
-                ],
-            ),
-            cw.GraphWidget(title="KV-cache usage", left=[_search(RAY_NAMESPACE, ray_by_model, "ray_vllm_kv_cache_usage_perc", cluster_name, "Maximum", "")]),
-            cw.GraphWidget(
-                title="Serve HTTP requests",
-                left=[_search(RAY_NAMESPACE, "ClusterName,application", "ray_serve_num_http_requests_total", cluster_name, "Sum", "")],
-            ),
-            cw.GraphWidget(
-                title="NIXL failed transfers", left=[_search(RAY_NAMESPACE, "ClusterName", "ray_vllm_nixl_num_failed_transfers_total", cluster_name, "Sum", "")]
-            ),
-            cw.TextWidget(
-                markdown="TTFT and inter-token latency percentiles: `make bench-serving`, and the Ray dashboard's Serve LLM panels "
-                "(the agent's Prometheus input keeps gauges and counters, not histograms).",
-                width=24,
-                height=2,
-            ),
-        ]
-        self.dashboard = cw.Dashboard(
-            self, "Dashboard", dashboard_name=f"{cluster_name}-serving", widgets=[widgets[i : i + 3] for i in range(0, len(widgets), 3)]
-        )
-
-        self.nixl_failures_alarm = cw.Alarm(
-            self,
-            "NixlFailedTransfers",
-            alarm_description="NIXL KV-cache transfers failed: the decode engine could not read the prefill node's KV cache over EFA",
-            metric=cw.Metric(
-                namespace=RAY_NAMESPACE,
-                metric_name="ray_vllm_nixl_num_failed_transfers_total",
-                dimensions_map={"ClusterName": cluster_name},
-                statistic="Sum",
-                period=Duration.minutes(5),
-            ),
-            threshold=0,
-            comparison_operator=cw.ComparisonOperator.GREATER_THAN_THRESHOLD,
-            evaluation_periods=1,
-            # vLLM creates the series with the first failure: no data means no failure.
-            treat_missing_data=cw.TreatMissingData.NOT_BREACHING,
-        )
-        expected_gpus = settings.gpu_node_count * settings.gpu_node.gpus
-        self.gpu_capacity_alarm = (
-            cw.Alarm(
-                self,
-                "GpuCapacity",
-                alarm_description=f"Fewer than {expected_gpus} GPUs schedulable: a GPU node is not ready, or its device plugin is not advertising",
-                metric=cw.Metric(
-                    namespace=CONTAINER_INSIGHTS,
-                    metric_name="node_gpu_limit",
-                    dimensions_map={"ClusterName": cluster_name},
-                    statistic="Sum",
-                    period=Duration.minutes(5),
-                ),
-                threshold=expected_gpus,
-                comparison_operator=cw.ComparisonOperator.LESS_THAN_THRESHOLD,
-                evaluation_periods=2,
-                treat_missing_data=cw.TreatMissingData.BREACHING,
-            )
-            if expected_gpus
-            else None  # parked: no GPU is expected
-        )
-        CfnOutput(self, "DashboardName", value=f"{cluster_name}-serving")

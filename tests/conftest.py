@@ -86,3 +86,9 @@ def p5_synth(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Synth]:
 def hf_token_synth(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Synth]:
     """HF_TOKEN_SECRET_NAME set: the Secrets Store CSI provider, Pod Identity and the workers' token wiring."""
     yield synthesize(settings_for({"HF_TOKEN_SECRET_NAME": "prod/hf-token"}), tmp_path_factory.mktemp("hf_token"))
+
+
+@pytest.fixture(scope="session")
+def observed_synth(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Synth]:
+    """OBSERVABILITY=on: the add-on, the managed Prometheus collector, the dashboard and the alarms."""
+    yield synthesize(settings_for({"OBSERVABILITY": "on"}), tmp_path_factory.mktemp("observability"))

@@ -1,26 +1,40 @@
-"""OBSERVABILITY=on: the amazon-cloudwatch-observability add-on (Pod Identity, GPU/EFA Container Insights,
-the Ray Prometheus scraper), the dashboard and the alarms; cfn-lint and cdk-nag clean. Off by default."""
+"""OBSERVABILITY=on: the amazon-cloudwatch-observability add-on (Pod Identity, GPU/EFA Container Insights),
+the managed Prometheus collector of the Ray pods (AWS::APS::Scraper into CloudWatch's OpenTelemetry
+metrics), the dashboard's PromQL (parsed by promql-parser, a port of Prometheus's own parser) and the
+alarms; cfn-lint and cdk-nag clean. Off by default."""
 
 from __future__ import annotations
 
+import base64
 import json
+import re
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import jsonschema
+import promql_parser
 import pytest
+import yaml
 
-from tests.conftest import REPO, Synth, settings_for, synthesize
+from settings.errors import SettingError
+from stacks.observability_stack import CLUSTER_LABEL, PHASE_LABEL
+from tests.conftest import Synth, settings_for, synthesize
 
-SCHEMA = json.loads((REPO / "tests" / "data" / "cloudwatch-agent-config.schema.json").read_text())
-
-
-@pytest.fixture(scope="module")
-def observed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Synth]:
-    yield synthesize(settings_for({"OBSERVABILITY": "on"}), tmp_path_factory.mktemp("observability"))
+# What the histogram panels must show (issue: TTFT, ITL, NIXL bytes), and the counters and gauges.
+HISTOGRAMS = (
+    "ray_vllm_time_to_first_token_seconds",
+    "ray_vllm_inter_token_latency_seconds",
+    "ray_vllm_nixl_bytes_transferred",
+    "ray_vllm_nixl_xfer_time_seconds",
+)
+GAUGES_AND_COUNTERS = (
+    "ray_vllm_num_requests_running",
+    "ray_vllm_num_requests_waiting",
+    "ray_vllm_kv_cache_usage_perc",
+    "ray_vllm_nixl_num_failed_transfers_total",
+    "ray_serve_num_http_requests_total",
+)
 
 
 def _addon(synth: Synth) -> dict[str, Any]:
@@ -28,70 +42,169 @@ def _addon(synth: Synth) -> dict[str, Any]:
     return addon
 
 
+def _scraper(synth: Synth) -> dict[str, Any]:
+    (scraper,) = synth.resources("observability", "AWS::APS::Scraper").values()
+    props: dict[str, Any] = scraper["Properties"]
+    return props
+
+
+def _scrape_configuration(synth: Synth) -> dict[str, Any]:
+    config: dict[str, Any] = yaml.safe_load(base64.b64decode(_scraper(synth)["ScrapeConfiguration"]["ConfigurationBlob"]))
+    return config
+
+
+def _dashboard_body(synth: Synth) -> dict[str, Any]:
+    """The dashboard body as CloudFormation will see it, the region token joined back in."""
+    (dashboard,) = synth.resources("observability", "AWS::CloudWatch::Dashboard").values()
+    body = dashboard["Properties"]["DashboardBody"]
+    text = body if isinstance(body, str) else "".join(p if isinstance(p, str) else "REGION" for p in body["Fn::Join"][1])
+    parsed: dict[str, Any] = json.loads(text)
+    return parsed
+
+
+def _promql_queries(synth: Synth) -> list[str]:
+    charts = [w for w in _dashboard_body(synth)["widgets"] if w["type"] == "chart"]
+    return [q["query"] for w in charts for q in w["properties"]["data"]["queries"]]
+
+
+def _selectors(query: str) -> list[tuple[str, dict[str, str]]]:
+    """(metric name, equality matchers) of every vector selector, from Prometheus's grammar."""
+    found: list[tuple[str, dict[str, str]]] = []
+
+    def visit(node: Any) -> None:
+        if isinstance(node, promql_parser.VectorSelector):
+            found.append((node.name, {m.name: m.value for m in node.matchers.matchers if str(m.op) == "MatchOp.Equal"}))
+
+    promql_parser.walk(promql_parser.parse(query), visit)
+    return found
+
+
 def test_off_by_default_because_it_costs_money_while_idle(default_synth: Synth) -> None:
     assert "observability" not in default_synth.templates
-    assert not any(r["Type"] == "AWS::CloudWatch::Dashboard" for t in default_synth.templates.values() for r in t["Resources"].values())
+    assert not any(r["Type"] in ("AWS::CloudWatch::Dashboard", "AWS::APS::Scraper") for t in default_synth.templates.values() for r in t["Resources"].values())
 
 
-def test_the_add_on_runs_with_its_own_pod_identity(observed: Synth) -> None:
-    addon = _addon(observed)
+def test_the_add_on_runs_with_its_own_pod_identity(observed_synth: Synth) -> None:
+    addon = _addon(observed_synth)
     assert addon["Properties"]["AddonName"] == "amazon-cloudwatch-observability"
-    (association,) = observed.resources("observability", "AWS::EKS::PodIdentityAssociation").values()
+    # Container Insights with the add-on's own node agent (GPU via DCGM, EFA); no extra agent to configure.
+    assert json.loads(addon["Properties"]["ConfigurationValues"]) == {"containerInsights": {"enabled": True}}
+    (association,) = observed_synth.resources("observability", "AWS::EKS::PodIdentityAssociation").values()
     assert (association["Properties"]["Namespace"], association["Properties"]["ServiceAccount"]) == ("amazon-cloudwatch", "cloudwatch-agent")
-    role = observed.templates["observability"]["Resources"][association["Properties"]["RoleArn"]["Fn::GetAtt"][0]]
+    role = observed_synth.templates["observability"]["Resources"][association["Properties"]["RoleArn"]["Fn::GetAtt"][0]]
     assert "CloudWatchAgentServerPolicy" in json.dumps(role["Properties"]["ManagedPolicyArns"])
 
 
-def test_the_agents_configurations_pass_the_cloudwatch_agents_own_schema(observed: Synth) -> None:
-    values = json.loads(_addon(observed)["Properties"]["ConfigurationValues"])
-    assert values["containerInsights"] == {"enabled": True}
-    node_agent, ray_agent = values["agents"]
-    assert node_agent == {"name": "cloudwatch-agent"}  # Container Insights, DCGM (GPU) and EFA on every node
-    assert (ray_agent["mode"], ray_agent["replicas"]) == ("deployment", 1)  # one scraper, no double counting
-    jsonschema.validate(ray_agent["config"], SCHEMA)
-    (scrape,) = ray_agent["prometheus"]["config"]["scrape_configs"]
-    assert {"source_labels": ["__meta_kubernetes_pod_container_port_name"], "regex": "metrics", "action": "keep"} in scrape["relabel_configs"]
-    selectors = [
-        s for d in ray_agent["config"]["logs"]["metrics_collected"]["prometheus"]["emf_processor"]["metric_declaration"] for s in d["metric_selectors"]
-    ]
-    assert any("nixl_num_(failed_transfers" in s for s in selectors) and any("kv_cache_usage_perc" in s for s in selectors)
+def test_the_collector_reads_this_cluster_from_its_private_subnets_into_cloudwatch(observed_synth: Synth) -> None:
+    scraper, settings = _scraper(observed_synth), observed_synth.settings
+    assert scraper["Alias"] == settings.metrics_collector_alias
+    eks = scraper["Source"]["EksConfiguration"]
+    assert "ClusterEB0386A7Arn" in eks["ClusterArn"]["Fn::ImportValue"]
+    assert ["ClusterSecurityGroupId" in g["Fn::ImportValue"] for g in eks["SecurityGroupIds"]] == [True]
+    # At least two subnets in two AZs (the collector's rule): the VPC's private subnets, one per AZ.
+    subnets = [s["Fn::ImportValue"] for s in eks["SubnetIds"]]
+    assert len(subnets) == len(settings.availability_zones) >= 2 and all("privateSubnet" in s for s in subnets)
+    arn = scraper["Destination"]["CloudWatchConfiguration"]["DatasetArn"]["Fn::Join"][1]
+    assert arn[0] == "arn:" and arn[-1] == ":dataset/default"  # the account's implicit dataset
 
 
-def test_the_schema_check_can_fail() -> None:
-    with pytest.raises(jsonschema.ValidationError):
-        jsonschema.validate({"agent": {"metrics_collection_interval": "often"}}, SCHEMA)
+def test_the_scrape_configuration_keeps_to_what_the_managed_collector_accepts(observed_synth: Synth) -> None:
+    """The collector's documented limits: global and scrape_configs only, Kubernetes service discovery
+    only, a scrape interval of at least 30 s."""
+    config, settings = _scrape_configuration(observed_synth), observed_synth.settings
+    assert set(config) == {"global", "scrape_configs"}
+    assert int(config["global"]["scrape_interval"].rstrip("s")) >= 30
+    (job,) = config["scrape_configs"]
+    assert set(job) == {"job_name", "kubernetes_sd_configs", "relabel_configs"}
+    assert job["kubernetes_sd_configs"] == [{"role": "pod", "namespaces": {"names": [settings.namespace]}}]
+    rules = job["relabel_configs"]
+    assert {"source_labels": ["__meta_kubernetes_pod_label_ray_io_is_ray_node"], "regex": "yes", "action": "keep"} in rules
+    assert {"source_labels": ["__meta_kubernetes_pod_container_port_name"], "regex": "metrics", "action": "keep"} in rules
+    # The dataset is shared by the account: every series carries its cluster, and its phase (KubeRay's group).
+    assert {"target_label": CLUSTER_LABEL, "replacement": settings.cluster_name, "action": "replace"} in rules
+    assert {"source_labels": ["__meta_kubernetes_pod_label_ray_io_group"], "target_label": PHASE_LABEL, "action": "replace"} in rules
+    for rule in rules:
+        re.compile(rule.get("regex", "(.*)"))  # Prometheus's regexes are RE2; these use nothing beyond it
 
 
-def test_dashboard_and_alarms(observed: Synth) -> None:
-    (dashboard,) = observed.resources("observability", "AWS::CloudWatch::Dashboard").values()
-    body = json.dumps(dashboard["Properties"]["DashboardBody"])
-    for metric in (
-        "node_gpu_utilization",
-        "node_efa_rx_bytes",
-        "ray_vllm_num_requests_running",
-        "ray_vllm_kv_cache_usage_perc",
-        "ray_vllm_nixl_num_failed_transfers_total",
-        "ray_serve_num_http_requests_total",
-    ):
-        assert metric in body, metric
-    alarms = {a["Properties"]["MetricName"]: a["Properties"] for a in observed.resources("observability", "AWS::CloudWatch::Alarm").values()}
-    nixl, gpus = alarms["ray_vllm_nixl_num_failed_transfers_total"], alarms["node_gpu_limit"]
-    assert (nixl["Threshold"], nixl["ComparisonOperator"], nixl["TreatMissingData"]) == (0, "GreaterThanThreshold", "notBreaching")
+def test_every_dashboard_query_is_promql_about_this_cluster(observed_synth: Synth) -> None:
+    cluster = observed_synth.settings.cluster_name
+    queries = _promql_queries(observed_synth)
+    assert queries
+    names = set()
+    for query in queries:
+        for name, matchers in _selectors(query):
+            assert matchers.get(CLUSTER_LABEL) == cluster, query
+            names.add(name)
+    assert names == set(HISTOGRAMS) | set(GAUGES_AND_COUNTERS)
+
+
+def test_histograms_are_read_as_cloudwatch_stores_them(observed_synth: Synth) -> None:
+    """CloudWatch converts Prometheus histograms to exponential histograms under the base name: no
+    `_bucket`, `_sum` or `_count` series to select, `le` is not needed."""
+    queries = _promql_queries(observed_synth)
+    for query in queries:
+        for name, _ in _selectors(query):
+            assert not name.endswith(("_bucket", "_sum", "_count")), query
+        assert " le" not in query and "(le)" not in query
+    ttft = [q for q in queries if "time_to_first_token" in q]
+    assert [q.split(",")[0] for q in ttft] == ["histogram_quantile(0.5", "histogram_quantile(0.99"]
+    assert any(q.startswith("histogram_sum(") and "nixl_bytes_transferred" in q for q in queries)
+
+
+def test_the_promql_check_can_fail() -> None:
+    with pytest.raises(ValueError):
+        promql_parser.parse("histogram_quantile(0.99, sum(rate(x[5m]))")
+    with pytest.raises(ValueError):
+        promql_parser.parse("histogram_quantil(0.99, x)")
+
+
+def test_dashboard_widgets(observed_synth: Synth) -> None:
+    widgets = _dashboard_body(observed_synth)["widgets"]
+    charts = [w for w in widgets if w["type"] == "chart"]
+    for chart in charts:
+        assert chart["properties"]["region"] == observed_synth.settings.region
+        assert {(q["type"], q["language"]) for q in chart["properties"]["data"]["queries"]} == {("cloudwatch-metrics", "PromQL")}
+    titles = [c["properties"]["title"] for c in charts]
+    assert titles[:2] == ["Time to first token (s)", "Inter-token latency (s)"]
+    container_insights = json.dumps([w for w in widgets if w["type"] == "metric"])
+    for metric in ("node_gpu_utilization", "node_gpu_memory_utilization", "node_efa_rx_bytes", "node_efa_tx_bytes"):
+        assert metric in container_insights, metric
+    # No two widgets overlap on the 24-column grid.
+    cells = [(x, y) for w in widgets for x in range(w["x"], w["x"] + w["width"]) for y in range(w["y"], w["y"] + w["height"])]
+    assert len(cells) == len(set(cells)) and max(w["x"] + w["width"] for w in widgets) <= 24
+
+
+def test_alarms(observed_synth: Synth) -> None:
+    alarms = [a["Properties"] for a in observed_synth.resources("observability", "AWS::CloudWatch::Alarm").values()]
+    (nixl,) = [a for a in alarms if "EvaluationCriteria" in a]
+    criteria = nixl["EvaluationCriteria"]["PromQLCriteria"]
+    # A PromQL alarm: the condition is in the query, each pod returned is a contributor.
+    assert [name for name, _ in _selectors(criteria["Query"])] == ["ray_vllm_nixl_num_failed_transfers_total"]
+    assert criteria["Query"].endswith("> 0") and criteria["Query"].startswith("sum by (pod)")
+    assert nixl["EvaluationInterval"] == 60 and not {"MetricName", "Threshold", "ComparisonOperator"} & set(nixl)
+    (gpus,) = [a for a in alarms if a.get("MetricName") == "node_gpu_limit"]
     assert (gpus["Threshold"], gpus["ComparisonOperator"], gpus["TreatMissingData"]) == (2, "LessThanThreshold", "breaching")
 
 
-def test_cfn_lint_and_cdk_nag_are_clean(observed: Synth) -> None:
-    template = observed.outdir / "ray-llm-multinode-observability.template.json"
+def test_cfn_lint_and_cdk_nag_are_clean(observed_synth: Synth) -> None:
+    template = observed_synth.outdir / "ray-llm-multinode-observability.template.json"
     result = subprocess.run(
         [str(Path(sys.executable).parent / "cfn-lint"), "--format", "parseable", str(template)], capture_output=True, text=True, timeout=300
     )
     assert not [line for line in result.stdout.splitlines() if ":E" in line], result.stdout
-    findings = [v for p in observed.nag_report["pluginReports"] for v in p["violations"]]
-    assert findings == [] and observed.nag_error == ""
+    findings = [v for p in observed_synth.nag_report["pluginReports"] for v in p["violations"]]
+    assert findings == [] and observed_synth.nag_error == ""
 
 
 def test_parked_gpus_raise_no_capacity_alarm(tmp_path: Path) -> None:
     parked = synthesize(settings_for({"OBSERVABILITY": "on", "GPU_NODE_COUNT": "0"}), tmp_path)
-    assert [a["Properties"]["MetricName"] for a in parked.resources("observability", "AWS::CloudWatch::Alarm").values()] == [
-        "ray_vllm_nixl_num_failed_transfers_total"
-    ]
+    alarms = [a["Properties"] for a in parked.resources("observability", "AWS::CloudWatch::Alarm").values()]
+    assert ["EvaluationCriteria" in a for a in alarms] == [True]  # the NIXL alarm only
+
+
+def test_a_public_only_endpoint_is_refused() -> None:
+    """The collector reads the pod list through the private endpoint."""
+    with pytest.raises(SettingError) as error:
+        settings_for({"OBSERVABILITY": "on", "ENDPOINT_ACCESS": "public"})
+    assert str(error.value) == "OBSERVABILITY='on' is not allowed: off while ENDPOINT_ACCESS=public (the metrics collector needs the private endpoint)"

@@ -17,6 +17,7 @@ from __future__ import annotations
 import functools
 import json
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -57,6 +58,7 @@ ORDER = [
     "cdk-bootstrap",
     "api-endpoint",
     "helm-charts",
+    "metrics-destination",
 ]
 NO_ASSEMBLY = "no synthesized assembly to compare (first deploy checks only)"
 INPUT = PreflightInput(
@@ -108,16 +110,17 @@ def aws(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[None]:
 
 
 class _SessionWithQuotas(boto3.session.Session):  # type: ignore[misc]
-    """A boto3 session whose service-quotas client is a Stubber'd one; every other client is moto's."""
+    """A boto3 session whose service-quotas client (and any in `stubbed`) is a Stubber'd one; every other
+    client is moto's."""
 
-    def __init__(self, quotas_client: Any) -> None:
+    def __init__(self, quotas_client: Any, stubbed: dict[str, Any] | None = None) -> None:
         super().__init__(region_name=REGION)
-        self._quotas_client = quotas_client
+        self._stubbed = {"service-quotas": quotas_client, **(stubbed or {})}
 
     def client(self, service_name: str, *args: Any, **kwargs: Any) -> Any:
-        if service_name == "service-quotas":
-            assert kwargs.get("region_name") == REGION  # quotas are per Region
-            return self._quotas_client
+        if service_name in self._stubbed:
+            assert kwargs.get("region_name") == REGION  # quotas, datasets and collectors are per Region
+            return self._stubbed[service_name]
         return super().client(service_name, *args, **kwargs)
 
 
@@ -187,6 +190,7 @@ def test_all_checks_pass(aws: None, capsys: pytest.CaptureFixture[str]) -> None:
         ("cdk-bootstrap", True, "stack CDKToolkit is CREATE_COMPLETE, bootstrap version 28", ""),
         ("api-endpoint", True, "public-and-private, public side open to 0.0.0.0/0 (IAM authentication still applies)", ""),
         ("helm-charts", True, "no Helm chart to install", ""),
+        ("metrics-destination", True, "OBSERVABILITY=off: nothing to check", ""),
     ]
 
     session, _ = default_quotas()
@@ -200,7 +204,6 @@ def test_all_checks_pass(aws: None, capsys: pytest.CaptureFixture[str]) -> None:
 
 
 def test_a_limited_or_private_endpoint_gives_no_warning(aws: None) -> None:
-    from dataclasses import replace
 
     create_bootstrap_stack()
     for changes, detail in (
@@ -520,3 +523,74 @@ def test_format_table() -> None:
 )
 def test_quota_code_of(instance_type: str, code: str | None) -> None:
     assert quota_code_of(instance_type) == code
+
+
+# --- OBSERVABILITY=on: CloudWatch's OpenTelemetry metrics and the managed collectors ---------------------
+# moto 5.2.5 has neither CloudWatch GetDataset nor AMP scrapers: both clients are Stubber'd, with the
+# request parameters checked.
+
+OBSERVED = replace(INPUT, observability=True, metrics_collector_alias="ray-llm-multinode-ray")
+
+
+def _scraper(alias: str, status: str = "ACTIVE") -> dict[str, Any]:
+    arn = f"arn:aws:aps:{REGION}:{ACCOUNT}:scraper/s-{abs(hash(alias)) % 10**8:08d}"
+    return {
+        "alias": alias,
+        "scraperId": arn.rsplit("/", 1)[1],
+        "arn": arn,
+        "roleArn": f"arn:aws:iam::{ACCOUNT}:role/aws-service-role/scraper.aps.amazonaws.com/AWSServiceRoleForAmazonPrometheusScraper_1",
+        "status": {"statusCode": status},
+        "createdAt": "2026-11-01T00:00:00Z",
+        "lastModifiedAt": "2026-11-01T00:00:00Z",
+        "source": {"eksConfiguration": {"clusterArn": f"arn:aws:eks:{REGION}:{ACCOUNT}:cluster/other", "subnetIds": ["subnet-1"]}},
+        "destination": {"cloudWatchConfiguration": {"datasetArn": f"arn:aws:cloudwatch:{REGION}:{ACCOUNT}:dataset/default"}},
+    }
+
+
+def observed_session(*, dataset_error: str | None = None, scraper_pages: list[list[dict[str, Any]]] | None = None) -> tuple[Any, list[Stubber]]:
+    quotas_session, quotas = default_quotas()
+    cloudwatch = boto3.session.Session().client("cloudwatch", region_name=REGION)
+    amp = boto3.session.Session().client("amp", region_name=REGION)
+    cw_stub, amp_stub = Stubber(cloudwatch), Stubber(amp)
+    if dataset_error:
+        cw_stub.add_client_error("get_dataset", service_error_code=dataset_error, expected_params={"DatasetIdentifier": "default"})
+    else:
+        cw_stub.add_response(
+            "get_dataset",
+            {"DatasetId": "default", "Arn": f"arn:aws:cloudwatch:{REGION}:{ACCOUNT}:dataset/default"},
+            {"DatasetIdentifier": "default"},
+        )
+        pages = scraper_pages or [[]]
+        for number, page in enumerate(pages):
+            last = number == len(pages) - 1
+            answer: dict[str, Any] = {"scrapers": page, **({} if last else {"nextToken": f"t{number + 1}"})}
+            amp_stub.add_response("list_scrapers", answer, {"nextToken": f"t{number}"} if number else {})
+    for stub in (cw_stub, amp_stub):
+        stub.activate()
+    return _SessionWithQuotas(quotas_session._stubbed["service-quotas"], {"cloudwatch": cloudwatch, "amp": amp}), [quotas, cw_stub, amp_stub]
+
+
+def test_metrics_destination_ready(aws: None) -> None:
+    create_bootstrap_stack()
+    session, stubs = observed_session(scraper_pages=[[_scraper("ray-llm-multinode-ray"), _scraper("team-a")], [_scraper("old", "DELETING")]])
+    check = by_name(run_checks(OBSERVED, session))["metrics-destination"]
+    for stub in stubs:
+        stub.assert_no_pending_responses()
+    # Our own collector is held, not another; one being deleted counts for nothing.
+    assert (check.verdict, check.detail) == ("PASS", "dataset default ready; 1 other metrics collector(s) in sa-east-1")
+
+
+def test_metrics_destination_missing_in_the_region_fails_with_the_way_out(aws: None) -> None:
+    create_bootstrap_stack()
+    session, _ = observed_session(dataset_error="ResourceNotFoundException")
+    check = by_name(run_checks(OBSERVED, session))["metrics-destination"]
+    assert (check.verdict, check.detail) == ("FAIL", "CloudWatch's OpenTelemetry metrics (PromQL) answer ResourceNotFoundException in sa-east-1")
+    assert check.fix == "set OBSERVABILITY=off, or deploy in a Region that offers CloudWatch OpenTelemetry metrics"
+
+
+def test_metrics_collectors_at_the_default_quota_warn(aws: None) -> None:
+    create_bootstrap_stack()
+    session, _ = observed_session(scraper_pages=[[_scraper(f"team-{i}") for i in range(10)]])
+    check = by_name(run_checks(OBSERVED, session))["metrics-destination"]
+    assert check.verdict == "WARN" and check.detail.endswith("10 other metrics collector(s) in sa-east-1")
+    assert "default quota is 10 collectors per Region" in check.warning

@@ -69,7 +69,7 @@ def _world(manifest: list[dict[str, Any]], settings: Any) -> list[dict[str, Any]
         _pod(ns, "decode-worker", {**ray, "ray.io/node-type": "worker", "ray.io/group": "decode"}, RAY_PORTS),
         _pod(ns, "client", {"app": "client"}, {}),
         _pod(settings.kuberay_namespace, "operator", {"app.kubernetes.io/name": "kuberay-operator"}, {}),
-        _pod(settings.metrics_namespace, "collector", {"app": "cloudwatch-agent"}, {}),
+        _pod(settings.metrics_namespace, "collector", {"app": "prometheus"}, {}),
         _pod("apps", "client", {"app": "client"}, {}),
         _pod("default", "attacker", {"app": "attacker"}, {}),
     ]
@@ -110,8 +110,8 @@ REQUIRED = [
     ("operator-to-head-serve-health", HEAD, "operator", OPERATOR, 8000),
     ("client-to-head-serve", HEAD, "ns", {"app": "client"}, 8000),
     ("client-to-decode-serve", DECODE, "ns", {"app": "client"}, 8000),
-    ("collector-to-prefill-metrics", PREFILL, "metrics", {"app": "cloudwatch-agent"}, 8080),
-    ("collector-to-head-metrics", HEAD, "metrics", {"app": "cloudwatch-agent"}, 8080),
+    ("collector-to-prefill-metrics", PREFILL, "metrics", {"app": "prometheus"}, 8080),
+    ("collector-to-head-metrics", HEAD, "metrics", {"app": "prometheus"}, 8080),
 ]
 FORBIDDEN = [
     ("attacker-to-head-dashboard", HEAD, "default", {"app": "attacker"}, 8265),
@@ -124,7 +124,7 @@ FORBIDDEN = [
     ("same-namespace-client-to-gcs", HEAD, "ns", {"app": "client"}, 6379),
     ("operator-to-worker", PREFILL, "operator", OPERATOR, 8265),
     ("operator-to-head-gcs", HEAD, "operator", OPERATOR, 6379),
-    ("collector-to-head-dashboard", HEAD, "metrics", {"app": "cloudwatch-agent"}, 8265),
+    ("collector-to-head-dashboard", HEAD, "metrics", {"app": "prometheus"}, 8265),
 ]
 
 
@@ -164,6 +164,45 @@ def test_every_other_flow_into_the_namespace_is_denied(
     name, to, source_ns, source, port = flow
     settings = default_synth.settings
     result = _nca("forbids", _flow(name, settings.namespace, to, _namespaces(settings)[source_ns], source, port), world, tmp_path)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def _address_flow(name: str, namespace: str, to: dict[str, str], cidr: str, port: int) -> dict[str, Any]:
+    """A connection from an address outside any pod (the managed collector's network interface)."""
+    flow = _flow(name, namespace, to, "unused", {}, port)
+    flow["spec"]["ingress"][0]["from"] = [{"ipBlock": {"cidr": cidr}}]
+    return flow
+
+
+COLLECTOR_ADDRESS = "10.0.64.10/32"  # in the default VPC_CIDR's private subnets
+OUTSIDE_ADDRESS = "192.168.7.10/32"
+
+
+@pytest.fixture(scope="module")
+def observed_world(observed_synth: Synth, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    directory = tmp_path_factory.mktemp("observed-network") / "resources"
+    directory.mkdir()
+    (directory / "world.yaml").write_text(yaml.safe_dump_all(_world(deployed_manifest(observed_synth), observed_synth.settings)))
+    return directory
+
+
+def test_the_managed_collector_reaches_the_metrics_port_and_nothing_else(observed_synth: Synth, observed_world: Path, tmp_path: Path) -> None:
+    """OBSERVABILITY=on: the managed Prometheus collector connects from the VPC's addresses."""
+    settings = observed_synth.settings
+    ns = settings.namespace
+    for name, to in (("collector-to-head", HEAD), ("collector-to-prefill", PREFILL), ("collector-to-decode", DECODE)):
+        result = _nca("permits", _address_flow(f"{name}-metrics", ns, to, COLLECTOR_ADDRESS, 8080), observed_world, tmp_path)
+        assert result.returncode == 0, result.stdout + result.stderr
+    for port in (8265, 6379, 8000, 10001, 20000):
+        result = _nca("forbids", _address_flow(f"vpc-address-to-head-{port}", ns, HEAD, COLLECTOR_ADDRESS, port), observed_world, tmp_path)
+        assert result.returncode == 0, result.stdout + result.stderr
+    result = _nca("forbids", _address_flow("outside-address-to-head-metrics", ns, HEAD, OUTSIDE_ADDRESS, 8080), observed_world, tmp_path)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_without_observability_no_address_reaches_the_metrics_port(default_synth: Synth, world: Path, tmp_path: Path) -> None:
+    flow = _address_flow("vpc-address-to-head-metrics", default_synth.settings.namespace, HEAD, COLLECTOR_ADDRESS, 8080)
+    result = _nca("forbids", flow, world, tmp_path)
     assert result.returncode == 0, result.stdout + result.stderr
 
 

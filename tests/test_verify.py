@@ -129,6 +129,57 @@ def test_each_failure_names_its_step_and_the_command_to_look_closer(kwargs: dict
     assert all(s.look_closer for s in result.steps if not s.ok)
 
 
+OBSERVED = settings_for({"OBSERVABILITY": "on"})
+
+
+def _collector(status: str, reason: str = "") -> dict[str, Any]:
+    """A ListScrapers entry of the real shape (AMP API ScraperSummary)."""
+    return {
+        "alias": OBSERVED.metrics_collector_alias,
+        "scraperId": "s-0123abcd",
+        "status": {"statusCode": status},
+        **({"statusReason": reason} if reason else {}),
+    }
+
+
+@pytest.mark.parametrize(
+    ("answer", "ok", "fragment"),
+    [
+        (([_collector("ACTIVE")], ""), True, "collector ray-llm-multinode-ray ACTIVE"),
+        (([_collector("CREATING")], ""), False, "CREATING"),
+        (([_collector("CREATION_FAILED", "The subnets must be in at least two Availability Zones")], ""), False, "two Availability Zones"),
+        (([], ""), False, "no metrics collector ray-llm-multinode-ray"),
+        ((None, "AccessDeniedException: not authorized to perform aps:ListScrapers"), False, "cannot list"),
+    ],
+)
+def test_with_observability_the_collector_must_be_active(answer: tuple[Any, str], ok: bool, fragment: str) -> None:
+    start = gate._time(T0)
+    cluster = Cluster(
+        ray_service=_ray_service(True), nodes=[_node("a", 1, 1), _node("b", 1, 1)], logs={"prefill-0": LIBFABRIC, "decode-0": LIBFABRIC}, answer=ANSWER
+    )
+    result = gate.verify(
+        OBSERVED, cluster, timeout_s=0, start=start, cloudformation_done=None, clock=lambda: start, sleep=lambda s: None, collectors=lambda: answer
+    )
+    (metrics,) = [s for s in result.steps if s.name == "metrics"]
+    assert (result.ok, metrics.ok) == (ok, ok) and fragment in metrics.detail
+    assert ok or metrics.look_closer.startswith("aws amp list-scrapers")
+
+
+def test_the_collector_is_listed_by_its_alias() -> None:
+    import boto3
+    from botocore.stub import Stubber  # type: ignore[import-untyped]
+
+    client = boto3.session.Session().client("amp", region_name=OBSERVED.region, aws_access_key_id="x", aws_secret_access_key="x")
+    stub = Stubber(client)
+    stub.add_response("list_scrapers", {"scrapers": []}, {"filters": {"alias": [OBSERVED.metrics_collector_alias]}})
+    with stub:
+        assert gate.list_collectors(OBSERVED, client) == ([], "")
+    stub.add_client_error("list_scrapers", service_error_code="AccessDeniedException", service_message="no")
+    with stub:
+        scrapers, why = gate.list_collectors(OBSERVED, client)
+    assert scrapers is None and "AccessDeniedException" in why
+
+
 def test_no_cluster_is_one_line_and_exit_2(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Any) -> None:
     monkeypatch.setenv("PATH", str(tmp_path))  # no aws, no kubectl
     assert gate.main(["--result", str(tmp_path / "r.json")]) == 2

@@ -67,6 +67,8 @@ def preflight_input(settings: Settings, templates: dict[str, dict[str, object]] 
         public_access_cidrs=settings.public_access_cidrs,
         redeploy=redeploy,
         helm_charts=helm_charts(settings),
+        observability=settings.observability,
+        metrics_collector_alias=settings.metrics_collector_alias,
     )
 
 

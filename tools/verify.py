@@ -5,6 +5,7 @@ In order, each with a visible wait where it waits:
 2. gpu-nodes    every GPU node advertises the GPUs and EFA devices the instance facts say
 3. nixl         every Ray worker's NIXL backend is LIBFABRIC (UCX, or no backend line, fails)
 4. completion   one chat completion through Serve, from inside the cluster, with a non-empty answer
+5. metrics      with OBSERVABILITY=on: the managed Prometheus collector of the Ray pods is ACTIVE
 Then the time of each phase since `make deploy` started (.deploy-started): CloudFormation done, Ray pods
 scheduled, image present, model loaded, first token — as a table and in the JSON result
 (VERIFY_RESULT, default verify-result.json).
@@ -95,6 +96,37 @@ def check_completion(settings: Settings, answer: dict[str, Any] | None, error: s
     return Step("completion", ok, detail, "" if ok else f"kubectl describe rayservice -n {settings.namespace} {settings.ray_service_name}")
 
 
+def check_metrics_collector(settings: Settings, scrapers: list[dict[str, Any]] | None, error: str = "") -> Step:
+    """The observability stack's collector (AMP ListScrapers, filtered by its alias) must be ACTIVE."""
+    alias = settings.metrics_collector_alias
+    look = (
+        f"aws amp list-scrapers --region {settings.region} --filters alias={alias} (statusReason), and the {settings.stack_names['observability']} stack events"
+    )
+    if scrapers is None:
+        return Step("metrics", False, f"cannot list the metrics collectors: {error}", look)
+    ours = [s for s in scrapers if s.get("alias") == alias]
+    if not ours:
+        return Step("metrics", False, f"no metrics collector {alias}", look)
+    status = ours[0].get("status", {}).get("statusCode", "?")
+    reason = ours[0].get("statusReason", "")
+    ok = status == "ACTIVE"
+    detail = f"collector {alias} {status}" + ("" if ok or not reason else f": {reason}") + (" (scraping into CloudWatch, PromQL)" if ok else "")
+    return Step("metrics", ok, detail, "" if ok else look)
+
+
+def list_collectors(settings: Settings, client: Any | None = None) -> tuple[list[dict[str, Any]] | None, str]:
+    """This cluster's collector as AMP lists it, or None and why not (no credentials, no permission)."""
+    import boto3
+    from botocore.exceptions import BotoCoreError, ClientError
+
+    try:
+        amp = client or boto3.session.Session().client("amp", region_name=settings.region)
+        scrapers: list[dict[str, Any]] = amp.list_scrapers(filters={"alias": [settings.metrics_collector_alias]}).get("scrapers", [])
+        return scrapers, ""
+    except (BotoCoreError, ClientError) as error:
+        return None, str(error).splitlines()[0][:200]
+
+
 def _time(stamp: str | None) -> float | None:
     return datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp() if stamp else None
 
@@ -166,6 +198,7 @@ def verify(
     cloudformation_done: float | None,
     clock: Callable[[], float] = time.time,
     sleep: Callable[[float], None] = time.sleep,
+    collectors: Callable[[], tuple[list[dict[str, Any]] | None, str]] | None = None,
 ) -> Result:
     result = Result()
     ns, name = settings.namespace, settings.ray_service_name
@@ -194,6 +227,9 @@ def verify(
     answer, error = _completion(settings, kubectl) if ready else (None, "skipped: the RayService is not ready")
     first_token = clock() if answer else None
     result.steps.append(check_completion(settings, answer, error))
+    if settings.observability:
+        scrapers, why = (collectors or (lambda: list_collectors(settings)))()
+        result.steps.append(check_metrics_collector(settings, scrapers, why))
     result.phases = phases(start, cloudformation_done, pods, obj or {}, first_token)
     return result
 
