@@ -29,7 +29,7 @@ from aws_cdk import aws_eks_v2 as eks
 from aws_cdk import aws_iam as iam
 from constructs import Construct
 
-from k8s_constructs.ray_facts import GROUP_LABEL, RAY_NODE_LABEL
+from k8s_constructs.ray_facts import GROUP_LABEL, METRICS_PORT, RAY_NODE_LABEL
 from settings import Settings
 from stacks import nag
 
@@ -164,8 +164,29 @@ class ObservabilityStack(Stack):
         cluster_name = settings.cluster_name
         self._container_insights(cluster)
 
-        # The collector's network interfaces sit in the private subnets with the cluster security group,
-        # which every node carries and which admits itself: it reaches the pods and the private API endpoint.
+        # The collector's network interfaces sit in the private subnets with a security group of their own,
+        # let into the cluster security group (which every node and the API endpoint carry) on the metrics
+        # port and the API port only. Its own group, not the cluster's: if AWS releases the interfaces late
+        # on a destroy, the group in this stack waits for them, not the cluster's or the subnets' deletion.
+        self.collector_security_group = ec2.SecurityGroup(
+            self,
+            "MetricsCollectorSecurityGroup",
+            vpc=vpc,
+            description="Managed Prometheus collector: to the Ray pods metrics port and the Kubernetes API",
+            allow_all_outbound=False,
+        )
+        for port, why in ((METRICS_PORT, "the Ray pods Prometheus metrics"), (443, "the Kubernetes API (pod discovery)")):
+            self.collector_security_group.add_egress_rule(ec2.Peer.security_group_id(cluster.cluster_security_group_id), ec2.Port.tcp(port), why)
+            ec2.CfnSecurityGroupIngress(
+                self,
+                f"CollectorTo{port}",
+                group_id=cluster.cluster_security_group_id,
+                ip_protocol="tcp",
+                from_port=port,
+                to_port=port,
+                source_security_group_id=self.collector_security_group.security_group_id,
+                description=f"managed Prometheus collector: {why}",
+            )
         self.scraper = aps.CfnScraper(
             self,
             "RayMetricsCollector",
@@ -174,7 +195,7 @@ class ObservabilityStack(Stack):
                 eks_configuration=aps.CfnScraper.EksConfigurationProperty(
                     cluster_arn=cluster.cluster_arn,
                     subnet_ids=[s.subnet_id for s in vpc.private_subnets],
-                    security_group_ids=[cluster.cluster_security_group_id],
+                    security_group_ids=[self.collector_security_group.security_group_id],
                 )
             ),
             scrape_configuration=aps.CfnScraper.ScrapeConfigurationProperty(

@@ -100,7 +100,19 @@ def test_the_collector_reads_this_cluster_from_its_private_subnets_into_cloudwat
     assert scraper["Alias"] == settings.metrics_collector_alias
     eks = scraper["Source"]["EksConfiguration"]
     assert "ClusterEB0386A7Arn" in eks["ClusterArn"]["Fn::ImportValue"]
-    assert ["ClusterSecurityGroupId" in g["Fn::ImportValue"] for g in eks["SecurityGroupIds"]] == [True]
+    # A security group of its own, let into the cluster's (nodes and API endpoint) on 8080 and 443 only.
+    ((_, own),) = [
+        (k, r)
+        for k, r in observed_synth.resources("observability", "AWS::EC2::SecurityGroup").items()
+        if eks["SecurityGroupIds"] == [{"Fn::GetAtt": [k, "GroupId"]}]
+    ]
+    assert sorted((e["FromPort"], e["ToPort"]) for e in own["Properties"]["SecurityGroupEgress"]) == [(443, 443), (8080, 8080)]
+    assert all("ClusterSecurityGroupId" in e["DestinationSecurityGroupId"]["Fn::ImportValue"] for e in own["Properties"]["SecurityGroupEgress"])
+    ingress = observed_synth.resources("observability", "AWS::EC2::SecurityGroupIngress").values()
+    assert sorted((i["Properties"]["FromPort"], i["Properties"]["ToPort"]) for i in ingress) == [(443, 443), (8080, 8080)]
+    for rule in ingress:
+        assert "ClusterSecurityGroupId" in rule["Properties"]["GroupId"]["Fn::ImportValue"]
+        assert rule["Properties"]["SourceSecurityGroupId"] == eks["SecurityGroupIds"][0]
     # At least two subnets in two AZs (the collector's rule): the VPC's private subnets, one per AZ.
     subnets = [s["Fn::ImportValue"] for s in eks["SubnetIds"]]
     assert len(subnets) == len(settings.availability_zones) >= 2 and all("privateSubnet" in s for s in subnets)
