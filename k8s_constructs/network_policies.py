@@ -5,8 +5,8 @@ Ingress is denied by default; then only: the pods of the RayCluster among themse
 transfers, NIXL's side channel, Serve's internal calls), the KubeRay operator to the head's dashboard
 (serve config, status) and Serve health port, the namespaces named by SERVE_CLIENT_NAMESPACES to the Serve
 port, and the metrics collectors to the metrics port: METRICS_NAMESPACE (a collector run in the cluster)
-and, with OBSERVABILITY=on, the VPC's addresses, because the managed Prometheus collector connects from
-network interfaces in the private subnets, which a NetworkPolicy can only name by address. Ray's token authentication guards the dashboard,
+and, with OBSERVABILITY=on, the managed Prometheus collector, which connects from network interfaces in
+subnets of its own (no node or pod has an address there), named by their address blocks. Ray's token authentication guards the dashboard,
 the Jobs API and GCS; it does not cover Serve's HTTP port, so this is the Serve endpoint's only guard.
 EFA's OS-bypass traffic does not pass through the kernel's IP stack: the EFA security group governs it.
 """
@@ -32,7 +32,7 @@ class NetworkPolicyProps:
     operator_namespace: str
     serve_client_namespaces: tuple[str, ...]
     metrics_namespace: str
-    collector_cidr: str | None = None  # the managed collector's addresses (the VPC), with OBSERVABILITY=on
+    collector_cidrs: tuple[str, ...] = ()  # the managed collector's subnets, with OBSERVABILITY=on
 
 
 class RayNetworkPolicies(Construct):
@@ -73,9 +73,7 @@ class RayNetworkPolicies(Construct):
         metrics.add_ingress_rule(
             kplus.Namespaces.select(self, "MetricsNamespace", names=[props.metrics_namespace]), [kplus.NetworkPolicyPort.tcp(METRICS_PORT)]
         )
-        if props.collector_cidr:
-            # Read-only metrics, no secret in them; the dashboard, GCS and Serve ports stay closed to it.
-            metrics.add_ingress_rule(
-                kplus.NetworkPolicyIpBlock.ipv4(self, "ManagedCollector", props.collector_cidr), [kplus.NetworkPolicyPort.tcp(METRICS_PORT)]
-            )
+        for index, cidr in enumerate(props.collector_cidrs):
+            # The metrics port only; the dashboard, GCS and Serve ports stay closed to it.
+            metrics.add_ingress_rule(kplus.NetworkPolicyIpBlock.ipv4(self, f"ManagedCollector{index}", cidr), [kplus.NetworkPolicyPort.tcp(METRICS_PORT)])
         self.policies = (deny, internal, operator, serve, metrics)

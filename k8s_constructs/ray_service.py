@@ -129,7 +129,7 @@ class PdRayServiceChart(cdk8s.Chart):
                 operator_namespace=s.kuberay_namespace,
                 serve_client_namespaces=s.serve_client_namespaces,
                 metrics_namespace=s.metrics_namespace,
-                collector_cidr=s.vpc_cidr if s.observability else None,
+                collector_cidrs=s.metrics_collector_cidrs if s.observability else (),
             ),
         )
         for policy in self.network_policies.policies:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from settings.addressing import collector_subnet_cidrs
 from settings.instance_types import InstanceFacts
 
 
@@ -103,6 +104,11 @@ class Settings:
     def system_update_surge_nodes(self) -> int:
         """Extra system nodes a rolling update may launch first: up to two per AZ of the group."""
         return 2 * len(self.availability_zones)
+
+    @property
+    def metrics_collector_cidrs(self) -> tuple[str, ...]:
+        """The managed metrics collector's subnets, one per AZ (OBSERVABILITY=on)."""
+        return collector_subnet_cidrs(self.vpc_cidr, len(self.availability_zones))
 
     @property
     def metrics_collector_alias(self) -> str:

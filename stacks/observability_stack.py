@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import yaml
-from aws_cdk import Aws, CfnOutput, Duration, Environment, Stack
+from aws_cdk import Aws, CfnOutput, CfnTag, Duration, Environment, Stack
 from aws_cdk import aws_aps as aps
 from aws_cdk import aws_cloudwatch as cw
 from aws_cdk import aws_ec2 as ec2
@@ -40,8 +40,9 @@ CONTAINER_INSIGHTS = "ContainerInsights"
 # The collector's scrape interval: the shortest it accepts.
 SCRAPE_INTERVAL = "30s"
 # Labels the scrape configuration puts on every Ray series: the CloudWatch dataset is shared by the whole
-# account and Region, so every query selects this cluster.
-CLUSTER_LABEL, PHASE_LABEL = "cluster", "ray_group"
+# account and Region, so every query selects this cluster (a name of our own, apart from the cluster
+# attributes the collector adds by itself).
+CLUSTER_LABEL, PHASE_LABEL = "eks_cluster", "ray_group"
 
 
 def _sd_label(label: str) -> str:
@@ -118,8 +119,11 @@ def ray_panels(cluster_name: str) -> tuple[PromQLPanel, ...]:
 
 
 def nixl_failures_query(cluster_name: str) -> str:
-    """One alarm contributor per pod whose NIXL transfers failed in the last 5 minutes."""
-    return f'sum by (pod) (increase(ray_vllm_nixl_num_failed_transfers_total{{{CLUSTER_LABEL}="{cluster_name}"}}[5m])) > 0'
+    """One alarm contributor per pod whose NIXL transfers failed in the last 5 minutes. The counter's series
+    appears with the first failure, which `increase` cannot see (it needs two samples): a series that
+    is new within the 5 minutes counts too."""
+    failed = f'ray_vllm_nixl_num_failed_transfers_total{{{CLUSTER_LABEL}="{cluster_name}"}}'
+    return f"sum by (pod) (increase({failed}[5m])) > 0 or sum by (pod) ({failed} unless {failed} offset 5m) > 0"
 
 
 class PromQLChart(cw.ConcreteWidget):
@@ -164,10 +168,24 @@ class ObservabilityStack(Stack):
         cluster_name = settings.cluster_name
         self._container_insights(cluster)
 
-        # The collector's network interfaces sit in the private subnets with a security group of their own,
-        # let into the cluster security group (which every node and the API endpoint carry) on the metrics
-        # port and the API port only. Its own group, not the cluster's: if AWS releases the interfaces late
-        # on a destroy, the group in this stack waits for them, not the cluster's or the subnets' deletion.
+        # The collector's network interfaces sit in subnets of their own (a /28 per AZ in space the network
+        # stack leaves free; no node or pod has an address there, so the serving namespace's NetworkPolicy
+        # can name the collector by address) with a security group of their own, let into the cluster
+        # security group (which every node and the API endpoint carry) on the metrics and API ports only.
+        # Both live here: if AWS releases the interfaces late on a destroy, this stack waits for them, not
+        # the cluster's or the network's deletion. The VPC's main route table (local routes) serves them:
+        # the collector delivers to CloudWatch without a route out of the VPC.
+        self.collector_subnets = [
+            ec2.CfnSubnet(
+                self,
+                f"MetricsCollectorSubnet{index + 1}",
+                vpc_id=vpc.vpc_id,
+                cidr_block=cidr,
+                availability_zone=zone,
+                tags=[CfnTag(key="Name", value=f"{cluster_name}-metrics-collector-{zone}")],
+            )
+            for index, (zone, cidr) in enumerate(zip(settings.availability_zones, settings.metrics_collector_cidrs, strict=True))
+        ]
         self.collector_security_group = ec2.SecurityGroup(
             self,
             "MetricsCollectorSecurityGroup",
@@ -175,9 +193,10 @@ class ObservabilityStack(Stack):
             description="Managed Prometheus collector: to the Ray pods metrics port and the Kubernetes API",
             allow_all_outbound=False,
         )
+        ingress_rules = []
         for port, why in ((METRICS_PORT, "the Ray pods Prometheus metrics"), (443, "the Kubernetes API (pod discovery)")):
             self.collector_security_group.add_egress_rule(ec2.Peer.security_group_id(cluster.cluster_security_group_id), ec2.Port.tcp(port), why)
-            ec2.CfnSecurityGroupIngress(
+            rule = ec2.CfnSecurityGroupIngress(
                 self,
                 f"CollectorTo{port}",
                 group_id=cluster.cluster_security_group_id,
@@ -187,14 +206,16 @@ class ObservabilityStack(Stack):
                 source_security_group_id=self.collector_security_group.security_group_id,
                 description=f"managed Prometheus collector: {why}",
             )
+            ingress_rules.append(rule)
         self.scraper = aps.CfnScraper(
             self,
             "RayMetricsCollector",
             alias=settings.metrics_collector_alias,
             source=aps.CfnScraper.SourceProperty(
                 eks_configuration=aps.CfnScraper.EksConfigurationProperty(
-                    cluster_arn=cluster.cluster_arn,
-                    subnet_ids=[s.subnet_id for s in vpc.private_subnets],
+                    # Built, not imported: one export fewer for the cluster stack to keep while this one exists.
+                    cluster_arn=f"arn:{Aws.PARTITION}:eks:{Aws.REGION}:{Aws.ACCOUNT_ID}:cluster/{cluster_name}",
+                    subnet_ids=[subnet.ref for subnet in self.collector_subnets],
                     security_group_ids=[self.collector_security_group.security_group_id],
                 )
             ),
@@ -207,6 +228,9 @@ class ObservabilityStack(Stack):
                 )
             ),
         )
+
+        for rule in ingress_rules:  # it reaches the API and the pods from its first scrape
+            self.scraper.node.add_dependency(rule)
 
         widgets: list[cw.IWidget] = [PromQLChart(panel=panel, region=settings.region) for panel in ray_panels(cluster_name)]
         by_node = "ClusterName,InstanceId,NodeName"
@@ -250,12 +274,15 @@ class ObservabilityStack(Stack):
                     namespace=CONTAINER_INSIGHTS,
                     metric_name="node_gpu_limit",
                     dimensions_map={"ClusterName": cluster_name},
+                    # One datapoint per node per minute (the agent's interval): a minute's Sum is the
+                    # cluster's GPUs; a longer period would add up several minutes of every node.
                     statistic="Sum",
-                    period=Duration.minutes(5),
+                    period=Duration.minutes(1),
                 ),
                 threshold=expected_gpus,
                 comparison_operator=cw.ComparisonOperator.LESS_THAN_THRESHOLD,
-                evaluation_periods=2,
+                evaluation_periods=5,
+                datapoints_to_alarm=3,  # a node's sample landing in the next minute is not an outage
                 treat_missing_data=cw.TreatMissingData.BREACHING,
             )
             if expected_gpus

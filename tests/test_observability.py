@@ -99,7 +99,7 @@ def test_the_collector_reads_this_cluster_from_its_private_subnets_into_cloudwat
     scraper, settings = _scraper(observed_synth), observed_synth.settings
     assert scraper["Alias"] == settings.metrics_collector_alias
     eks = scraper["Source"]["EksConfiguration"]
-    assert "ClusterEB0386A7Arn" in eks["ClusterArn"]["Fn::ImportValue"]
+    assert eks["ClusterArn"]["Fn::Join"][1][-1] == f":cluster/{settings.cluster_name}"  # built, no export to keep
     # A security group of its own, let into the cluster's (nodes and API endpoint) on 8080 and 443 only.
     ((_, own),) = [
         (k, r)
@@ -113,11 +113,41 @@ def test_the_collector_reads_this_cluster_from_its_private_subnets_into_cloudwat
     for rule in ingress:
         assert "ClusterSecurityGroupId" in rule["Properties"]["GroupId"]["Fn::ImportValue"]
         assert rule["Properties"]["SourceSecurityGroupId"] == eks["SecurityGroupIds"][0]
-    # At least two subnets in two AZs (the collector's rule): the VPC's private subnets, one per AZ.
-    subnets = [s["Fn::ImportValue"] for s in eks["SubnetIds"]]
-    assert len(subnets) == len(settings.availability_zones) >= 2 and all("privateSubnet" in s for s in subnets)
+    # At least two subnets in two AZs (the collector's rule): subnets of its own, one /28 per AZ.
+    subnets = observed_synth.resources("observability", "AWS::EC2::Subnet")
+    assert eks["SubnetIds"] == [{"Ref": k} for k in subnets] and len(subnets) == len(settings.availability_zones) >= 2
+    assert [(s["Properties"]["AvailabilityZone"], s["Properties"]["CidrBlock"]) for s in subnets.values()] == list(
+        zip(settings.availability_zones, settings.metrics_collector_cidrs, strict=True)
+    )
+    assert not any("MapPublicIpOnLaunch" in s["Properties"] for s in subnets.values())
+    # It scrapes once its security group rules exist.
+    (scraper_resource,) = observed_synth.resources("observability", "AWS::APS::Scraper").values()
+    assert set(scraper_resource["DependsOn"]) >= set(observed_synth.resources("observability", "AWS::EC2::SecurityGroupIngress"))
     arn = scraper["Destination"]["CloudWatchConfiguration"]["DatasetArn"]["Fn::Join"][1]
     assert arn[0] == "arn:" and arn[-1] == ":dataset/default"  # the account's implicit dataset
+
+
+@pytest.mark.parametrize("vpc_cidr", ["10.0.0.0/16", "10.8.0.0/17", "172.31.0.0/16", "192.168.0.0/16"])
+def test_the_collectors_subnets_are_free_space_of_the_vpc_no_node_or_pod_can_hold(vpc_cidr: str, tmp_path: Path) -> None:
+    """Against the subnets CDK really allocates (the network stack alone, synthesized): inside the VPC,
+    overlapping no subnet, so an address block of them names the collector and nothing else."""
+    import ipaddress
+
+    from aws_cdk import App, Environment
+
+    from stacks.network_stack import NetworkStack
+
+    settings = settings_for({"VPC_CIDR": vpc_cidr})
+    app = App(outdir=str(tmp_path))
+    NetworkStack(app, "Network", settings=settings, env=Environment(region=settings.region))
+    template = app.synth().get_stack_by_name("Network").template
+    taken = [ipaddress.ip_network(r["Properties"]["CidrBlock"]) for r in template["Resources"].values() if r["Type"] == "AWS::EC2::Subnet"]
+    assert len(taken) == 2 * len(settings.availability_zones)
+    collector = [ipaddress.ip_network(c) for c in settings.metrics_collector_cidrs]
+    assert len(collector) == len(settings.availability_zones)
+    for block in collector:
+        assert block.subnet_of(ipaddress.ip_network(vpc_cidr)) and block.prefixlen == 28  # type: ignore[arg-type]
+        assert not any(block.overlaps(subnet) for subnet in taken + [c for c in collector if c != block]), (block, taken)
 
 
 def test_the_scrape_configuration_keeps_to_what_the_managed_collector_accepts(observed_synth: Synth) -> None:
@@ -192,11 +222,18 @@ def test_alarms(observed_synth: Synth) -> None:
     (nixl,) = [a for a in alarms if "EvaluationCriteria" in a]
     criteria = nixl["EvaluationCriteria"]["PromQLCriteria"]
     # A PromQL alarm: the condition is in the query, each pod returned is a contributor.
-    assert [name for name, _ in _selectors(criteria["Query"])] == ["ray_vllm_nixl_num_failed_transfers_total"]
-    assert criteria["Query"].endswith("> 0") and criteria["Query"].startswith("sum by (pod)")
+    # Two branches: failures counted by increase(), and a series that appeared with its first failure.
+    selectors = _selectors(criteria["Query"])
+    assert {name for name, _ in selectors} == {"ray_vllm_nixl_num_failed_transfers_total"} and len(selectors) == 3
+    assert all(m == {CLUSTER_LABEL: observed_synth.settings.cluster_name} for _, m in selectors)
+    increase, new_series = criteria["Query"].split(" or ")
+    assert increase.startswith("sum by (pod) (increase(") and increase.endswith("> 0")
+    assert " unless " in new_series and " offset 5m" in new_series and new_series.endswith("> 0")
     assert nixl["EvaluationInterval"] == 60 and not {"MetricName", "Threshold", "ComparisonOperator"} & set(nixl)
     (gpus,) = [a for a in alarms if a.get("MetricName") == "node_gpu_limit"]
     assert (gpus["Threshold"], gpus["ComparisonOperator"], gpus["TreatMissingData"]) == (2, "LessThanThreshold", "breaching")
+    # Per-node datapoints summed over one minute (a longer period adds up several minutes of every node).
+    assert (gpus["Statistic"], gpus["Period"], gpus["EvaluationPeriods"], gpus["DatapointsToAlarm"]) == ("Sum", 60, 5, 3)
 
 
 def test_cfn_lint_and_cdk_nag_are_clean(observed_synth: Synth) -> None:

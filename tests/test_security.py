@@ -5,6 +5,7 @@ conflict with this one's) — over the synthesized policies and pods of the real
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import subprocess
 from pathlib import Path
@@ -174,7 +175,8 @@ def _address_flow(name: str, namespace: str, to: dict[str, str], cidr: str, port
     return flow
 
 
-COLLECTOR_ADDRESS = "10.0.64.10/32"  # in the default VPC_CIDR's private subnets
+COLLECTOR_ADDRESS = "10.0.31.210/32"  # in the managed collector's first subnet (settings.metrics_collector_cidrs)
+NODE_ADDRESS = "10.0.64.10/32"  # in a private subnet: where the nodes and every pod get their addresses
 OUTSIDE_ADDRESS = "192.168.7.10/32"
 
 
@@ -187,9 +189,14 @@ def observed_world(observed_synth: Synth, tmp_path_factory: pytest.TempPathFacto
 
 
 def test_the_managed_collector_reaches_the_metrics_port_and_nothing_else(observed_synth: Synth, observed_world: Path, tmp_path: Path) -> None:
-    """OBSERVABILITY=on: the managed Prometheus collector connects from the VPC's addresses."""
+    """OBSERVABILITY=on: the managed Prometheus collector connects from its own subnets. nca gives pods no
+    addresses, so "no pod has such an address" is the subnets' test (test_observability); here: the
+    collector's address reaches 8080 only, and a node/pod subnet address does not reach it."""
     settings = observed_synth.settings
     ns = settings.namespace
+    assert ipaddress.ip_network(COLLECTOR_ADDRESS).subnet_of(ipaddress.ip_network(settings.metrics_collector_cidrs[0]))  # type: ignore[arg-type]
+    result = _nca("forbids", _address_flow("node-subnet-address-to-head-metrics", ns, HEAD, NODE_ADDRESS, 8080), observed_world, tmp_path)
+    assert result.returncode == 0, result.stdout + result.stderr
     for name, to in (("collector-to-head", HEAD), ("collector-to-prefill", PREFILL), ("collector-to-decode", DECODE)):
         result = _nca("permits", _address_flow(f"{name}-metrics", ns, to, COLLECTOR_ADDRESS, 8080), observed_world, tmp_path)
         assert result.returncode == 0, result.stdout + result.stderr
