@@ -384,14 +384,23 @@ def test_each_bad_setting_names_itself(env: dict[str, str], setting: str) -> Non
     assert "\n" not in str(caught.value)
 
 
-def test_the_documented_cfn_execution_policy_is_a_valid_managed_policy(tmp_path: Path) -> None:
-    """docs/cfn-execution-policy.json, filled in as the README shows, passes cfn-lint as an AWS::IAM::ManagedPolicy."""
+EXECUTION_POLICIES = ("cfn-execution-policy.json", "cfn-execution-policy-observability.json")
+
+
+def _execution_policy(name: str) -> dict[str, Any]:
     import string
 
-    text = string.Template((REPO / "docs" / "cfn-execution-policy.json").read_text()).substitute(
+    text = string.Template((REPO / "docs" / name).read_text()).substitute(
         ACCOUNT="123456789012", REGION="us-east-2", CLUSTER_NAME="ray-llm-multinode", CDK_QUALIFIER="hnb659fds"
     )
-    document = json.loads(text)
+    document: dict[str, Any] = json.loads(text)
+    return document
+
+
+@pytest.mark.parametrize("name", EXECUTION_POLICIES)
+def test_the_documented_cfn_execution_policies_are_valid_managed_policies(name: str, tmp_path: Path) -> None:
+    """docs/cfn-execution-policy*.json, filled in as the README shows, pass cfn-lint as AWS::IAM::ManagedPolicy."""
+    document = _execution_policy(name)
     assert len(json.dumps(document, separators=(",", ":"))) < 6144  # IAM's managed policy size limit
     assert not any(s["Effect"] == "Allow" and s["Action"] in ("*", "iam:*") for s in document["Statement"])
     template = {"Resources": {"ExecutionPolicy": {"Type": "AWS::IAM::ManagedPolicy", "Properties": {"PolicyDocument": document}}}}
@@ -399,3 +408,49 @@ def test_the_documented_cfn_execution_policy_is_a_valid_managed_policy(tmp_path:
     path.write_text(json.dumps(template))
     result = subprocess.run([str(Path(sys.executable).parent / "cfn-lint"), "--format", "parseable", str(path)], capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stdout
+
+
+# Handler permissions of features the observability stack does not use: the policies leave them out.
+UNUSED_FEATURES = {
+    "aps:DescribeWorkspace": "an Amazon Managed Prometheus workspace destination (ours is CloudWatch)",
+    "kafka:*": "an Amazon MSK source (ours is EKS)",
+    "logs:*LogDeliver*": "the collector's own log delivery (ScraperLoggingConfiguration, not set)",
+    "logs:PutResourcePolicy": "the collector's own log delivery (ScraperLoggingConfiguration, not set)",
+    "ec2:*SubnetCidrBlock": "IPv6 blocks on subnets (IPv4 only)",
+    "iam:*RolePermissionsBoundary": "permissions boundaries on roles (none set)",
+}
+
+
+def test_the_execution_policies_cover_what_cloudformation_needs_for_the_observability_stack(observed_synth: Any) -> None:
+    """CloudFormation's own handler permissions (the resource schemas cfn-lint ships) for every resource
+    type of the observability stack, less the features it does not use, are allowed by the two policies."""
+    import fnmatch
+
+    base = Path(cfnlint.__file__).parent / "data" / "schemas"
+    index = json.loads((base / "providers" / "us-east-1.json").read_text())
+    allowed = [a for name in EXECUTION_POLICIES for s in _execution_policy(name)["Statement"] for a in _as_list(s["Action"])]
+
+    def granted(action: str, patterns: list[str]) -> bool:
+        return any(fnmatch.fnmatchcase(action.lower(), p.lower()) for p in patterns)
+
+    types = {r["Type"] for r in observed_synth.templates["observability"]["Resources"].values()}
+    assert {"AWS::APS::Scraper", "AWS::CloudWatch::Dashboard", "AWS::CloudWatch::Alarm", "AWS::EC2::Subnet"} <= types
+    missing = {}
+    for resource_type in sorted(types):
+        handlers = json.loads((base / "resources" / f"{index[resource_type]}.json").read_text()).get("handlers", {})
+        needed = {p for h in ("create", "read", "update", "delete") for p in handlers.get(h, {}).get("permissions", [])}
+        gaps = sorted(p for p in needed if not granted(p, allowed) and not granted(p, list(UNUSED_FEATURES)))
+        if gaps:
+            missing[resource_type] = gaps
+    assert missing == {}
+    assert granted("iam:AttachRolePolicy", allowed)  # and CloudWatchAgentServerPolicy among the attachable:
+    attachable = [
+        arn for s in _execution_policy(EXECUTION_POLICIES[1])["Statement"] for arn in s.get("Condition", {}).get("ArnEquals", {}).get("iam:PolicyARN", [])
+    ]
+    role_policies = [
+        arn["Fn::Join"][1][-1]
+        for r in observed_synth.templates["observability"]["Resources"].values()
+        if r["Type"] == "AWS::IAM::Role"
+        for arn in r["Properties"].get("ManagedPolicyArns", [])
+    ]
+    assert role_policies and all(any(a.endswith(p) for a in attachable) for p in role_policies)
