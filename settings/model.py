@@ -8,6 +8,10 @@ from dataclasses import dataclass
 from settings.addressing import collector_subnet_cidrs
 from settings.instance_types import InstanceFacts
 
+# The deployable units, in deploy order, and those only some configurations contain.
+ALWAYS_DEPLOYED_PARTS = ("network", "cluster", "system", "gpu", "serving")
+OPTIONAL_PARTS = ("observability",)
+
 
 @dataclass(frozen=True)
 class Settings:
@@ -97,8 +101,13 @@ class Settings:
     def stack_names(self) -> dict[str, str]:
         """The deployable units, in deploy order (destroy is the reverse; system and gpu deploy side by side):
         part -> stack name."""
-        parts = ("network", "cluster", "system", "gpu", "serving") + (("observability",) if self.observability else ())
+        parts = ALWAYS_DEPLOYED_PARTS + (("observability",) if self.observability else ())
         return {part: f"{self.stack_prefix}-{part}" for part in parts}
+
+    @property
+    def stacks_left_out(self) -> tuple[str, ...]:
+        """The optional stacks this configuration does not contain: a deploy or destroy of it never touches them."""
+        return tuple(f"{self.stack_prefix}-{part}" for part in OPTIONAL_PARTS if part not in self.stack_names)
 
     @property
     def system_update_surge_nodes(self) -> int:

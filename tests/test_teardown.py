@@ -129,7 +129,30 @@ def test_before_never_uses_the_current_kubectl_context(monkeypatch: pytest.Monke
         (bin_dir / tool).chmod(stat.S_IRWXU)
     monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
     monkeypatch.setenv("KUBECONFIG", "/the/users/own/config")
+    monkeypatch.setattr(teardown, "deployed_but_left_out", lambda settings, session: [])  # no AWS here
     assert teardown.main(["before"]) == 0
     calls = log.read_text().splitlines()
     assert calls and all(line.split()[0].endswith("/config") and not line.startswith("/the/users/own") for line in calls)
     assert "deleted RayService inference/ray-llm" in capsys.readouterr().out
+
+
+def _stack(aws: boto3.session.Session, name: str) -> None:
+    template = {"Resources": {"Topic": {"Type": "AWS::SNS::Topic"}}}
+    aws.client("cloudformation", region_name=REGION).create_stack(StackName=name, TemplateBody=json.dumps(template))
+
+
+def test_a_deployed_stack_the_configuration_leaves_out_is_found(aws: boto3.session.Session) -> None:
+    assert teardown.deployed_but_left_out(settings_for(), aws) == []
+    _stack(aws, f"{CLUSTER}-observability")
+    _stack(aws, f"{CLUSTER}-network")  # in every configuration: cdk destroy --all deletes it
+    assert teardown.deployed_but_left_out(settings_for(), aws) == [f"{CLUSTER}-observability"]
+    assert teardown.deployed_but_left_out(settings_for({"OBSERVABILITY": "on"}), aws) == []  # in the app: destroyed with it
+
+
+def test_before_refuses_while_a_left_out_stack_is_deployed(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """Nothing is deleted: the user reruns with OBSERVABILITY=on, and the observability stack goes first."""
+    monkeypatch.setattr(teardown, "deployed_but_left_out", lambda settings, session: [f"{CLUSTER}-observability"])
+    monkeypatch.setattr(teardown, "cluster_kubectl", lambda *a: pytest.fail("kubectl must not run"))
+    assert teardown.main(["before"]) == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "ray-llm-multinode-observability is deployed" in err and "OBSERVABILITY=on make destroy" in err

@@ -1,6 +1,9 @@
 """`make destroy` around `cdk destroy --all`; the CI destroy workflow runs the same two steps.
 
-before: delete what Kubernetes created in AWS outside CloudFormation (Services of type LoadBalancer,
+before: refuse when a stack of this cluster is deployed that this configuration leaves out (the
+        observability stack with OBSERVABILITY=off): `cdk destroy --all` would not delete it, the
+        cluster stack's deletion would then fail on the exports it imports, and its collector bills on;
+        then delete what Kubernetes created in AWS outside CloudFormation (Services of type LoadBalancer,
         Ingresses: their load balancers and security groups hold the VPC's subnets) and the RayService,
         while the KubeRay operator and the nodes still run to clean up after them.
 after:  list everything still tagged with the cluster (volumes, network interfaces, security groups,
@@ -15,6 +18,8 @@ import subprocess
 import sys
 from dataclasses import dataclass
 from typing import Any
+
+from botocore.exceptions import BotoCoreError, ClientError
 
 from preflight.kube import ClusterUnreachable, Kubectl, cluster_kubectl
 from settings import Settings
@@ -43,6 +48,22 @@ def before(settings: Settings, kubectl: Kubectl) -> list[str]:
     ray = kubectl(["delete", "rayservice", "-n", settings.namespace, settings.ray_service_name, "--ignore-not-found", "--wait=true"])
     done.append(_said(ray, f"deleted RayService {settings.namespace}/{settings.ray_service_name}"))
     return done
+
+
+def deployed_but_left_out(settings: Settings, session: Any) -> list[str]:
+    """This cluster's optional stacks that exist in CloudFormation although the configuration leaves them out."""
+    cloudformation = session.client("cloudformation", region_name=settings.region)
+    found = []
+    for name in settings.stacks_left_out:
+        try:
+            stacks = cloudformation.describe_stacks(StackName=name)["Stacks"]
+        except ClientError as error:
+            if "does not exist" in str(error):
+                continue
+            raise
+        if stacks and stacks[0]["StackStatus"] != "DELETE_COMPLETE":
+            found.append(name)
+    return found
 
 
 @dataclass(frozen=True)
@@ -107,6 +128,21 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     settings = project_settings()
     if args.step == "before":
+        import boto3
+
+        try:
+            left_out = deployed_but_left_out(settings, boto3.session.Session())
+        except (BotoCoreError, ClientError) as error:
+            left_out = []
+            print(f"before destroy: skipped the check for stacks left out of this configuration ({str(error).splitlines()[0][:200]})")
+        if left_out:
+            names = ", ".join(left_out)
+            print(
+                f"error: {names} is deployed but this configuration leaves it out (OBSERVABILITY=off): "
+                f"run `OBSERVABILITY=on make destroy` (or set the OBSERVABILITY repository variable) so it goes first",
+                file=sys.stderr,
+            )
+            return 1
         try:
             with cluster_kubectl(settings.region, settings.cluster_name) as kubectl:
                 lines = before(settings, kubectl)
@@ -117,7 +153,6 @@ def main(argv: list[str] | None = None) -> int:
             print(f"before destroy: {line}")
         return 0
     import boto3
-    from botocore.exceptions import BotoCoreError, ClientError
 
     try:
         leftovers = after(settings, boto3.session.Session())
