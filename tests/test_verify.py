@@ -149,6 +149,8 @@ def _collector(status: str, reason: str = "") -> dict[str, Any]:
         (([_collector("CREATING")], ""), False, "CREATING"),
         (([_collector("CREATION_FAILED", "The subnets must be in at least two Availability Zones")], ""), False, "two Availability Zones"),
         (([], ""), False, "no metrics collector ray-llm-multinode-ray"),
+        (([_collector("DELETING")], ""), False, "no metrics collector ray-llm-multinode-ray"),
+        (([_collector("DELETING"), _collector("ACTIVE")], ""), True, "ACTIVE"),  # replaced by CloudFormation
         ((None, "AccessDeniedException: not authorized to perform aps:ListScrapers"), False, "cannot list"),
     ],
 )

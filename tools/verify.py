@@ -104,11 +104,13 @@ def check_metrics_collector(settings: Settings, scrapers: list[dict[str, Any]] |
     )
     if scrapers is None:
         return Step("metrics", False, f"cannot list the metrics collectors: {error}", look)
-    ours = [s for s in scrapers if s.get("alias") == alias]
+    # An alias need not be unique: while CloudFormation replaces the collector, the old one is DELETING.
+    ours = [s for s in scrapers if s.get("alias") == alias and s.get("status", {}).get("statusCode") != "DELETING"]
     if not ours:
         return Step("metrics", False, f"no metrics collector {alias}", look)
-    status = ours[0].get("status", {}).get("statusCode", "?")
-    reason = ours[0].get("statusReason", "")
+    chosen = next((s for s in ours if s.get("status", {}).get("statusCode") == "ACTIVE"), ours[0])
+    status = chosen.get("status", {}).get("statusCode", "?")
+    reason = chosen.get("statusReason", "")
     ok = status == "ACTIVE"
     detail = f"collector {alias} {status}" + ("" if ok or not reason else f": {reason}") + (" (scraping into CloudWatch, PromQL)" if ok else "")
     return Step("metrics", ok, detail, "" if ok else look)
