@@ -24,6 +24,13 @@ NODE_TYPE_LABEL: Final = "ray.io/node-type"  # "head" or "worker"
 GROUP_LABEL: Final = "ray.io/group"  # "headgroup", or the worker group's name: "prefill", "decode"
 
 
+# Labels the managed metrics collector (OBSERVABILITY=on) puts on every Ray series, read by the dashboard,
+# the alarm and `make verify`: the cluster (the CloudWatch dataset is shared by the account and Region;
+# a name apart from the cluster attributes the collector adds by itself) and KubeRay's group of the pod.
+METRICS_CLUSTER_LABEL: Final = "eks_cluster"
+METRICS_PHASE_LABEL: Final = "ray_group"
+
+
 def selector(key: str, value: str) -> str:
     """A kubectl label selector."""
     return f"{key}={value}"

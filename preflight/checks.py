@@ -412,6 +412,17 @@ def _check_api_endpoint(ctx: _Context) -> CheckResult:
 
 # Amazon Managed Service for Prometheus collectors per account and Region, unless raised.
 SCRAPER_DEFAULT_QUOTA = 10
+# Where AWS documents CloudWatch's OpenTelemetry metrics (OTLP, PromQL) and managed Prometheus collectors
+# writing to them: the CloudWatch user guide's PromQL Region table, less Asia Pacific (New Zealand) for the
+# collectors (What's New, 2026-07-31). Read in 2026-11: a Region outside it is warned about, not refused.
+METRICS_COLLECTOR_REGIONS = frozenset(
+    {
+        *("us-east-1", "us-east-2", "us-west-1", "us-west-2", "ca-central-1", "ca-west-1", "mx-central-1", "sa-east-1", "af-south-1"),
+        *("eu-west-1", "eu-west-2", "eu-west-3", "eu-central-1", "eu-central-2", "eu-north-1", "eu-south-1", "eu-south-2"),
+        *("ap-northeast-1", "ap-northeast-2", "ap-northeast-3", "ap-south-1", "ap-south-2", "ap-east-1", "ap-east-2"),
+        *("ap-southeast-1", "ap-southeast-2", "ap-southeast-3", "ap-southeast-4", "ap-southeast-5", "ap-southeast-7"),
+    }
+)
 
 
 def _check_metrics_destination(ctx: _Context) -> CheckResult:
@@ -446,6 +457,13 @@ def _check_metrics_destination(ctx: _Context) -> CheckResult:
             name,
             detail,
             f"the default quota is {SCRAPER_DEFAULT_QUOTA} collectors per Region: unless it was raised, the observability stack will fail",
+        )
+    if inp.region not in METRICS_COLLECTOR_REGIONS:
+        return warn(
+            name,
+            detail,
+            f"{inp.region} is not among the Regions AWS documented (2026-11) for managed Prometheus collectors writing to CloudWatch: "
+            "if the observability stack fails on its collector, set OBSERVABILITY=off",
         )
     return _pass(name, detail)
 

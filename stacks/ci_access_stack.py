@@ -151,9 +151,12 @@ class CiAccessStack(Stack):
                 iam.PolicyStatement(sid="ReadTheCluster", actions=["eks:DescribeCluster", "eks:ListNodegroups"], resources=[self._cluster_arn()]),
                 iam.PolicyStatement(sid="ReadTheNodegroups", actions=["eks:DescribeNodegroup"], resources=[nodegroups]),
                 iam.PolicyStatement(sid="ReadEc2Quotas", actions=["servicequotas:GetServiceQuota"], resources=[ec2_quotas]),
-                # OBSERVABILITY=on: CloudWatch's OpenTelemetry metrics store, the account's implicit dataset.
+                # OBSERVABILITY=on: CloudWatch's OpenTelemetry metrics store, the account's implicit dataset
+                # (the preflight reads it; `make verify` asks it one PromQL query, which needs both metric reads).
                 iam.PolicyStatement(
-                    sid="ReadTheMetricsDataset", actions=["cloudwatch:GetDataset"], resources=[self._arn("cloudwatch", settings.region, "dataset/default")]
+                    sid="ReadTheMetricsDataset",
+                    actions=["cloudwatch:GetDataset", "cloudwatch:GetMetricData", "cloudwatch:ListMetrics"],
+                    resources=[self._arn("cloudwatch", settings.region, "dataset/default")],
                 ),
                 iam.PolicyStatement(
                     sid="ReadServiceAndBootstrapStacks", actions=list(DEPLOY_STACK_READS), resources=[service_stacks, self._stack_arn(CDK_TOOLKIT_STACK)]

@@ -29,7 +29,7 @@ from aws_cdk import aws_eks_v2 as eks
 from aws_cdk import aws_iam as iam
 from constructs import Construct
 
-from k8s_constructs.ray_facts import GROUP_LABEL, METRICS_PORT, RAY_NODE_LABEL
+from k8s_constructs.ray_facts import GROUP_LABEL, METRICS_CLUSTER_LABEL, METRICS_PHASE_LABEL, METRICS_PORT, RAY_NODE_LABEL
 from settings import Settings
 from stacks import nag
 
@@ -39,10 +39,7 @@ AGENT_NAMESPACE, AGENT_SERVICE_ACCOUNT = "amazon-cloudwatch", "cloudwatch-agent"
 CONTAINER_INSIGHTS = "ContainerInsights"
 # The collector's scrape interval: the shortest it accepts.
 SCRAPE_INTERVAL = "30s"
-# Labels the scrape configuration puts on every Ray series: the CloudWatch dataset is shared by the whole
-# account and Region, so every query selects this cluster (a name of our own, apart from the cluster
-# attributes the collector adds by itself).
-CLUSTER_LABEL, PHASE_LABEL = "eks_cluster", "ray_group"
+CLUSTER_LABEL, PHASE_LABEL = METRICS_CLUSTER_LABEL, METRICS_PHASE_LABEL
 
 
 def _sd_label(label: str) -> str:

@@ -194,6 +194,8 @@ def test_deploy_role_has_exactly_the_read_only_calls_it_needs(ci: CiSynth) -> No
         "cloudformation:GetTemplate",
         "servicequotas:GetServiceQuota",
         "cloudwatch:GetDataset",
+        "cloudwatch:GetMetricData",
+        "cloudwatch:ListMetrics",
     }
     assert actions == {"sts:AssumeRole", *DEPLOY_READ_ONLY_UNSCOPED, *scoped}
     assert all(a.split(":")[1].startswith(("Describe", "Get", "List")) for a in actions - {"sts:AssumeRole"})
@@ -206,7 +208,8 @@ def test_deploy_role_has_exactly_the_read_only_calls_it_needs(ci: CiSynth) -> No
         f"arn:aws:cloudformation:sa-east-1:{ACCOUNT}:stack/CDKToolkit/*",
     }
     assert by_action["servicequotas:GetServiceQuota"] == {f"arn:aws:servicequotas:sa-east-1:{ACCOUNT}:ec2/*"}
-    assert by_action["cloudwatch:GetDataset"] == {f"arn:aws:cloudwatch:sa-east-1:{ACCOUNT}:dataset/default"}
+    for read in ("cloudwatch:GetDataset", "cloudwatch:GetMetricData", "cloudwatch:ListMetrics"):
+        assert by_action[read] == {f"arn:aws:cloudwatch:sa-east-1:{ACCOUNT}:dataset/default"}
 
 
 def _resource_types(action: str) -> list[str]:

@@ -594,3 +594,15 @@ def test_metrics_collectors_at_the_default_quota_warn(aws: None) -> None:
     check = by_name(run_checks(OBSERVED, session))["metrics-destination"]
     assert check.verdict == "WARN" and check.detail.endswith("10 other metrics collector(s) in sa-east-1")
     assert "default quota is 10 collectors per Region" in check.warning
+
+
+def test_a_region_outside_the_documented_ones_is_warned_about(aws: None, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The Region table is documentation read on a date: a Region added since is warned about, not refused."""
+    from preflight.checks import METRICS_COLLECTOR_REGIONS
+
+    assert REGION in METRICS_COLLECTOR_REGIONS and "ap-southeast-6" not in METRICS_COLLECTOR_REGIONS and "me-central-1" not in METRICS_COLLECTOR_REGIONS
+    create_bootstrap_stack()
+    session, _ = observed_session()
+    monkeypatch.setattr("preflight.checks.METRICS_COLLECTOR_REGIONS", frozenset({"us-east-1"}))
+    check = by_name(run_checks(OBSERVED, session))["metrics-destination"]
+    assert check.verdict == "WARN" and "sa-east-1 is not among the Regions AWS documented" in check.warning

@@ -142,29 +142,79 @@ def _collector(status: str, reason: str = "") -> dict[str, Any]:
     }
 
 
-@pytest.mark.parametrize(
-    ("answer", "ok", "fragment"),
-    [
-        (([_collector("ACTIVE")], ""), True, "collector ray-llm-multinode-ray ACTIVE"),
-        (([_collector("CREATING")], ""), False, "CREATING"),
-        (([_collector("CREATION_FAILED", "The subnets must be in at least two Availability Zones")], ""), False, "two Availability Zones"),
-        (([], ""), False, "no metrics collector ray-llm-multinode-ray"),
-        (([_collector("DELETING")], ""), False, "no metrics collector ray-llm-multinode-ray"),
-        (([_collector("DELETING"), _collector("ACTIVE")], ""), True, "ACTIVE"),  # replaced by CloudFormation
-        ((None, "AccessDeniedException: not authorized to perform aps:ListScrapers"), False, "cannot list"),
-    ],
-)
-def test_with_observability_the_collector_must_be_active(answer: tuple[Any, str], ok: bool, fragment: str) -> None:
+def _engines(*phases: str) -> list[dict[str, Any]]:
+    """What CloudWatch answers to `count by (ray_group) (...)`: one sample per phase."""
+    return [{"metric": {"ray_group": phase}, "value": [1780000000.0, "1"]} for phase in phases]
+
+
+def _observed(collectors: tuple[Any, str], promql: Any = None, **kwargs: Any) -> gate.Result:
     start = gate._time(T0)
     cluster = Cluster(
         ray_service=_ray_service(True), nodes=[_node("a", 1, 1), _node("b", 1, 1)], logs={"prefill-0": LIBFABRIC, "decode-0": LIBFABRIC}, answer=ANSWER
     )
-    result = gate.verify(
-        OBSERVED, cluster, timeout_s=0, start=start, cloudformation_done=None, clock=lambda: start, sleep=lambda s: None, collectors=lambda: answer
+    kwargs.setdefault("clock", lambda: start)
+    return gate.verify(
+        OBSERVED,
+        cluster,
+        timeout_s=0,
+        start=start,
+        cloudformation_done=None,
+        sleep=lambda s: None,
+        collectors=lambda: collectors,
+        promql=promql or (lambda query: (_engines("decode", "headgroup", "prefill"), "")),
+        **kwargs,
     )
+
+
+@pytest.mark.parametrize(
+    ("answer", "ok", "fragment"),
+    [
+        (([_collector("ACTIVE")], ""), True, "collector ACTIVE; ray_vllm_num_requests_running arriving from decode, headgroup, prefill"),
+        (([_collector("CREATING")], ""), False, "CREATING"),
+        (([_collector("CREATION_FAILED", "The subnets must be in at least two Availability Zones")], ""), False, "two Availability Zones"),
+        (([], ""), False, "no metrics collector ray-llm-multinode-ray"),
+        (([_collector("DELETING")], ""), False, "no metrics collector ray-llm-multinode-ray"),
+        (([_collector("DELETING"), _collector("ACTIVE")], ""), True, "collector ACTIVE;"),  # replaced by CloudFormation
+        ((None, "AccessDeniedException: not authorized to perform aps:ListScrapers"), False, "cannot list"),
+    ],
+)
+def test_with_observability_the_collector_must_be_active(answer: tuple[Any, str], ok: bool, fragment: str) -> None:
+    result = _observed(answer)
     (metrics,) = [s for s in result.steps if s.name == "metrics"]
     assert (result.ok, metrics.ok) == (ok, ok) and fragment in metrics.detail
     assert ok or metrics.look_closer.startswith("aws amp list-scrapers")
+
+
+def test_the_engines_series_are_awaited_then_judged() -> None:
+    """The query asks this cluster's engines per phase; a phase missing after the wait fails the step."""
+    asked: list[str] = []
+    answers = iter([_engines(), _engines("prefill"), _engines("prefill")])
+    now = [0.0]
+
+    def promql(query: str) -> tuple[list[dict[str, Any]] | None, str]:
+        asked.append(query)
+        now[0] += 61
+        return next(answers), ""
+
+    result = _observed(([_collector("ACTIVE")], ""), promql, clock=lambda: now[0], metrics_wait_s=150)
+    (metrics,) = [s for s in result.steps if s.name == "metrics"]
+    assert asked == ['count by (ray_group) (ray_vllm_num_requests_running{eks_cluster="ray-llm-multinode"})'] * 3
+    assert not metrics.ok and metrics.detail.endswith("no ray_vllm_num_requests_running series from decode in CloudWatch")
+    assert "Query Studio" in metrics.look_closer
+    import promql_parser
+
+    promql_parser.parse(asked[0])  # Prometheus's grammar
+
+
+def test_promql_refused_fails_at_once() -> None:
+    calls = []
+
+    def promql(query: str) -> tuple[list[dict[str, Any]] | None, str]:
+        calls.append(query)
+        return None, "HTTP 403: AccessDenied"
+
+    (metrics,) = [s for s in _observed(([_collector("ACTIVE")], ""), promql).steps if s.name == "metrics"]
+    assert len(calls) == 1 and not metrics.ok and "PromQL did not answer: HTTP 403" in metrics.detail
 
 
 def test_the_collector_is_listed_by_its_alias() -> None:

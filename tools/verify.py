@@ -5,7 +5,9 @@ In order, each with a visible wait where it waits:
 2. gpu-nodes    every GPU node advertises the GPUs and EFA devices the instance facts say
 3. nixl         every Ray worker's NIXL backend is LIBFABRIC (UCX, or no backend line, fails)
 4. completion   one chat completion through Serve, from inside the cluster, with a non-empty answer
-5. metrics      with OBSERVABILITY=on: the managed Prometheus collector of the Ray pods is ACTIVE
+5. metrics      with OBSERVABILITY=on: the managed Prometheus collector of the Ray pods is ACTIVE, and
+                CloudWatch answers PromQL with the vLLM engines' series of both phases (what the
+                dashboard and the NIXL alarm read), waiting a few scrapes for them
 Then the time of each phase since `make deploy` started (.deploy-started): CloudFormation done, Ray pods
 scheduled, image present, model loaded, first token — as a table and in the JSON result
 (VERIFY_RESULT, default verify-result.json).
@@ -26,7 +28,16 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from k8s_constructs.ray_facts import HEAD_CONTAINER, NODE_TYPE_LABEL, RAY_NODE_LABEL, SERVE_PORT, WORKER_CONTAINER, selector
+from k8s_constructs.ray_facts import (
+    HEAD_CONTAINER,
+    METRICS_CLUSTER_LABEL,
+    METRICS_PHASE_LABEL,
+    NODE_TYPE_LABEL,
+    RAY_NODE_LABEL,
+    SERVE_PORT,
+    WORKER_CONTAINER,
+    selector,
+)
 from preflight.kube import ClusterUnreachable, Kubectl, cluster_kubectl
 from settings import Settings
 from settings.context_files import REPO
@@ -37,6 +48,10 @@ from tools.entry import one_line_errors, project_settings
 DEPLOY_STARTED = REPO / ".deploy-started"
 CLOUDFORMATION_DONE = REPO / ".deploy-finished"
 PROMPT = "Say hello in five words."
+# A gauge every vLLM engine reports from its start, and the worker groups that must report it.
+ENGINE_SERIES = "ray_vllm_num_requests_running"
+ENGINE_PHASES = ("prefill", "decode")
+METRICS_WAIT_S = 180  # a few 30 s scrapes and CloudWatch's ingestion
 
 
 @dataclass
@@ -116,6 +131,22 @@ def check_metrics_collector(settings: Settings, scrapers: list[dict[str, Any]] |
     return Step("metrics", ok, detail, "" if ok else look)
 
 
+def engine_series_query(settings: Settings) -> str:
+    return f'count by ({METRICS_PHASE_LABEL}) ({ENGINE_SERIES}{{{METRICS_CLUSTER_LABEL}="{settings.cluster_name}"}})'
+
+
+def check_engine_series(settings: Settings, result: list[dict[str, Any]] | None, error: str = "") -> Step:
+    """The vLLM engines' series of both phases, as CloudWatch's PromQL answers for this cluster."""
+    look = f"CloudWatch Query Studio (PromQL): {engine_series_query(settings)}; the Ray pods' port 8080 (NetworkPolicy metrics-collector)"
+    if result is None:
+        return Step("metrics", False, f"collector ACTIVE, but PromQL did not answer: {error}", look)
+    phases = sorted({str(r.get("metric", {}).get(METRICS_PHASE_LABEL, "")) for r in result} - {""})
+    missing = [p for p in ENGINE_PHASES if p not in phases]
+    if missing:
+        return Step("metrics", False, f"collector ACTIVE, but no {ENGINE_SERIES} series from {', '.join(missing)} in CloudWatch", look)
+    return Step("metrics", True, f"collector ACTIVE; {ENGINE_SERIES} arriving from {', '.join(phases)} (PromQL)")
+
+
 def list_collectors(settings: Settings, client: Any | None = None) -> tuple[list[dict[str, Any]] | None, str]:
     """This cluster's collector as AMP lists it, or None and why not (no credentials, no permission)."""
     import boto3
@@ -127,6 +158,17 @@ def list_collectors(settings: Settings, client: Any | None = None) -> tuple[list
         return scrapers, ""
     except (BotoCoreError, ClientError) as error:
         return None, str(error).splitlines()[0][:200]
+
+
+def ask_cloudwatch(settings: Settings, query: str) -> tuple[list[dict[str, Any]] | None, str]:
+    import boto3
+
+    from tools.promql import PromQLError, instant_query
+
+    try:
+        return instant_query(query, region=settings.region, credentials=boto3.session.Session().get_credentials()), ""
+    except PromQLError as error:
+        return None, str(error)
 
 
 def _time(stamp: str | None) -> float | None:
@@ -201,6 +243,8 @@ def verify(
     clock: Callable[[], float] = time.time,
     sleep: Callable[[float], None] = time.sleep,
     collectors: Callable[[], tuple[list[dict[str, Any]] | None, str]] | None = None,
+    promql: Callable[[str], tuple[list[dict[str, Any]] | None, str]] | None = None,
+    metrics_wait_s: int = METRICS_WAIT_S,
 ) -> Result:
     result = Result()
     ns, name = settings.namespace, settings.ray_service_name
@@ -231,7 +275,17 @@ def verify(
     result.steps.append(check_completion(settings, answer, error))
     if settings.observability:
         scrapers, why = (collectors or (lambda: list_collectors(settings)))()
-        result.steps.append(check_metrics_collector(settings, scrapers, why))
+        step = check_metrics_collector(settings, scrapers, why)
+        if step.ok:
+            ask = promql or (lambda query: ask_cloudwatch(settings, query))
+            asked = clock()
+            while True:
+                series, why = ask(engine_series_query(settings))
+                step = check_engine_series(settings, series, why)
+                if step.ok or series is None or clock() - asked >= metrics_wait_s:
+                    break
+                sleep(30)
+        result.steps.append(step)
     result.phases = phases(start, cloudformation_done, pods, obj or {}, first_token)
     return result
 
