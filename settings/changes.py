@@ -79,7 +79,7 @@ CHANGE_EFFECTS: Final[dict[str, tuple[str, str]]] = {
     "METRICS_NAMESPACE": (IN_PLACE, "the NetworkPolicy of the metrics port"),
     "OBSERVABILITY": (
         IN_PLACE,
-        "`on` adds the CLUSTER_NAME-observability stack and lets the VPC's addresses reach the Ray pods' metrics port (NetworkPolicy); back to `off`: first `OBSERVABILITY=on make destroy STACKS=CLUSTER_NAME-observability` (a stack left out of the app is neither deleted by a deploy nor found by `cdk destroy`)",
+        "`on` adds the CLUSTER_NAME-observability stack and lets the managed collector's subnets reach the Ray pods' metrics port (NetworkPolicy); back to `off`: first `OBSERVABILITY=on make destroy STACKS=CLUSTER_NAME-observability` (a stack left out of the app is neither deleted by a deploy nor found by `cdk destroy`)",
     ),
     "HF_TOKEN_SECRET_NAME": (
         RECREATE,
