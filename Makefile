@@ -135,8 +135,10 @@ settings-table: install ## Rewrite the README's settings table from the code
 	.checkov-venv/bin/pip install --quiet checkov==3.3.30
 	touch $@
 
-checkov: synth .checkov-venv/.installed ## Every checkov CloudFormation check (own environment: it pins an old boto3); skips only at aws-cdk-lib's Lambdas, with reasons
+checkov: synth .checkov-venv/.installed ## Every checkov CloudFormation check, on the default stacks and the OBSERVABILITY=on one (own environment: it pins an old boto3); skips only at aws-cdk-lib's Lambdas, with reasons
 	.checkov-venv/bin/checkov --skip-download --quiet --compact --framework cloudformation -d cdk.out
+	OBSERVABILITY=on $(CDK) synth --quiet -o cdk.out.observability
+	.checkov-venv/bin/checkov --skip-download --quiet --compact --framework cloudformation -f cdk.out.observability/*-observability.template.json
 
 # After a deploy (kubectl configured with `make kubeconfig`); names follow the settings.
 status: install ## RayService, pods and their nodes, GPU/EFA capacity of the GPU nodes
