@@ -29,6 +29,9 @@ GROUP_LABEL: Final = "ray.io/group"  # "headgroup", or the worker group's name: 
 # a name apart from the cluster attributes the collector adds by itself) and KubeRay's group of the pod.
 METRICS_CLUSTER_LABEL: Final = "eks_cluster"
 METRICS_PHASE_LABEL: Final = "ray_group"
+# A gauge every vLLM engine reports from its start (Ray exports vLLM's `vllm:*` metrics as `ray_vllm_*`):
+# a dashboard panel, and what `make verify` asks CloudWatch for to see that metrics arrive.
+ENGINE_REQUESTS_RUNNING: Final = "ray_vllm_num_requests_running"
 
 
 def selector(key: str, value: str) -> str:

@@ -29,7 +29,14 @@ from aws_cdk import aws_eks_v2 as eks
 from aws_cdk import aws_iam as iam
 from constructs import Construct
 
-from k8s_constructs.ray_facts import GROUP_LABEL, METRICS_CLUSTER_LABEL, METRICS_PHASE_LABEL, METRICS_PORT, RAY_NODE_LABEL
+from k8s_constructs.ray_facts import (
+    ENGINE_REQUESTS_RUNNING,
+    GROUP_LABEL,
+    METRICS_CLUSTER_LABEL,
+    METRICS_PHASE_LABEL,
+    METRICS_PORT,
+    RAY_NODE_LABEL,
+)
 from settings import Settings
 from stacks import nag
 
@@ -39,7 +46,6 @@ AGENT_NAMESPACE, AGENT_SERVICE_ACCOUNT = "amazon-cloudwatch", "cloudwatch-agent"
 CONTAINER_INSIGHTS = "ContainerInsights"
 # The collector's scrape interval: the shortest it accepts.
 SCRAPE_INTERVAL = "30s"
-CLUSTER_LABEL, PHASE_LABEL = METRICS_CLUSTER_LABEL, METRICS_PHASE_LABEL
 
 
 def _sd_label(label: str) -> str:
@@ -58,8 +64,8 @@ def ray_scrape_configuration(settings: Settings) -> dict[str, Any]:
                 "relabel_configs": [
                     {"source_labels": [_sd_label(RAY_NODE_LABEL[0])], "regex": RAY_NODE_LABEL[1], "action": "keep"},
                     {"source_labels": ["__meta_kubernetes_pod_container_port_name"], "regex": "metrics", "action": "keep"},
-                    {"target_label": CLUSTER_LABEL, "replacement": settings.cluster_name, "action": "replace"},
-                    {"source_labels": [_sd_label(GROUP_LABEL)], "target_label": PHASE_LABEL, "action": "replace"},
+                    {"target_label": METRICS_CLUSTER_LABEL, "replacement": settings.cluster_name, "action": "replace"},
+                    {"source_labels": [_sd_label(GROUP_LABEL)], "target_label": METRICS_PHASE_LABEL, "action": "replace"},
                     {"source_labels": ["__meta_kubernetes_pod_name"], "target_label": "pod", "action": "replace"},
                 ],
             }
@@ -81,7 +87,7 @@ class PromQLPanel:
 def ray_panels(cluster_name: str) -> tuple[PromQLPanel, ...]:
     """The dashboard's PromQL charts. CloudWatch stores a Prometheus histogram as an exponential
     histogram under its base name (no `_bucket` series): quantiles and sums read that name."""
-    this = f'{CLUSTER_LABEL}="{cluster_name}"'
+    this = f'{METRICS_CLUSTER_LABEL}="{cluster_name}"'
 
     def quantile(q: float, histogram: str) -> str:
         return f"histogram_quantile({q}, sum(rate({histogram}{{{this}}}[5m])))"
@@ -98,11 +104,11 @@ def ray_panels(cluster_name: str) -> tuple[PromQLPanel, ...]:
         PromQLPanel(
             "Requests running / waiting per phase",
             (
-                ("running", f"sum by ({PHASE_LABEL}) (ray_vllm_num_requests_running{{{this}}})"),
-                ("waiting", f"sum by ({PHASE_LABEL}) (ray_vllm_num_requests_waiting{{{this}}})"),
+                ("running", f"sum by ({METRICS_PHASE_LABEL}) ({ENGINE_REQUESTS_RUNNING}{{{this}}})"),
+                ("waiting", f"sum by ({METRICS_PHASE_LABEL}) (ray_vllm_num_requests_waiting{{{this}}})"),
             ),
         ),
-        PromQLPanel("KV-cache usage per phase (0-1)", (("max", f"max by ({PHASE_LABEL}) (ray_vllm_kv_cache_usage_perc{{{this}}})"),)),
+        PromQLPanel("KV-cache usage per phase (0-1)", (("max", f"max by ({METRICS_PHASE_LABEL}) (ray_vllm_kv_cache_usage_perc{{{this}}})"),)),
         PromQLPanel(
             "NIXL KV-cache transfer (bytes/s, p99 s)",
             (
@@ -119,7 +125,7 @@ def nixl_failures_query(cluster_name: str) -> str:
     """One alarm contributor per pod whose NIXL transfers failed in the last 5 minutes. The counter's series
     appears with the first failure, which `increase` cannot see (it needs two samples): a series that
     is new within the 5 minutes counts too."""
-    failed = f'ray_vllm_nixl_num_failed_transfers_total{{{CLUSTER_LABEL}="{cluster_name}"}}'
+    failed = f'ray_vllm_nixl_num_failed_transfers_total{{{METRICS_CLUSTER_LABEL}="{cluster_name}"}}'
     return f"sum by (pod) (increase({failed}[5m])) > 0 or sum by (pod) ({failed} unless {failed} offset 5m) > 0"
 
 
@@ -242,7 +248,7 @@ class ObservabilityStack(Stack):
         widgets.append(
             cw.TextWidget(
                 markdown="Ray, vLLM and NIXL: PromQL over the Ray pods' Prometheus metrics (managed collector, "
-                f'`{CLUSTER_LABEL}="{cluster_name}"`, `{PHASE_LABEL}` = prefill/decode/headgroup). GPU and EFA: Container Insights. '
+                f'`{METRICS_CLUSTER_LABEL}="{cluster_name}"`, `{METRICS_PHASE_LABEL}` = prefill/decode/headgroup). GPU and EFA: Container Insights. '
                 "Per-request detail: `make bench-serving`.",
                 width=16,
                 height=6,

@@ -17,8 +17,9 @@ import promql_parser
 import pytest
 import yaml
 
+from k8s_constructs.ray_facts import METRICS_CLUSTER_LABEL as CLUSTER_LABEL
+from k8s_constructs.ray_facts import METRICS_PHASE_LABEL as PHASE_LABEL
 from settings.errors import SettingError
-from stacks.observability_stack import CLUSTER_LABEL, PHASE_LABEL
 from tests.conftest import Synth, settings_for, synthesize
 
 # What the histogram panels must show (issue: TTFT, ITL, NIXL bytes), and the counters and gauges.

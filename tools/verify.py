@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from k8s_constructs.ray_facts import (
+    ENGINE_REQUESTS_RUNNING,
     HEAD_CONTAINER,
     METRICS_CLUSTER_LABEL,
     METRICS_PHASE_LABEL,
@@ -48,8 +49,7 @@ from tools.entry import one_line_errors, project_settings
 DEPLOY_STARTED = REPO / ".deploy-started"
 CLOUDFORMATION_DONE = REPO / ".deploy-finished"
 PROMPT = "Say hello in five words."
-# A gauge every vLLM engine reports from its start, and the worker groups that must report it.
-ENGINE_SERIES = "ray_vllm_num_requests_running"
+# The worker groups whose engines must report ENGINE_REQUESTS_RUNNING.
 ENGINE_PHASES = ("prefill", "decode")
 METRICS_WAIT_S = 180  # a few 30 s scrapes and CloudWatch's ingestion
 
@@ -132,7 +132,7 @@ def check_metrics_collector(settings: Settings, scrapers: list[dict[str, Any]] |
 
 
 def engine_series_query(settings: Settings) -> str:
-    return f'count by ({METRICS_PHASE_LABEL}) ({ENGINE_SERIES}{{{METRICS_CLUSTER_LABEL}="{settings.cluster_name}"}})'
+    return f'count by ({METRICS_PHASE_LABEL}) ({ENGINE_REQUESTS_RUNNING}{{{METRICS_CLUSTER_LABEL}="{settings.cluster_name}"}})'
 
 
 def check_engine_series(settings: Settings, result: list[dict[str, Any]] | None, error: str = "") -> Step:
@@ -143,8 +143,8 @@ def check_engine_series(settings: Settings, result: list[dict[str, Any]] | None,
     phases = sorted({str(r.get("metric", {}).get(METRICS_PHASE_LABEL, "")) for r in result} - {""})
     missing = [p for p in ENGINE_PHASES if p not in phases]
     if missing:
-        return Step("metrics", False, f"collector ACTIVE, but no {ENGINE_SERIES} series from {', '.join(missing)} in CloudWatch", look)
-    return Step("metrics", True, f"collector ACTIVE; {ENGINE_SERIES} arriving from {', '.join(phases)} (PromQL)")
+        return Step("metrics", False, f"collector ACTIVE, but no {ENGINE_REQUESTS_RUNNING} series from {', '.join(missing)} in CloudWatch", look)
+    return Step("metrics", True, f"collector ACTIVE; {ENGINE_REQUESTS_RUNNING} arriving from {', '.join(phases)} (PromQL)")
 
 
 def list_collectors(settings: Settings, client: Any | None = None) -> tuple[list[dict[str, Any]] | None, str]:
