@@ -24,7 +24,7 @@ from botocore.exceptions import (
 
 from preflight import redeploy as day2
 from preflight.charts import check_helm_charts
-from preflight.deployed import Deployed, read_deployed
+from preflight.deployed import Deployed, existing_stacks, read_deployed
 from preflight.redeploy import Redeploy
 from preflight.results import CheckResult, warn
 from preflight.results import fail as _fail
@@ -86,6 +86,8 @@ class PreflightInput:
     # OBSERVABILITY=on: the managed Prometheus collector and CloudWatch's OpenTelemetry metrics store.
     observability: bool = False
     metrics_collector_alias: str = ""  # ours: held, not another collector
+    # This cluster's optional stacks the configuration leaves out (OBSERVABILITY=off: the observability one).
+    stacks_left_out: tuple[str, ...] = ()
 
 
 def quota_code_of(instance_type: str) -> str | None:
@@ -468,6 +470,19 @@ def _check_metrics_destination(ctx: _Context) -> CheckResult:
     return _pass(name, detail)
 
 
+def _check_stacks_left_out(ctx: _Context) -> CheckResult:
+    """A deploy never deletes a stack its app leaves out: one left deployed keeps running and billing."""
+    name = "stacks-left-out"
+    found = existing_stacks(ctx.client, ctx.inp.stacks_left_out)
+    if not found:
+        return _pass(name, "none deployed" if ctx.inp.stacks_left_out else "this configuration contains every stack")
+    return warn(
+        name,
+        f"{', '.join(found)} deployed but not in this configuration (OBSERVABILITY=off): the deploy leaves it running",
+        f"to remove it: OBSERVABILITY=on make destroy STACKS={found[0]}",
+    )
+
+
 def _check_charts(ctx: _Context) -> CheckResult:
     return check_helm_charts(ctx.inp.helm_charts)
 
@@ -514,6 +529,7 @@ _AWS_CHECKS: tuple[tuple[str, _Check], ...] = (
     ("api-endpoint", _check_api_endpoint),
     ("helm-charts", _check_charts),
     ("metrics-destination", _check_metrics_destination),
+    ("stacks-left-out", _check_stacks_left_out),
 )
 
 

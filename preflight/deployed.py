@@ -94,3 +94,18 @@ def find_resources(template: Mapping[str, Any], resource_type: str, **properties
         for logical_id, resource in template.get("Resources", {}).items()
         if resource.get("Type") == resource_type and all(resource.get("Properties", {}).get(k) == v for k, v in properties.items())
     }
+
+
+def existing_stacks(client: Client, stack_names: Iterable[str]) -> list[str]:
+    """Those of `stack_names` that CloudFormation has (in any state but deleted)."""
+    found = []
+    for name in stack_names:
+        try:
+            stacks = client("cloudformation").describe_stacks(StackName=name)["Stacks"]
+        except ClientError as error:
+            if "does not exist" in str(error):
+                continue
+            raise
+        if stacks and stacks[0]["StackStatus"] != "DELETE_COMPLETE":
+            found.append(name)
+    return found

@@ -59,6 +59,7 @@ ORDER = [
     "api-endpoint",
     "helm-charts",
     "metrics-destination",
+    "stacks-left-out",
 ]
 NO_ASSEMBLY = "no synthesized assembly to compare (first deploy checks only)"
 INPUT = PreflightInput(
@@ -191,6 +192,7 @@ def test_all_checks_pass(aws: None, capsys: pytest.CaptureFixture[str]) -> None:
         ("api-endpoint", True, "public-and-private, public side open to 0.0.0.0/0 (IAM authentication still applies)", ""),
         ("helm-charts", True, "no Helm chart to install", ""),
         ("metrics-destination", True, "OBSERVABILITY=off: nothing to check", ""),
+        ("stacks-left-out", True, "this configuration contains every stack", ""),
     ]
 
     session, _ = default_quotas()
@@ -606,3 +608,17 @@ def test_a_region_outside_the_documented_ones_is_warned_about(aws: None, monkeyp
     monkeypatch.setattr("preflight.checks.METRICS_COLLECTOR_REGIONS", frozenset({"us-east-1"}))
     check = by_name(run_checks(OBSERVED, session))["metrics-destination"]
     assert check.verdict == "WARN" and "sa-east-1 is not among the Regions AWS documented" in check.warning
+
+
+def test_a_deployed_stack_left_out_of_the_configuration_is_warned_about(aws: None) -> None:
+    """OBSERVABILITY back to off without destroying that stack first: the deploy would leave it running."""
+    create_bootstrap_stack()
+    left_out = replace(INPUT, stacks_left_out=("ray-llm-multinode-observability",))
+    session, _ = default_quotas()
+    assert by_name(run_checks(left_out, session))["stacks-left-out"].detail == "none deployed"
+    template = {"Resources": {"Topic": {"Type": "AWS::SNS::Topic"}}}
+    boto3.client("cloudformation", region_name=REGION).create_stack(StackName="ray-llm-multinode-observability", TemplateBody=json.dumps(template))
+    session, _ = default_quotas()
+    check = by_name(run_checks(left_out, session))["stacks-left-out"]
+    assert check.verdict == "WARN" and check.detail.startswith("ray-llm-multinode-observability deployed but not in this configuration")
+    assert check.warning == "to remove it: OBSERVABILITY=on make destroy STACKS=ray-llm-multinode-observability"

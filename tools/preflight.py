@@ -69,6 +69,7 @@ def preflight_input(settings: Settings, templates: dict[str, dict[str, object]] 
         helm_charts=helm_charts(settings),
         observability=settings.observability,
         metrics_collector_alias=settings.metrics_collector_alias,
+        stacks_left_out=settings.stacks_left_out,
     )
 
 

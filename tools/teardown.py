@@ -21,6 +21,7 @@ from typing import Any
 
 from botocore.exceptions import BotoCoreError, ClientError
 
+from preflight.deployed import existing_stacks
 from preflight.kube import ClusterUnreachable, Kubectl, cluster_kubectl
 from settings import Settings
 from tools.entry import one_line_errors, project_settings
@@ -52,18 +53,7 @@ def before(settings: Settings, kubectl: Kubectl) -> list[str]:
 
 def deployed_but_left_out(settings: Settings, session: Any) -> list[str]:
     """This cluster's optional stacks that exist in CloudFormation although the configuration leaves them out."""
-    cloudformation = session.client("cloudformation", region_name=settings.region)
-    found = []
-    for name in settings.stacks_left_out:
-        try:
-            stacks = cloudformation.describe_stacks(StackName=name)["Stacks"]
-        except ClientError as error:
-            if "does not exist" in str(error):
-                continue
-            raise
-        if stacks and stacks[0]["StackStatus"] != "DELETE_COMPLETE":
-            found.append(name)
-    return found
+    return existing_stacks(lambda service: session.client(service, region_name=settings.region), settings.stacks_left_out)
 
 
 @dataclass(frozen=True)
