@@ -471,15 +471,17 @@ def _check_metrics_destination(ctx: _Context) -> CheckResult:
 
 
 def _check_stacks_left_out(ctx: _Context) -> CheckResult:
-    """A deploy never deletes a stack its app leaves out: one left deployed keeps running and billing."""
+    """A deploy never deletes a stack its app leaves out. The observability stack left deployed would keep
+    its collector running and billing, while this deploy takes the collector's NetworkPolicy rule away:
+    it would scrape nothing, and the NIXL alarm would read OK. Refused: remove it first."""
     name = "stacks-left-out"
     found = existing_stacks(ctx.client, ctx.inp.stacks_left_out)
     if not found:
         return _pass(name, "none deployed" if ctx.inp.stacks_left_out else "this configuration contains every stack")
-    return warn(
+    return _fail(
         name,
-        f"{', '.join(found)} deployed but not in this configuration (OBSERVABILITY=off): the deploy leaves it running",
-        f"to remove it: OBSERVABILITY=on make destroy STACKS={found[0]}",
+        f"{', '.join(found)} deployed but not in this configuration (OBSERVABILITY=off): its collector would run on, scraping nothing",
+        f"OBSERVABILITY=on make destroy STACKS={found[0]} first (or keep OBSERVABILITY=on)",
     )
 
 

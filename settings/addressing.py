@@ -19,13 +19,13 @@ COLLECTOR_SUBNET_MASK: Final = 28
 
 
 def collector_subnet_cidrs(vpc_cidr: str, az_count: int) -> tuple[str, ...]:
-    """One /28 per AZ, in the gap between the public subnets and the first private subnet."""
+    """One /28 per AZ, in the gap between the public subnets and the first private subnet, counted down
+    from that subnet by AZ index: an AZ added later leaves the others' blocks (and subnets) as they are."""
     vpc = ipaddress.ip_network(vpc_cidr)
     public_end = int(vpc.network_address) + az_count * 2 ** (32 - PUBLIC_SUBNET_MASK)
     private_size = 2 ** (32 - PRIVATE_SUBNET_MASK)
     first_private = -(-public_end // private_size) * private_size  # the next /19 boundary
     size = 2 ** (32 - COLLECTOR_SUBNET_MASK)
-    start = first_private - az_count * size
-    if start < public_end:
+    if first_private - az_count * size < public_end:
         raise ValueError(f"no room for {az_count} /{COLLECTOR_SUBNET_MASK} between the public and private subnets of {vpc_cidr}")
-    return tuple(str(ipaddress.ip_network((start + i * size, COLLECTOR_SUBNET_MASK))) for i in range(az_count))
+    return tuple(str(ipaddress.ip_network((first_private - (i + 1) * size, COLLECTOR_SUBNET_MASK))) for i in range(az_count))

@@ -128,17 +128,29 @@ def test_the_collector_reads_this_cluster_from_its_private_subnets_into_cloudwat
     assert arn[0] == "arn:" and arn[-1] == ":dataset/default"  # the account's implicit dataset
 
 
-@pytest.mark.parametrize("vpc_cidr", ["10.0.0.0/16", "10.8.0.0/17", "172.31.0.0/16", "192.168.0.0/16"])
-def test_the_collectors_subnets_are_free_space_of_the_vpc_no_node_or_pod_can_hold(vpc_cidr: str, tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    ("vpc_cidr", "region_azs"),
+    [
+        ("10.0.0.0/16", 3),
+        ("10.8.0.0/17", 3),
+        ("172.31.0.0/16", 3),
+        ("192.168.0.0/16", 3),
+        ("10.0.0.0/16", 2),
+        ("10.8.128.0/17", 2),
+    ],
+)
+def test_the_collectors_subnets_are_free_space_of_the_vpc_no_node_or_pod_can_hold(vpc_cidr: str, region_azs: int, tmp_path: Path) -> None:
     """Against the subnets CDK really allocates (the network stack alone, synthesized): inside the VPC,
     overlapping no subnet, so an address block of them names the collector and nothing else."""
     import ipaddress
 
     from aws_cdk import App, Environment
 
+    from settings.zones import zones_context_key
     from stacks.network_stack import NetworkStack
 
-    settings = settings_for({"VPC_CIDR": vpc_cidr})
+    settings = settings_for({"VPC_CIDR": vpc_cidr}, {zones_context_key("sa-east-1"): [f"sa-east-1{z}" for z in "abc"[:region_azs]]})
+    assert len(settings.availability_zones) == region_azs
     app = App(outdir=str(tmp_path))
     NetworkStack(app, "Network", settings=settings, env=Environment(region=settings.region))
     template = app.synth().get_stack_by_name("Network").template
@@ -149,6 +161,14 @@ def test_the_collectors_subnets_are_free_space_of_the_vpc_no_node_or_pod_can_hol
     for block in collector:
         assert block.subnet_of(ipaddress.ip_network(vpc_cidr)) and block.prefixlen == 28  # type: ignore[arg-type]
         assert not any(block.overlaps(subnet) for subnet in taken + [c for c in collector if c != block]), (block, taken)
+
+
+def test_an_az_added_later_leaves_the_other_collector_subnets_as_they_are() -> None:
+    """A subnet's CIDR is create-only: each AZ's block depends on its index alone, not on the AZ count."""
+    from settings.addressing import collector_subnet_cidrs
+
+    for vpc_cidr in ("10.0.0.0/16", "10.8.0.0/17"):
+        assert collector_subnet_cidrs(vpc_cidr, 3)[:2] == collector_subnet_cidrs(vpc_cidr, 2)
 
 
 def test_the_scrape_configuration_keeps_to_what_the_managed_collector_accepts(observed_synth: Synth) -> None:

@@ -610,8 +610,8 @@ def test_a_region_outside_the_documented_ones_is_warned_about(aws: None, monkeyp
     assert check.verdict == "WARN" and "sa-east-1 is not among the Regions AWS documented" in check.warning
 
 
-def test_a_deployed_stack_left_out_of_the_configuration_is_warned_about(aws: None) -> None:
-    """OBSERVABILITY back to off without destroying that stack first: the deploy would leave it running."""
+def test_a_deployed_stack_left_out_of_the_configuration_is_refused(aws: None) -> None:
+    """OBSERVABILITY back to off without destroying that stack first: the deploy would leave it running, blind."""
     create_bootstrap_stack()
     left_out = replace(INPUT, stacks_left_out=("ray-llm-multinode-observability",))
     session, _ = default_quotas()
@@ -620,5 +620,5 @@ def test_a_deployed_stack_left_out_of_the_configuration_is_warned_about(aws: Non
     boto3.client("cloudformation", region_name=REGION).create_stack(StackName="ray-llm-multinode-observability", TemplateBody=json.dumps(template))
     session, _ = default_quotas()
     check = by_name(run_checks(left_out, session))["stacks-left-out"]
-    assert check.verdict == "WARN" and check.detail.startswith("ray-llm-multinode-observability deployed but not in this configuration")
-    assert check.warning == "to remove it: OBSERVABILITY=on make destroy STACKS=ray-llm-multinode-observability"
+    assert check.verdict == "FAIL" and check.detail.startswith("ray-llm-multinode-observability deployed but not in this configuration")
+    assert check.fix == "OBSERVABILITY=on make destroy STACKS=ray-llm-multinode-observability first (or keep OBSERVABILITY=on)"

@@ -175,7 +175,7 @@ def _address_flow(name: str, namespace: str, to: dict[str, str], cidr: str, port
     return flow
 
 
-COLLECTOR_ADDRESS = "10.0.31.210/32"  # in the managed collector's first subnet (settings.metrics_collector_cidrs)
+COLLECTOR_ADDRESS = "10.0.31.242/32"  # in the managed collector's first subnet (settings.metrics_collector_cidrs)
 NODE_ADDRESS = "10.0.64.10/32"  # in a private subnet: where the nodes and every pod get their addresses
 OUTSIDE_ADDRESS = "192.168.7.10/32"
 
