@@ -60,6 +60,8 @@ DIFF_STACK_READS = (
     "cloudformation:ListStackResources",
 )
 DEPLOY_STACK_READS = ("cloudformation:DescribeStacks", "cloudformation:GetTemplate")
+# What a PromQL query of CloudWatch's Prometheus API needs (CloudWatch user guide, PromQL IAM permissions).
+PROMQL_QUERY_ACTIONS = ("cloudwatch:GetMetricData", "cloudwatch:ListMetrics")
 
 _NAG_ACCOUNT = "<AWS::AccountId>"  # how cdk-nag names the account pseudo parameter in its findings
 
@@ -151,13 +153,14 @@ class CiAccessStack(Stack):
                 iam.PolicyStatement(sid="ReadTheCluster", actions=["eks:DescribeCluster", "eks:ListNodegroups"], resources=[self._cluster_arn()]),
                 iam.PolicyStatement(sid="ReadTheNodegroups", actions=["eks:DescribeNodegroup"], resources=[nodegroups]),
                 iam.PolicyStatement(sid="ReadEc2Quotas", actions=["servicequotas:GetServiceQuota"], resources=[ec2_quotas]),
-                # OBSERVABILITY=on: CloudWatch's OpenTelemetry metrics store, the account's implicit dataset
-                # (the preflight reads it; `make verify` asks it one PromQL query, which needs both metric reads).
+                # OBSERVABILITY=on: CloudWatch's OpenTelemetry metrics store, the account's implicit dataset,
+                # which the preflight reads.
                 iam.PolicyStatement(
-                    sid="ReadTheMetricsDataset",
-                    actions=["cloudwatch:GetDataset", "cloudwatch:GetMetricData", "cloudwatch:ListMetrics"],
-                    resources=[self._arn("cloudwatch", settings.region, "dataset/default")],
+                    sid="ReadTheMetricsDataset", actions=["cloudwatch:GetDataset"], resources=[self._arn("cloudwatch", settings.region, "dataset/default")]
                 ),
+                # `make verify` asks it one PromQL query. AWS documents the two actions a query needs, not a
+                # resource to scope them to (the classic metric reads take "*"): read-only, on "*".
+                iam.PolicyStatement(sid="PromQLQuery", actions=list(PROMQL_QUERY_ACTIONS), resources=["*"]),
                 iam.PolicyStatement(
                     sid="ReadServiceAndBootstrapStacks", actions=list(DEPLOY_STACK_READS), resources=[service_stacks, self._stack_arn(CDK_TOOLKIT_STACK)]
                 ),

@@ -176,8 +176,10 @@ class ObservabilityStack(Stack):
         # can name the collector by address) with a security group of their own, let into the cluster
         # security group (which every node and the API endpoint carry) on the metrics and API ports only.
         # Both live here: if AWS releases the interfaces late on a destroy, this stack waits for them, not
-        # the cluster's or the network's deletion. The VPC's main route table (local routes) serves them:
-        # the collector delivers to CloudWatch without a route out of the VPC.
+        # the cluster's or the network's deletion. AWS documents delivery to CloudWatch over its own
+        # network, but an earlier version of the same page asked for a way out of private subnets: each
+        # subnet uses its AZ's private route table (the NAT gateway) and the group may reach HTTPS anywhere,
+        # so delivery works either way.
         self.collector_subnets = [
             ec2.CfnSubnet(
                 self,
@@ -189,6 +191,11 @@ class ObservabilityStack(Stack):
             )
             for index, (zone, cidr) in enumerate(zip(settings.availability_zones, settings.metrics_collector_cidrs, strict=True))
         ]
+        private_route_tables = {subnet.availability_zone: subnet.route_table.route_table_id for subnet in vpc.private_subnets}
+        for index, subnet in enumerate(self.collector_subnets):
+            ec2.CfnSubnetRouteTableAssociation(
+                self, f"MetricsCollectorSubnet{index + 1}Routes", subnet_id=subnet.ref, route_table_id=private_route_tables[str(subnet.availability_zone)]
+            )
         self.collector_security_group = ec2.SecurityGroup(
             self,
             "MetricsCollectorSecurityGroup",
@@ -210,6 +217,7 @@ class ObservabilityStack(Stack):
                 description=f"managed Prometheus collector: {why}",
             )
             ingress_rules.append(rule)
+        self.collector_security_group.add_egress_rule(ec2.Peer.any_ipv4(), ec2.Port.tcp(443), "CloudWatch, should delivery leave through the VPC")
         self.scraper = aps.CfnScraper(
             self,
             "RayMetricsCollector",

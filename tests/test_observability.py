@@ -107,8 +107,12 @@ def test_the_collector_reads_this_cluster_from_its_private_subnets_into_cloudwat
         for k, r in observed_synth.resources("observability", "AWS::EC2::SecurityGroup").items()
         if eks["SecurityGroupIds"] == [{"Fn::GetAtt": [k, "GroupId"]}]
     ]
-    assert sorted((e["FromPort"], e["ToPort"]) for e in own["Properties"]["SecurityGroupEgress"]) == [(443, 443), (8080, 8080)]
-    assert all("ClusterSecurityGroupId" in e["DestinationSecurityGroupId"]["Fn::ImportValue"] for e in own["Properties"]["SecurityGroupEgress"])
+    egress = own["Properties"]["SecurityGroupEgress"]
+    to_cluster = [e for e in egress if "DestinationSecurityGroupId" in e]
+    assert sorted((e["FromPort"], e["ToPort"]) for e in to_cluster) == [(443, 443), (8080, 8080)]
+    assert all("ClusterSecurityGroupId" in e["DestinationSecurityGroupId"]["Fn::ImportValue"] for e in to_cluster)
+    # HTTPS out, should CloudWatch delivery leave through the VPC (an earlier version of AWS's page said so).
+    assert [(e["CidrIp"], e["FromPort"], e["ToPort"]) for e in egress if "CidrIp" in e] == [("0.0.0.0/0", 443, 443)]
     ingress = observed_synth.resources("observability", "AWS::EC2::SecurityGroupIngress").values()
     assert sorted((i["Properties"]["FromPort"], i["Properties"]["ToPort"]) for i in ingress) == [(443, 443), (8080, 8080)]
     for rule in ingress:
@@ -121,6 +125,13 @@ def test_the_collector_reads_this_cluster_from_its_private_subnets_into_cloudwat
         zip(settings.availability_zones, settings.metrics_collector_cidrs, strict=True)
     )
     assert not any("MapPublicIpOnLaunch" in s["Properties"] for s in subnets.values())
+    # Each uses its AZ's private route table (the way out through the NAT gateway), not the main one.
+    associations = observed_synth.resources("observability", "AWS::EC2::SubnetRouteTableAssociation").values()
+    routes = {a["Properties"]["SubnetId"]["Ref"]: a["Properties"]["RouteTableId"]["Fn::ImportValue"] for a in associations}
+    assert set(routes) == set(subnets)
+    for key, subnet in subnets.items():
+        index = settings.availability_zones.index(subnet["Properties"]["AvailabilityZone"])
+        assert f"privateSubnet{index + 1}RouteTable" in routes[key]
     # It scrapes once its security group rules exist.
     (scraper_resource,) = observed_synth.resources("observability", "AWS::APS::Scraper").values()
     assert set(scraper_resource["DependsOn"]) >= set(observed_synth.resources("observability", "AWS::EC2::SecurityGroupIngress"))
