@@ -26,7 +26,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, get_args
 
 from k8s_constructs.ray_facts import (
     ENGINE_REQUESTS_RUNNING,
@@ -39,6 +39,7 @@ from k8s_constructs.ray_facts import (
     WORKER_CONTAINER,
     selector,
 )
+from k8s_constructs.serve_config import Phase
 from preflight.kube import ClusterUnreachable, Kubectl, cluster_kubectl
 from settings import Settings
 from settings.context_files import REPO
@@ -49,8 +50,8 @@ from tools.entry import one_line_errors, project_settings
 DEPLOY_STARTED = REPO / ".deploy-started"
 CLOUDFORMATION_DONE = REPO / ".deploy-finished"
 PROMPT = "Say hello in five words."
-# The worker groups whose engines must report ENGINE_REQUESTS_RUNNING.
-ENGINE_PHASES = ("prefill", "decode")
+# The worker groups whose engines must report ENGINE_REQUESTS_RUNNING: one per phase.
+ENGINE_PHASES: tuple[Phase, ...] = get_args(Phase)
 METRICS_WAIT_S = 180  # a few 30 s scrapes and CloudWatch's ingestion
 
 
