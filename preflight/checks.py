@@ -58,6 +58,7 @@ _CREDENTIAL_ERROR_CODES = frozenset(
     }
 )
 _ACCESS_DENIED_CODES = frozenset({"AccessDenied", "AccessDeniedException", "UnauthorizedOperation"})
+_TRANSIENT_CODES = frozenset({"Throttling", "ThrottlingException", "TooManyRequestsException", "RequestLimitExceeded"})
 
 
 @dataclass(frozen=True)
@@ -440,6 +441,8 @@ def _check_metrics_destination(ctx: _Context) -> CheckResult:
         code = str(err.response.get("Error", {}).get("Code", ""))
         if code in _ACCESS_DENIED_CODES:
             raise
+        if code in _TRANSIENT_CODES or err.response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0) >= 500:
+            return warn(name, f"CloudWatch answered {code} for the default dataset in {inp.region}", "not checked: run the preflight again")
         return _fail(
             name,
             f"CloudWatch's OpenTelemetry metrics (PromQL) answer {code or 'an error'} in {inp.region}",

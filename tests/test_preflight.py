@@ -622,3 +622,16 @@ def test_a_deployed_stack_left_out_of_the_configuration_is_refused(aws: None) ->
     check = by_name(run_checks(left_out, session))["stacks-left-out"]
     assert check.verdict == "FAIL" and check.detail.startswith("ray-llm-multinode-observability deployed but not in this configuration")
     assert check.fix == "OBSERVABILITY=on make destroy STACKS=ray-llm-multinode-observability first (or keep OBSERVABILITY=on)"
+
+
+@pytest.mark.parametrize(("code", "status"), [("ThrottlingException", 400), ("InternalFailure", 500)])
+def test_a_transient_dataset_answer_is_a_warning_not_a_wrong_region(aws: None, code: str, status: int) -> None:
+    create_bootstrap_stack()
+    quotas_session, _ = default_quotas()
+    cloudwatch = boto3.session.Session().client("cloudwatch", region_name=REGION)
+    stub = Stubber(cloudwatch)
+    stub.add_client_error("get_dataset", service_error_code=code, http_status_code=status, expected_params={"DatasetIdentifier": "default"})
+    stub.activate()
+    session = _SessionWithQuotas(quotas_session._stubbed["service-quotas"], {"cloudwatch": cloudwatch})
+    check = by_name(run_checks(OBSERVED, session))["metrics-destination"]
+    assert (check.verdict, check.warning) == ("WARN", "not checked: run the preflight again") and code in check.detail

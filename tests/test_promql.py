@@ -61,6 +61,20 @@ def test_the_query_is_signed_for_monitoring_and_its_vector_returned(server: tupl
     authorization = request["headers"]["Authorization"]
     assert authorization.startswith("AWS4-HMAC-SHA256 Credential=AKIDEXAMPLE/") and "/us-west-2/monitoring/aws4_request" in authorization
     assert request["headers"]["X-Amz-Security-Token"] == "session-token"
+    # The signature holds for what arrived (method, path, host, headers, body): recomputed with botocore.
+    assert f"Signature={_signature(url, request)}" in authorization
+
+
+def _signature(url: str, request: dict[str, Any]) -> str:
+    from botocore.auth import SigV4Auth  # type: ignore[import-untyped]
+    from botocore.awsrequest import AWSRequest  # type: ignore[import-untyped]
+
+    signed = {k: request["headers"][k] for k in ("Content-Type", "X-Amz-Date", "X-Amz-Security-Token")}
+    received = AWSRequest(method="POST", url=url, data=request["body"], headers=signed)
+    received.context["timestamp"] = signed["X-Amz-Date"]
+    auth = SigV4Auth(CREDENTIALS.get_frozen_credentials(), "monitoring", "us-west-2")
+    signature: str = auth.signature(auth.string_to_sign(received, auth.canonical_request(received)), received)
+    return signature
 
 
 @pytest.mark.parametrize(

@@ -55,7 +55,10 @@ def test_leftovers_are_listed_with_the_command_that_removes_them(aws: boto3.sess
         Size=10,
         TagSpecifications=[{"ResourceType": "volume", "Tags": [{"Key": "kubernetes.io/cluster/other", "Value": "owned"}]}],
     )
-    aws.client("logs", region_name=REGION).create_log_group(logGroupName=f"/aws/eks/{CLUSTER}/cluster")
+    logs = aws.client("logs", region_name=REGION)
+    logs.create_log_group(logGroupName=f"/aws/eks/{CLUSTER}/cluster")
+    logs.create_log_group(logGroupName=f"/aws/containerinsights/{CLUSTER}/performance")  # the add-on's agent's
+    logs.create_log_group(logGroupName="/aws/containerinsights/other/performance")
     subnet = ec2.create_subnet(VpcId=vpc, CidrBlock="10.9.0.0/24", AvailabilityZone=f"{REGION}a")["Subnet"]["SubnetId"]
     subnet2 = ec2.create_subnet(VpcId=vpc, CidrBlock="10.9.1.0/24", AvailabilityZone=f"{REGION}b")["Subnet"]["SubnetId"]
     elb = aws.client("elbv2", region_name=REGION)
@@ -70,14 +73,20 @@ def test_leftovers_are_listed_with_the_command_that_removes_them(aws: boto3.sess
         ("security group", group): f"aws ec2 delete-security-group --region {REGION} --group-id {group}",
         ("load balancer", arn): f"aws elbv2 delete-load-balancer --region {REGION} --load-balancer-arn {arn}",
         ("log group", f"/aws/eks/{CLUSTER}/cluster"): f"aws logs delete-log-group --region {REGION} --log-group-name /aws/eks/{CLUSTER}/cluster",
+        ("log group", f"/aws/containerinsights/{CLUSTER}/performance"): (
+            f"aws logs delete-log-group --region {REGION} --log-group-name /aws/containerinsights/{CLUSTER}/performance"
+        ),
     }
 
 
 def test_after_exits_1_and_prints_the_commands(aws: boto3.session.Session, capsys: pytest.CaptureFixture[str]) -> None:
-    aws.client("logs", region_name=REGION).create_log_group(logGroupName=f"/aws/eks/{CLUSTER}/cluster")
+    logs = aws.client("logs", region_name=REGION)
+    logs.create_log_group(logGroupName=f"/aws/eks/{CLUSTER}/cluster")
+    logs.create_log_group(logGroupName=f"/aws/containerinsights/{CLUSTER}/performance")  # the add-on's agent's
+    logs.create_log_group(logGroupName="/aws/containerinsights/other/performance")
     assert teardown.main(["after"]) == 1
     out = capsys.readouterr().out
-    assert "1 resource(s) tagged with ray-llm-multinode are left" in out and "remove: aws logs delete-log-group" in out
+    assert "2 resource(s) tagged with ray-llm-multinode are left" in out and "remove: aws logs delete-log-group" in out
 
 
 class FakeKubectl:

@@ -7,7 +7,8 @@ before: refuse when a stack of this cluster is deployed that this configuration 
         Ingresses: their load balancers and security groups hold the VPC's subnets) and the RayService,
         while the KubeRay operator and the nodes still run to clean up after them.
 after:  list everything still tagged with the cluster (volumes, network interfaces, security groups,
-        load balancers, log groups) with the command that removes each; exit 1 if anything is left.
+        load balancers) and its log groups (EKS's, Container Insights') with the command that removes
+        each; exit 1 if anything is left.
 """
 
 from __future__ import annotations
@@ -105,9 +106,11 @@ def after(settings: Settings, session: Any) -> list[Leftover]:
                 name = description["LoadBalancerName"]
                 found[name] = Leftover("classic load balancer", name, f"aws elb delete-load-balancer --region {region} --load-balancer-name {name}")
     logs = session.client("logs", region_name=region)
-    for group in logs.describe_log_groups(logGroupNamePrefix=f"/aws/eks/{cluster}/")["logGroups"]:
-        name = group["logGroupName"]
-        found[name] = Leftover("log group", name, f"aws logs delete-log-group --region {region} --log-group-name {name}")
+    # EKS's control-plane group, and Container Insights' (OBSERVABILITY=on: the add-on's agent makes them).
+    for prefix in (f"/aws/eks/{cluster}/", f"/aws/containerinsights/{cluster}/"):
+        for group in logs.describe_log_groups(logGroupNamePrefix=prefix)["logGroups"]:
+            name = group["logGroupName"]
+            found[name] = Leftover("log group", name, f"aws logs delete-log-group --region {region} --log-group-name {name}")
     return sorted(found.values(), key=lambda leftover: (leftover.kind, leftover.identifier))
 
 
