@@ -148,4 +148,4 @@ verify-efa: install ## Which NIXL backend each GPU worker started (must be LIBFA
 	$(PY) -m tools.cluster verify-efa
 
 clean: ## Remove build output (keeps the virtual environments)
-	rm -rf cdk.out .pytest_cache .mypy_cache .ruff_cache
+	rm -rf cdk.out cdk.out.observability .pytest_cache .mypy_cache .ruff_cache

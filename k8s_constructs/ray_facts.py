@@ -11,7 +11,8 @@ from typing import Final
 GCS_PORT: Final = 6379
 DASHBOARD_PORT: Final = 8265
 SERVE_PORT: Final = 8000
-METRICS_PORT: Final = 8080  # KubeRay adds it to every Ray container, named "metrics"
+METRICS_PORT: Final = 8080  # KubeRay adds it to every Ray container, named METRICS_PORT_NAME
+METRICS_PORT_NAME: Final = "metrics"
 
 # Our container names in the head and worker pods.
 HEAD_CONTAINER: Final = "ray-head"

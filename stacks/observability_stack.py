@@ -35,6 +35,7 @@ from k8s_constructs.ray_facts import (
     METRICS_CLUSTER_LABEL,
     METRICS_PHASE_LABEL,
     METRICS_PORT,
+    METRICS_PORT_NAME,
     RAY_NODE_LABEL,
 )
 from settings import Settings
@@ -63,7 +64,7 @@ def ray_scrape_configuration(settings: Settings) -> dict[str, Any]:
                 "kubernetes_sd_configs": [{"role": "pod", "namespaces": {"names": [settings.namespace]}}],
                 "relabel_configs": [
                     {"source_labels": [_sd_label(RAY_NODE_LABEL[0])], "regex": RAY_NODE_LABEL[1], "action": "keep"},
-                    {"source_labels": ["__meta_kubernetes_pod_container_port_name"], "regex": "metrics", "action": "keep"},
+                    {"source_labels": ["__meta_kubernetes_pod_container_port_name"], "regex": METRICS_PORT_NAME, "action": "keep"},
                     {"target_label": METRICS_CLUSTER_LABEL, "replacement": settings.cluster_name, "action": "replace"},
                     {"source_labels": [_sd_label(GROUP_LABEL)], "target_label": METRICS_PHASE_LABEL, "action": "replace"},
                     {"source_labels": ["__meta_kubernetes_pod_name"], "target_label": "pod", "action": "replace"},
