@@ -171,7 +171,69 @@ class ObservabilityStack(Stack):
         super().__init__(scope, construct_id, env=env, description=f"{settings.cluster_name}: CloudWatch metrics, dashboard and alarms")
         cluster_name = settings.cluster_name
         self._container_insights(cluster)
+        self._ray_metrics_collector(settings, cluster, vpc)
 
+        widgets: list[cw.IWidget] = [PromQLChart(panel=panel, region=settings.region) for panel in ray_panels(cluster_name)]
+        by_node = "ClusterName,InstanceId,NodeName"
+        widgets += [
+            cw.GraphWidget(title="GPU utilisation per node (%)", left=[_search(by_node, "node_gpu_utilization", cluster_name, "Average", "")]),
+            cw.GraphWidget(title="GPU memory utilisation per node (%)", left=[_search(by_node, "node_gpu_memory_utilization", cluster_name, "Average", "")]),
+            cw.GraphWidget(
+                title="EFA bytes per node (rx, tx, RDMA read)",
+                left=[_search(by_node, m, cluster_name, "Sum", m) for m in ("node_efa_rx_bytes", "node_efa_tx_bytes", "node_efa_rdma_read_bytes")],
+            ),
+        ]
+        widgets.append(
+            cw.TextWidget(
+                markdown="Ray, vLLM and NIXL: PromQL over the Ray pods' Prometheus metrics (managed collector, "
+                f'`{METRICS_CLUSTER_LABEL}="{cluster_name}"`, `{METRICS_PHASE_LABEL}` = prefill/decode/headgroup). GPU and EFA: Container Insights. '
+                "Per-request detail: `make bench-serving`.",
+                width=16,
+                height=6,
+            )
+        )
+        self.dashboard = cw.Dashboard(
+            self, "Dashboard", dashboard_name=f"{cluster_name}-serving", widgets=[widgets[i : i + 3] for i in range(0, len(widgets), 3)]
+        )
+
+        self.nixl_failures_alarm = cw.PromQLAlarm(
+            self,
+            "NixlFailedTransfers",
+            alarm_description="NIXL KV-cache transfers failed: a decode engine could not read the prefill node's KV cache over EFA",
+            query=nixl_failures_query(cluster_name),
+            evaluation_interval=Duration.minutes(1),
+            pending_period=Duration.seconds(0),
+            recovery_period=Duration.minutes(10),
+        )
+        expected_gpus = settings.gpu_node_count * settings.gpu_node.gpus
+        self.gpu_capacity_alarm = (
+            cw.Alarm(
+                self,
+                "GpuCapacity",
+                alarm_description=f"Fewer than {expected_gpus} GPUs schedulable: a GPU node is not ready, or its device plugin is not advertising",
+                metric=cw.Metric(
+                    namespace=CONTAINER_INSIGHTS,
+                    metric_name="node_gpu_limit",
+                    dimensions_map={"ClusterName": cluster_name},
+                    # One datapoint per node per minute (the agent's interval): a minute's Sum is the
+                    # cluster's GPUs; a longer period would add up several minutes of every node.
+                    statistic="Sum",
+                    period=Duration.minutes(1),
+                ),
+                threshold=expected_gpus,
+                comparison_operator=cw.ComparisonOperator.LESS_THAN_THRESHOLD,
+                evaluation_periods=5,
+                datapoints_to_alarm=3,  # a node's sample landing in the next minute is not an outage
+                treat_missing_data=cw.TreatMissingData.BREACHING,
+            )
+            if expected_gpus
+            else None  # parked: no GPU is expected
+        )
+        CfnOutput(self, "DashboardName", value=f"{cluster_name}-serving")
+        CfnOutput(self, "ScraperId", value=self.scraper.attr_scraper_id)
+
+    def _ray_metrics_collector(self, settings: Settings, cluster: eks.ICluster, vpc: ec2.IVpc) -> None:
+        cluster_name = settings.cluster_name
         # The collector's network interfaces sit in subnets of their own (a /28 per AZ in space the network
         # stack leaves free; no node or pod has an address there, so the serving namespace's NetworkPolicy
         # can name the collector by address) with a security group of their own, let into the cluster
@@ -243,65 +305,6 @@ class ObservabilityStack(Stack):
 
         for rule in ingress_rules:  # it reaches the API and the pods from its first scrape
             self.scraper.node.add_dependency(rule)
-
-        widgets: list[cw.IWidget] = [PromQLChart(panel=panel, region=settings.region) for panel in ray_panels(cluster_name)]
-        by_node = "ClusterName,InstanceId,NodeName"
-        widgets += [
-            cw.GraphWidget(title="GPU utilisation per node (%)", left=[_search(by_node, "node_gpu_utilization", cluster_name, "Average", "")]),
-            cw.GraphWidget(title="GPU memory utilisation per node (%)", left=[_search(by_node, "node_gpu_memory_utilization", cluster_name, "Average", "")]),
-            cw.GraphWidget(
-                title="EFA bytes per node (rx, tx, RDMA read)",
-                left=[_search(by_node, m, cluster_name, "Sum", m) for m in ("node_efa_rx_bytes", "node_efa_tx_bytes", "node_efa_rdma_read_bytes")],
-            ),
-        ]
-        widgets.append(
-            cw.TextWidget(
-                markdown="Ray, vLLM and NIXL: PromQL over the Ray pods' Prometheus metrics (managed collector, "
-                f'`{METRICS_CLUSTER_LABEL}="{cluster_name}"`, `{METRICS_PHASE_LABEL}` = prefill/decode/headgroup). GPU and EFA: Container Insights. '
-                "Per-request detail: `make bench-serving`.",
-                width=16,
-                height=6,
-            )
-        )
-        self.dashboard = cw.Dashboard(
-            self, "Dashboard", dashboard_name=f"{cluster_name}-serving", widgets=[widgets[i : i + 3] for i in range(0, len(widgets), 3)]
-        )
-
-        self.nixl_failures_alarm = cw.PromQLAlarm(
-            self,
-            "NixlFailedTransfers",
-            alarm_description="NIXL KV-cache transfers failed: a decode engine could not read the prefill node's KV cache over EFA",
-            query=nixl_failures_query(cluster_name),
-            evaluation_interval=Duration.minutes(1),
-            pending_period=Duration.seconds(0),
-            recovery_period=Duration.minutes(10),
-        )
-        expected_gpus = settings.gpu_node_count * settings.gpu_node.gpus
-        self.gpu_capacity_alarm = (
-            cw.Alarm(
-                self,
-                "GpuCapacity",
-                alarm_description=f"Fewer than {expected_gpus} GPUs schedulable: a GPU node is not ready, or its device plugin is not advertising",
-                metric=cw.Metric(
-                    namespace=CONTAINER_INSIGHTS,
-                    metric_name="node_gpu_limit",
-                    dimensions_map={"ClusterName": cluster_name},
-                    # One datapoint per node per minute (the agent's interval): a minute's Sum is the
-                    # cluster's GPUs; a longer period would add up several minutes of every node.
-                    statistic="Sum",
-                    period=Duration.minutes(1),
-                ),
-                threshold=expected_gpus,
-                comparison_operator=cw.ComparisonOperator.LESS_THAN_THRESHOLD,
-                evaluation_periods=5,
-                datapoints_to_alarm=3,  # a node's sample landing in the next minute is not an outage
-                treat_missing_data=cw.TreatMissingData.BREACHING,
-            )
-            if expected_gpus
-            else None  # parked: no GPU is expected
-        )
-        CfnOutput(self, "DashboardName", value=f"{cluster_name}-serving")
-        CfnOutput(self, "ScraperId", value=self.scraper.attr_scraper_id)
 
     def _container_insights(self, cluster: eks.ICluster) -> None:
         role = iam.Role(
