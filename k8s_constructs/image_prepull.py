@@ -60,7 +60,13 @@ class ImagePrepullChart(cdk8s.Chart):
                         memory=kplus.MemoryResources(request=cdk8s.Size.mebibytes(8), limit=cdk8s.Size.mebibytes(32)),
                     ),
                     security_context=kplus.ContainerSecurityContextProps(
-                        ensure_non_root=True, user=NOBODY, group=NOBODY, read_only_root_filesystem=True, allow_privilege_escalation=False
+                        ensure_non_root=True,
+                        user=NOBODY,
+                        group=NOBODY,
+                        read_only_root_filesystem=True,
+                        allow_privilege_escalation=False,
+                        capabilities=kplus.ContainerSecutiryContextCapabilities(drop=[kplus.Capability.ALL]),
+                        seccomp_profile=kplus.SeccompProfile(type=kplus.SeccompProfileType.RUNTIME_DEFAULT),
                     ),
                 )
             ],

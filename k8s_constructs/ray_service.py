@@ -33,6 +33,9 @@ from imports.io.ray import (
     RayServiceSpecRayClusterConfigHeadGroupSpecTemplateSpecContainersResources,
     RayServiceSpecRayClusterConfigHeadGroupSpecTemplateSpecContainersResourcesLimits,
     RayServiceSpecRayClusterConfigHeadGroupSpecTemplateSpecContainersResourcesRequests,
+    RayServiceSpecRayClusterConfigHeadGroupSpecTemplateSpecContainersSecurityContext,
+    RayServiceSpecRayClusterConfigHeadGroupSpecTemplateSpecContainersSecurityContextCapabilities,
+    RayServiceSpecRayClusterConfigHeadGroupSpecTemplateSpecContainersSecurityContextSeccompProfile,
     RayServiceSpecRayClusterConfigWorkerGroupSpecs,
     RayServiceSpecRayClusterConfigWorkerGroupSpecsTemplate,
     RayServiceSpecRayClusterConfigWorkerGroupSpecsTemplateSpec,
@@ -205,6 +208,17 @@ class PdRayServiceChart(cdk8s.Chart):
                                     HEAD_LIMIT_MEMORY_MIB,
                                 ),
                             ),
+                            # Ray on the head (GCS, dashboard, Serve controller, `ray stop`) needs no Linux
+                            # capability and no privilege escalation: a local head started with every
+                            # capability dropped and no_new_privs serves (tests/test_head_security.py). Only
+                            # the dashboard's py-spy profiling would need SYS_PTRACE, a debugging aid left off.
+                            security_context=RayServiceSpecRayClusterConfigHeadGroupSpecTemplateSpecContainersSecurityContext(
+                                allow_privilege_escalation=False,
+                                capabilities=RayServiceSpecRayClusterConfigHeadGroupSpecTemplateSpecContainersSecurityContextCapabilities(drop=["ALL"]),
+                                seccomp_profile=RayServiceSpecRayClusterConfigHeadGroupSpecTemplateSpecContainersSecurityContextSeccompProfile(
+                                    type="RuntimeDefault"
+                                ),
+                            ),
                             lifecycle=RayServiceSpecRayClusterConfigHeadGroupSpecTemplateSpecContainersLifecycle(
                                 pre_stop=RayServiceSpecRayClusterConfigHeadGroupSpecTemplateSpecContainersLifecyclePreStop(
                                     exec=RayServiceSpecRayClusterConfigHeadGroupSpecTemplateSpecContainersLifecyclePreStopExec(command=RAY_STOP)
@@ -220,7 +234,7 @@ class PdRayServiceChart(cdk8s.Chart):
     def _worker_group(s: Settings, phase: Phase, nodes: int) -> RayServiceSpecRayClusterConfigWorkerGroupSpecs:
         """The prefill or the decode worker group: one pod per GPU node of its own, advertising the phase's
         Ray resource (one unit per GPU) that only that phase's placement bundles ask for."""
-        sized = gpu_worker_resources(s.gpu_node)
+        sized = gpu_worker_resources(s.gpu_node, observability=s.observability)
         limit = RayServiceSpecRayClusterConfigWorkerGroupSpecsTemplateSpecContainersResourcesLimits.from_string
         request = RayServiceSpecRayClusterConfigWorkerGroupSpecsTemplateSpecContainersResourcesRequests.from_string
         # One worker per GPU node, with all its GPUs and EFA devices (g6.8xlarge: 1 and 1). Without the EFA
@@ -296,7 +310,7 @@ class PdRayServiceChart(cdk8s.Chart):
                                 requests={k: request(v) for k, v in amounts.items()},
                                 limits={k: limit(v) for k, v in amounts.items()},
                             ),
-                            # CUDA VRAM is registered with the EFA NIC for zero-copy transfers; IPC_LOCK
+                            # CUDA VRAM is registered with the EFA NIC for the KV transfers; IPC_LOCK
                             # alone is not enough. The only privileged pod of the deployment.
                             security_context=RayServiceSpecRayClusterConfigWorkerGroupSpecsTemplateSpecContainersSecurityContext(privileged=True),
                             volume_mounts=[

@@ -7,8 +7,8 @@ table and never a traceback. Only read-only AWS calls are made.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 # boto3/botocore ship no type information and the repository pins no stubs: responses are Any here and
@@ -23,8 +23,11 @@ from botocore.exceptions import (
 )
 
 from preflight import redeploy as day2
+from preflight.capacity import check_capacity_reservation, check_vpc_azs
 from preflight.charts import check_helm_charts
 from preflight.deployed import Deployed, existing_stacks, read_deployed
+from preflight.principals import check_admin_principals
+from preflight.reachability import check_api_endpoint
 from preflight.redeploy import Redeploy
 from preflight.results import CheckResult, warn
 from preflight.results import fail as _fail
@@ -89,6 +92,16 @@ class PreflightInput:
     metrics_collector_alias: str = ""  # ours: held, not another collector
     # This cluster's optional stacks the configuration leaves out (OBSERVABILITY=off: the observability one).
     stacks_left_out: tuple[str, ...] = ()
+    # Cluster-admin access entries to create, and the CDK bootstrap's CloudFormation execution role (the cluster
+    # creator) as the assembly names it, ${AWS::AccountId} and ${AWS::Partition} still in it.
+    admin_principal_arns: tuple[str, ...] = ()
+    execution_role_arn: str = ""
+    vpc_azs: tuple[str, ...] = ()  # every AZ the network stack puts subnets in
+    gpu_capacity_reservation_id: str = ""
+    gpu_capacity_reservation_type: str = "on-demand"
+    gpu_placement_group: str = "on"
+    # Where the tools run (RUNNER_ENVIRONMENT tells a GitHub-hosted runner): a private API must be reachable from it.
+    environ: Mapping[str, str] = field(default_factory=dict)
 
 
 def quota_code_of(instance_type: str) -> str | None:
@@ -162,6 +175,18 @@ class _Context:
             stacks = self.inp.redeploy.templates if self.inp.redeploy else {}
             self._deployed = read_deployed(self.client, cluster_name=self.inp.cluster_name, stack_names=list(stacks))
         return self._deployed
+
+    def nodes_in_reservation(self, reservation_id: str) -> int:
+        """This cluster's pending/running instances that run in the capacity reservation."""
+        pages = self.client("ec2").get_paginator("describe_instances").paginate(Filters=[{"Name": "instance-state-name", "Values": ["pending", "running"]}])
+        return sum(
+            1
+            for page in pages
+            for reservation in page["Reservations"]
+            for instance in reservation["Instances"]
+            if instance.get("CapacityReservationId") == reservation_id
+            and any(t["Key"] == "eks:cluster-name" and t["Value"] == self.inp.cluster_name for t in instance.get("Tags", []))
+        )
 
     def running_vcpus(self, quota_code: str) -> tuple[int, int]:
         """(this cluster's, everything else's) vCPUs of pending/running On-Demand instances in the region
@@ -399,17 +424,33 @@ def _check_log_group(ctx: _Context) -> CheckResult:
 
 
 def _check_api_endpoint(ctx: _Context) -> CheckResult:
-    """A public endpoint open to the whole internet is allowed (hosted CI runners have no fixed address),
-    but it is a choice to make knowingly."""
+    return check_api_endpoint(ctx.inp.endpoint_access, ctx.inp.public_access_cidrs, ctx.inp.environ)
+
+
+def _check_vpc_azs(ctx: _Context) -> CheckResult:
+    return check_vpc_azs(ctx.client("ec2"), region=ctx.inp.region, vpc_azs=ctx.inp.vpc_azs)
+
+
+def _check_capacity_reservation(ctx: _Context) -> CheckResult:
     inp = ctx.inp
-    if inp.endpoint_access == "private":
-        return _pass("api-endpoint", "private only: reachable from inside the VPC")
-    if inp.public_access_cidrs:
-        return _pass("api-endpoint", f"{inp.endpoint_access}, public side limited to {', '.join(inp.public_access_cidrs)}")
-    return warn(
-        "api-endpoint",
-        f"{inp.endpoint_access}, public side open to 0.0.0.0/0 (IAM authentication still applies)",
-        "set PUBLIC_ACCESS_CIDRS to your networks (and your CI runners' egress), or ENDPOINT_ACCESS=private with a runner in the VPC",
+    return check_capacity_reservation(
+        ctx.client("ec2"),
+        reservation_id=inp.gpu_capacity_reservation_id,
+        reservation_type=inp.gpu_capacity_reservation_type,
+        placement_group=inp.gpu_placement_group,
+        instance_type=inp.gpu_instance_type,
+        gpu_az=inp.gpu_az,
+        # A rolling update with the default strategy launches its surge into the reservation too.
+        nodes=inp.gpu_node_count + inp.gpu_update_surge_nodes if inp.gpu_node_count else 0,
+        held=ctx.nodes_in_reservation(inp.gpu_capacity_reservation_id) if inp.gpu_capacity_reservation_id else 0,
+    )
+
+
+def _check_admin_principals(ctx: _Context) -> CheckResult:
+    partition = "aws-cn" if ctx.inp.region.startswith("cn-") else "aws-us-gov" if ctx.inp.region.startswith("us-gov-") else "aws"
+    execution_role = ctx.inp.execution_role_arn.replace("${AWS::AccountId}", ctx.account).replace("${AWS::Partition}", partition)
+    return check_admin_principals(
+        ctx.client("iam", _home_region(ctx.inp.region)), arns=ctx.inp.admin_principal_arns, account=ctx.account, execution_role_arn=execution_role
     )
 
 
@@ -523,6 +564,8 @@ _AWS_CHECKS: tuple[tuple[str, _Check], ...] = (
     ("region", _check_region),
     ("gpu-az-offering", _check_gpu_offering),
     ("gpu-efa", _check_gpu_efa),
+    ("vpc-azs", _check_vpc_azs),
+    ("gpu-capacity-reservation", _check_capacity_reservation),
     ("stack-states", _redeploy_check(day2.check_stack_states, "stack-states")),
     ("kubernetes-version", _redeploy_check(day2.check_kubernetes_version, "kubernetes-version")),
     ("stack-changes", _redeploy_check(day2.check_stack_changes, "stack-changes")),
@@ -531,6 +574,7 @@ _AWS_CHECKS: tuple[tuple[str, _Check], ...] = (
     ("gpu-vcpu-quota", _check_gpu_quota),
     ("standard-vcpu-quota", _check_standard_quota),
     ("cdk-bootstrap", _check_bootstrap),
+    ("admin-principals", _check_admin_principals),
     ("api-endpoint", _check_api_endpoint),
     ("helm-charts", _check_charts),
     ("metrics-destination", _check_metrics_destination),

@@ -28,7 +28,10 @@ CHANGE_EFFECTS: Final[dict[str, tuple[str, str]]] = {
     ),
     "NAMESPACE": (REPLACEMENT, "new Namespace and RayService applied, then the old ones deleted; the model restarts (up to 30 minutes)"),
     "VPC_CIDR": (REFUSED, "replaces the VPC under the cluster. Keep it, or `make destroy` and deploy again"),
-    "ENDPOINT_ACCESS": (IN_PLACE, "EKS updates the endpoint; with `private` the kubectl provider moves into the VPC with its own security group"),
+    "ENDPOINT_ACCESS": (
+        IN_PLACE,
+        "EKS updates the endpoint; to or from `public` the kubectl provider's Lambdas move out of or into the VPC (with their own security group whenever they are in it)",
+    ),
     "PUBLIC_ACCESS_CIDRS": (IN_PLACE, "EKS updates the allow-list"),
     "ADMIN_PRINCIPAL_ARNS": (IN_PLACE, "access entries added or removed (each keyed by its ARN, so the others stay)"),
     "SYSTEM_NODEGROUP_NAME": (
@@ -51,6 +54,16 @@ CHANGE_EFFECTS: Final[dict[str, tuple[str, str]]] = {
         REFUSED,
         "the nodegroup's subnet is create-only and its name fixed. Park, deploy the new GPU_AZ with a new GPU_NODEGROUP_NAME and "
         "GPU_NODE_COUNT=0, then unpark (if the VPC's AZs change too, preflight refuses that as well: `make destroy` and deploy again)",
+    ),
+    "GPU_PLACEMENT_GROUP": (
+        ROLLING,
+        "a new launch template version (GPU_UPDATE_STRATEGY); `on` to `off` deletes the stack's placement group once the nodes have left it",
+    ),
+    "GPU_CAPACITY_RESERVATION_ID": (ROLLING, "a new launch template version: the nodes are replaced into the new reservation (or out of it)"),
+    "GPU_CAPACITY_RESERVATION_TYPE": (
+        REFUSED,
+        "the nodegroup's capacity type is create-only and its name fixed: unless parked, `GPU_NODE_COUNT=0 make deploy`, then change it "
+        "with a new GPU_NODEGROUP_NAME and GPU_NODE_COUNT=0, then unpark",
     ),
     "DLC_IMAGE": (RECREATE, _RECREATE_HOW),
     "KUBERAY_VERSION": (
@@ -78,8 +91,9 @@ CHANGE_EFFECTS: Final[dict[str, tuple[str, str]]] = {
     "SERVE_CLIENT_NAMESPACES": (IN_PLACE, "the NetworkPolicy of the Serve port"),
     "METRICS_NAMESPACE": (IN_PLACE, "the NetworkPolicy of the metrics port"),
     "OBSERVABILITY": (
-        IN_PLACE,
-        "`on` adds the CLUSTER_NAME-observability stack and lets the managed collector's subnets reach the Ray pods' metrics port (NetworkPolicy); back to `off`: first `OBSERVABILITY=on make destroy STACKS=CLUSTER_NAME-observability` (a stack left out of the app is neither deleted by a deploy nor found by `cdk destroy`)",
+        RECREATE,
+        "`on` adds the CLUSTER_NAME-observability stack and lets the managed collector's subnets reach the Ray pods' metrics port (NetworkPolicy); "
+        f"the Ray workers give up a core and a GiB to the add-on's pods (and take them back with `off`): {_RECREATE_HOW}. Back to `off`: first `OBSERVABILITY=on make destroy STACKS=CLUSTER_NAME-observability` (a stack left out of the app is neither deleted by a deploy nor found by `cdk destroy`)",
     ),
     "HF_TOKEN_SECRET_NAME": (
         RECREATE,

@@ -26,6 +26,7 @@ from settings.instance_types import (
     instance_type_context_key,
 )
 from settings.model import Settings
+from settings.registries import eks_addon_registry
 from settings.sizing import check_engine_cpus, check_head_fits, gpu_worker_resources
 from settings.zones import choose_zones
 
@@ -101,6 +102,26 @@ SPECS: tuple[SettingSpec, ...] = (
     SettingSpec("GPU_ROOT_VOLUME_GIB", "200", "Encrypted gp3 root volume of each GPU node (image ~20 GB, weights ~18 GiB)", "integer 100-2000"),
     SettingSpec(
         "GPU_AZ", "", "AZ of the GPU nodes (EFA cannot cross AZs); empty = the cached look-up, else REGION + 'a'", "an AZ of REGION that offers GPU_NODE_TYPE"
+    ),
+    SettingSpec(
+        "GPU_PLACEMENT_GROUP",
+        "on",
+        "Cluster placement group of the GPU nodes: on = one the GPU stack creates (lowest latency between them, but all nodes "
+        "must fit one spot: InsufficientInstanceCapacity is likelier), off = none, or the name of an existing cluster placement "
+        "group (the one a capacity reservation was made in)",
+        "on, off, or a placement group name; not on with GPU_CAPACITY_RESERVATION_ID",
+    ),
+    SettingSpec(
+        "GPU_CAPACITY_RESERVATION_ID",
+        "",
+        "EC2 capacity reservation the GPU nodes launch into (an On-Demand Capacity Reservation or a Capacity Block for ML); empty = none",
+        "empty or a reservation ID cr-<17 hex>, in GPU_AZ, of GPU_NODE_TYPE, active, with free instances for the nodes (checked by the preflight)",
+    ),
+    SettingSpec(
+        "GPU_CAPACITY_RESERVATION_TYPE",
+        "on-demand",
+        "What GPU_CAPACITY_RESERVATION_ID is: on-demand (a Capacity Reservation) or capacity-block (a Capacity Block for ML: the nodegroup's capacity type CAPACITY_BLOCK)",
+        "on-demand or capacity-block (needs GPU_CAPACITY_RESERVATION_ID)",
     ),
     SettingSpec(
         "DLC_IMAGE",
@@ -280,6 +301,8 @@ def _system_facts(name: str, context: Mapping[str, Any]) -> InstanceFacts:
 def _region(raw: str) -> str:
     if raw not in _known_regions():
         raise SettingError("REGION", raw, f"an AWS Region{_closest(raw, _known_regions())}, one of {', '.join(_known_regions())}")
+    if eks_addon_registry(raw) is None:
+        raise SettingError("REGION", raw, "a Region whose EKS add-on image registry settings/registries.py lists (add its row from the EKS user guide)")
     return raw
 
 
@@ -298,6 +321,38 @@ def _principal_arn(raw: str) -> str:
     if not re.fullmatch(r"arn:aws[a-z-]*:iam::\d{12}:(role|user)/[\w+=,.@/-]+", raw):
         raise SettingError("ADMIN_PRINCIPAL_ARNS", raw, "IAM role or user ARNs such as arn:aws:iam::123456789012:role/ci-deploy")
     return raw
+
+
+def _principal_arns(raw: str) -> tuple[str, ...]:
+    arns = tuple(_principal_arn(a) for a in _csv(raw))
+    # EKS allows one access entry per principal: a second one fails the cluster stack about 12 minutes in.
+    duplicates = sorted({a for a in arns if arns.count(a) > 1})
+    if duplicates:
+        raise SettingError("ADMIN_PRINCIPAL_ARNS", raw, f"each ARN once (EKS allows one access entry per principal; {duplicates[0]} is listed twice)")
+    return arns
+
+
+def _capacity(raw: Mapping[str, str]) -> tuple[str, str, str]:
+    """(placement group, reservation ID, reservation type) of the GPU nodes."""
+    reservation = raw["GPU_CAPACITY_RESERVATION_ID"].strip()
+    if reservation and not re.fullmatch(r"cr-[0-9a-f]{17}", reservation):
+        raise SettingError("GPU_CAPACITY_RESERVATION_ID", reservation, "empty or a capacity reservation ID: cr- and 17 hexadecimal digits")
+    kind = _choice("GPU_CAPACITY_RESERVATION_TYPE", raw["GPU_CAPACITY_RESERVATION_TYPE"], ("on-demand", "capacity-block"))
+    if kind == "capacity-block" and not reservation:
+        raise SettingError("GPU_CAPACITY_RESERVATION_TYPE", kind, "on-demand unless GPU_CAPACITY_RESERVATION_ID names the Capacity Block")
+    group = raw["GPU_PLACEMENT_GROUP"].strip()
+    if group not in ("on", "off") and not re.fullmatch(r"[A-Za-z0-9][\w.+=@-]{0,254}", group):
+        raise SettingError("GPU_PLACEMENT_GROUP", group, "on, off, or the name of an existing cluster placement group")
+    if group == "on" and reservation:
+        # A reservation serves instances launched into the placement group it was made in, and only those:
+        # the one the stack would create is new, so no reservation can be in it.
+        raise SettingError(
+            "GPU_PLACEMENT_GROUP",
+            group,
+            "off, or the name of the cluster placement group the reservation was created in, while GPU_CAPACITY_RESERVATION_ID is set "
+            "(a new placement group holds no reservation)",
+        )
+    return group, reservation, kind
 
 
 def _image(raw: str, region: str) -> str:
@@ -385,6 +440,7 @@ def load_settings(environ: Mapping[str, str], context: Mapping[str, Any]) -> Set
         raise SettingError("OBSERVABILITY", "on", "off while ENDPOINT_ACCESS=public (the metrics collector needs the private endpoint)")
 
     gpu_node = _gpu_facts(raw["GPU_NODE_TYPE"], context)
+    placement_group, reservation, reservation_type = _capacity(raw)
     zones = choose_zones(region=region, gpu_type=gpu_node.name, gpu_az=raw["GPU_AZ"].strip(), context=context)
 
     model_id = raw["MODEL_ID"]
@@ -409,7 +465,7 @@ def load_settings(environ: Mapping[str, str], context: Mapping[str, Any]) -> Set
         availability_zones=zones.vpc_azs,
         endpoint_access=endpoint_access,
         public_access_cidrs=public_cidrs,
-        admin_principal_arns=tuple(_principal_arn(a) for a in _csv(raw["ADMIN_PRINCIPAL_ARNS"])),
+        admin_principal_arns=_principal_arns(raw["ADMIN_PRINCIPAL_ARNS"]),
         system_nodegroup_name=_dns_label("SYSTEM_NODEGROUP_NAME", raw["SYSTEM_NODEGROUP_NAME"]),
         system_node=_system_facts(raw["SYSTEM_NODE_TYPE"], context),
         system_node_count=_integer("SYSTEM_NODE_COUNT", raw["SYSTEM_NODE_COUNT"], 1, 10),
@@ -440,6 +496,9 @@ def load_settings(environ: Mapping[str, str], context: Mapping[str, Any]) -> Set
         metrics_namespace=_dns_label("METRICS_NAMESPACE", raw["METRICS_NAMESPACE"]),
         observability=observability,
         eks_addon_versions=_addon_versions(region, raw["K8S_VERSION"], context),
+        gpu_placement_group=placement_group,
+        gpu_capacity_reservation_id=reservation,
+        gpu_capacity_reservation_type=reservation_type,
     )
     if settings.gpu_node_count == -1:  # empty: what the replicas need
         settings = replace(settings, gpu_node_count=settings.gpu_nodes_needed)
@@ -452,8 +511,8 @@ def load_settings(environ: Mapping[str, str], context: Mapping[str, Any]) -> Set
             f"engine(s) of TENSOR_PARALLEL_SIZE={settings.tensor_parallel_size} per node; the phases never share a node)",
         )
     check_head_fits(settings.system_node)
-    gpu_worker_resources(settings.gpu_node)
-    check_engine_cpus(settings.gpu_node, settings.engines_per_node, settings.tensor_parallel_size)
+    gpu_worker_resources(settings.gpu_node, observability=settings.observability)
+    check_engine_cpus(settings.gpu_node, settings.engines_per_node, settings.tensor_parallel_size, observability=settings.observability)
     return settings
 
 

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 from settings.addressing import collector_subnet_cidrs
 from settings.instance_types import InstanceFacts
+from settings.registries import eks_addon_registry
 
 # The deployable units, in deploy order, and those only some configurations contain.
 ALWAYS_DEPLOYED_PARTS = ("network", "cluster", "system", "gpu", "serving")
@@ -56,6 +57,21 @@ class Settings:
     # as `make lookup` cached it, else None (EKS's default at create time; it does not follow upgrades).
     eks_addon_versions: tuple[tuple[str, str | None], ...] = ()
     dlc_image_source: str = "digest given"  # "digest given", "cached look-up" or "tag only"
+    gpu_placement_group: str = "on"  # "on" (the GPU stack's own cluster group), "off", or an existing group's name
+    gpu_capacity_reservation_id: str = ""  # "" = none
+    gpu_capacity_reservation_type: str = "on-demand"  # "on-demand" (ODCR) | "capacity-block"
+
+    @property
+    def eks_addon_registry(self) -> str:
+        """The deploy Region's EKS add-on image registry (the loader refuses a Region without one)."""
+        registry = eks_addon_registry(self.region)
+        if registry is None:
+            raise ValueError(f"no EKS add-on registry known for {self.region}")
+        return registry
+
+    @property
+    def gpu_capacity_block(self) -> bool:
+        return bool(self.gpu_capacity_reservation_id) and self.gpu_capacity_reservation_type == "capacity-block"
 
     @property
     def unresolved_addons(self) -> tuple[str, ...]:

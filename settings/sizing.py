@@ -18,6 +18,12 @@ from settings.instance_types import InstanceFacts
 # and on GPU nodes the NVIDIA and EFA device plugins).
 DAEMONSET_CPU_MILLI = 500
 DAEMONSET_MEMORY_MIB = 1024
+# OBSERVABILITY=on adds the amazon-cloudwatch-observability add-on's pods to every GPU node: the CloudWatch
+# agent, the DCGM exporter and the log forwarder (DaemonSets), and possibly its controller, which tolerates
+# every taint — about 840m CPU together. A whole core and a GiB more keep room for one more DaemonSet, so a
+# worker never stays Pending behind them while CloudFormation reports success.
+OBSERVABILITY_CPU_MILLI = 1000
+OBSERVABILITY_MEMORY_MIB = 1024
 # A GPU worker keeps the ~18 GiB checkpoint in the page cache (charged to its cgroup) beside vLLM's
 # host memory and Ray's object store in /dev/shm: below this it would reload weights from disk.
 MIN_WORKER_MEMORY_MIB = 48 * 1024
@@ -67,13 +73,15 @@ class WorkerResources:
         return f"{self.memory_mib // 1024}Gi" if self.memory_mib % 1024 == 0 else f"{self.memory_mib}Mi"
 
 
-def gpu_worker_resources(instance: InstanceFacts) -> WorkerResources:
+def gpu_worker_resources(instance: InstanceFacts, *, observability: bool) -> WorkerResources:
     """Requests = limits (Guaranteed QoS) for the one worker of a GPU node: the node's allocatable less
-    the DaemonSets, rounded down to whole cores and GiB. The memory limit is far above the checkpoint, so
-    the page cache keeps the weights between restarts (on g6.8xlarge: ~145 s to ~2 s to load)."""
+    the DaemonSets (and the observability add-on's pods when it is on), rounded down to whole cores and
+    GiB. The memory limit is far above the checkpoint, so the page cache keeps the weights between
+    restarts (on g6.8xlarge: ~145 s to ~2 s to load)."""
     node = allocatable(instance)
-    cpu = (node.cpu_milli - DAEMONSET_CPU_MILLI) // 1000 * 1000
-    memory = (node.memory_mib - DAEMONSET_MEMORY_MIB) // 1024 * 1024
+    extra_cpu, extra_memory = (OBSERVABILITY_CPU_MILLI, OBSERVABILITY_MEMORY_MIB) if observability else (0, 0)
+    cpu = (node.cpu_milli - DAEMONSET_CPU_MILLI - extra_cpu) // 1000 * 1000
+    memory = (node.memory_mib - DAEMONSET_MEMORY_MIB - extra_memory) // 1024 * 1024
     if cpu < MIN_WORKER_CPU_MILLI or memory < MIN_WORKER_MEMORY_MIB:
         raise SettingError(
             "GPU_NODE_TYPE",
@@ -97,9 +105,9 @@ def check_head_fits(instance: InstanceFacts) -> None:
         )
 
 
-def check_engine_cpus(instance: InstanceFacts, engines_per_node: int, tensor_parallel_size: int) -> None:
+def check_engine_cpus(instance: InstanceFacts, engines_per_node: int, tensor_parallel_size: int, *, observability: bool) -> None:
     """The engines' bundles of a full GPU node must leave the ingress and router room on its worker."""
-    worker_cpus = gpu_worker_resources(instance).cpu_milli // 1000
+    worker_cpus = gpu_worker_resources(instance, observability=observability).cpu_milli // 1000
     bundles = engines_per_node * (tensor_parallel_size * CPUS_PER_GPU_BUNDLE + REPLICA_ACTOR_CPUS)
     if worker_cpus - bundles < SERVE_CPU_HEADROOM:
         raise SettingError(

@@ -90,7 +90,15 @@ def build_stacks(app: App, settings: Settings) -> Deployment:
         env=env,
     )
     observability = (
-        ObservabilityStack(app, names["observability"], settings=settings, cluster=cluster.cluster_ref, vpc=network.vpc, env=env)
+        ObservabilityStack(
+            app,
+            names["observability"],
+            settings=settings,
+            cluster=cluster.cluster_ref,
+            vpc=network.vpc,
+            system_nodegroup=system.system_nodegroup,
+            env=env,
+        )
         if settings.observability
         else None
     )

@@ -34,6 +34,8 @@ CDK_TOOLKIT_STACK = "CDKToolkit"  # the bootstrap stack that `make preflight` re
 DEPLOY_READ_ONLY_UNSCOPED = (
     "sts:GetCallerIdentity",
     "ec2:DescribeRegions",
+    "ec2:DescribeAvailabilityZones",
+    "ec2:DescribeCapacityReservations",
     "ec2:DescribeInstanceTypeOfferings",
     "ec2:DescribeInstanceTypes",
     "ec2:DescribeInstances",
@@ -153,6 +155,12 @@ class CiAccessStack(Stack):
                 iam.PolicyStatement(sid="ReadTheCluster", actions=["eks:DescribeCluster", "eks:ListNodegroups"], resources=[self._cluster_arn()]),
                 iam.PolicyStatement(sid="ReadTheNodegroups", actions=["eks:DescribeNodegroup"], resources=[nodegroups]),
                 iam.PolicyStatement(sid="ReadEc2Quotas", actions=["servicequotas:GetServiceQuota"], resources=[ec2_quotas]),
+                # The preflight checks that each ADMIN_PRINCIPAL_ARNS entry exists before EKS is asked for its access entry.
+                iam.PolicyStatement(
+                    sid="ReadAdminPrincipals",
+                    actions=["iam:GetRole", "iam:GetUser"],
+                    resources=[self._arn("iam", "", "role/*"), self._arn("iam", "", "user/*")],
+                ),
                 # OBSERVABILITY=on: CloudWatch's OpenTelemetry metrics store, the account's implicit dataset,
                 # which the preflight reads.
                 iam.PolicyStatement(

@@ -36,6 +36,11 @@ NODE_MANAGED_POLICIES = ("AmazonEKSWorkerNodePolicy", "AmazonEKS_CNI_Policy", "A
 NODE_ADDONS = ("vpc-cni", "kube-proxy", "eks-pod-identity-agent")
 
 
+def kubectl_provider_in_vpc(endpoint_access: str) -> bool:
+    """Whether aws-cdk-lib runs the kubectl provider's Lambdas in the VPC: whenever the endpoint has private access."""
+    return endpoint_access != "public"
+
+
 def managed_addon(scope: Construct, *, cluster: eks.ICluster, name: str, version: str | None) -> eks.Addon:
     addon = eks.Addon(
         scope,
@@ -89,13 +94,14 @@ class ClusterStack(Stack):
         if settings.public_access_cidrs:
             endpoint = endpoint.only_from(*settings.public_access_cidrs)
 
-        # In the VPC, the kubectl provider's Lambdas get a group of their own instead of the cluster's:
-        # CloudFormation then deletes that group only after Lambda has released the functions' ENIs,
-        # and those ENIs no longer hold the cluster security group or the subnets when the network
-        # stack goes.
+        # aws-cdk-lib 2.275 (aws-eks-v2/lib/cluster.js) puts the kubectl provider's Lambdas in the private
+        # subnets whenever the endpoint has private access (public-and-private, the default, too), and
+        # kubectl-provider.js then gives them the cluster security group. A group of their own instead:
+        # CloudFormation deletes it only after Lambda has released the functions' ENIs, so those ENIs
+        # never hold the cluster security group or the subnets when the network stack goes.
         kubectl_security_group = (
             ec2.SecurityGroup(self, "KubectlProviderSecurityGroup", vpc=vpc, description="kubectl provider Lambdas: to the Kubernetes API and AWS APIs")
-            if settings.endpoint_access == "private"
+            if kubectl_provider_in_vpc(settings.endpoint_access)
             else None
         )
         self.cluster = eks.Cluster(
@@ -121,7 +127,7 @@ class ClusterStack(Stack):
             ],
             kubectl_provider_options=eks.KubectlProviderOptions(
                 kubectl_layer=KubectlV35Layer(self, "KubectlLayer"),
-                # A private-only endpoint is reachable only from inside the VPC.
+                # Where aws-cdk-lib puts them anyway with private access; said here so the group above applies.
                 private_subnets=vpc.private_subnets if kubectl_security_group else None,
                 security_groups=[kubectl_security_group] if kubectl_security_group else None,
             ),

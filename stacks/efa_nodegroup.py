@@ -51,6 +51,8 @@ def efa_network_interfaces(instance: InstanceFacts, security_group_ids: list[str
             network_card_index=card,
             interface_type="efa",
             groups=security_group_ids,
+            # Private nodes: never a public address, whatever the subnet's default.
+            associate_public_ip_address=False,
             delete_on_termination=True,
         )
         for card in range(instance.network_cards)
@@ -69,10 +71,14 @@ class EfaNodegroupProps:
     node_count: int
     root_volume_gib: int
     update_strategy: str  # settings.gpu_update_strategy: "minimal" | "default"
+    placement_group: str = "on"  # settings.gpu_placement_group: "on" (create one), "off", or an existing group's name
+    capacity_reservation_id: str = ""  # "" = none
+    capacity_block: bool = False  # the reservation is a Capacity Block for ML
 
 
 class EfaNodegroup(Construct):
-    """Managed nodegroup of EFA GPU nodes; exposes ``nodegroup``, ``security_group``, ``placement_group``."""
+    """Managed nodegroup of EFA GPU nodes; exposes ``nodegroup``, ``security_group``, ``placement_group`` (None
+    unless this construct creates it) and ``launch_template``."""
 
     def __init__(self, scope: Construct, construct_id: str, *, props: EfaNodegroupProps) -> None:
         super().__init__(scope, construct_id)
@@ -87,15 +93,28 @@ class EfaNodegroup(Construct):
         self.security_group.add_ingress_rule(self.security_group, ec2.Port.all_traffic(), "EFA from the GPU nodes")
         self.security_group.add_egress_rule(self.security_group, ec2.Port.all_traffic(), "EFA to the GPU nodes")
 
-        self.placement_group = ec2.PlacementGroup(self, "PlacementGroup", strategy=ec2.PlacementGroupStrategy.CLUSTER)
-
+        # A cluster placement group puts the nodes close together (lowest EFA latency) but asks EC2 for room in
+        # one spot, which makes InsufficientInstanceCapacity likelier: GPU_PLACEMENT_GROUP chooses.
+        self.placement_group = (
+            ec2.PlacementGroup(self, "PlacementGroup", strategy=ec2.PlacementGroupStrategy.CLUSTER) if props.placement_group == "on" else None
+        )
+        group_name = self.placement_group.placement_group_name if self.placement_group else props.placement_group
+        reservation = props.capacity_reservation_id
         data = ec2.CfnLaunchTemplate.LaunchTemplateDataProperty(
             instance_type=props.instance.name,
             metadata_options=metadata_options(),
             block_device_mappings=[root_volume(props.root_volume_gib)],
             network_interfaces=efa_network_interfaces(props.instance, [props.cluster_security_group_id, self.security_group.security_group_id]),
-            placement=ec2.CfnLaunchTemplate.PlacementProperty(group_name=self.placement_group.placement_group_name),
+            placement=ec2.CfnLaunchTemplate.PlacementProperty(group_name=group_name) if props.placement_group != "off" else None,
             user_data=Fn.base64(_NVME_NODECONFIG) if props.instance.local_nvme_gb else None,
+            # Reserved capacity: the nodes launch into this reservation only (a targeted one, or an open one by ID).
+            capacity_reservation_specification=ec2.CfnLaunchTemplate.CapacityReservationSpecificationProperty(
+                capacity_reservation_target=ec2.CfnLaunchTemplate.CapacityReservationTargetProperty(capacity_reservation_id=reservation)
+            )
+            if reservation
+            else None,
+            # A Capacity Block is its own market (EKS: the launch template says so, the nodegroup's capacity type too).
+            instance_market_options=ec2.CfnLaunchTemplate.InstanceMarketOptionsProperty(market_type="capacity-block") if props.capacity_block else None,
         )
         self.launch_template = ec2.CfnLaunchTemplate(self, "LaunchTemplate", launch_template_data=data)
 
@@ -105,6 +124,7 @@ class EfaNodegroup(Construct):
             cluster=props.cluster,
             nodegroup_name=props.nodegroup_name,
             ami_type=eks.NodegroupAmiType.AL2023_X86_64_NVIDIA,
+            capacity_type=eks.CapacityType.CAPACITY_BLOCK if props.capacity_block else None,
             # The instance type is in the launch template (CDK's own GPU check does not know every type).
             min_size=props.node_count,
             desired_size=props.node_count,

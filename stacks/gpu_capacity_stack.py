@@ -48,10 +48,18 @@ class GpuCapacityStack(Stack):
                 node_count=settings.gpu_node_count,
                 root_volume_gib=settings.gpu_root_volume_gib,
                 update_strategy=settings.gpu_update_strategy,
+                placement_group=settings.gpu_placement_group,
+                capacity_reservation_id=settings.gpu_capacity_reservation_id,
+                capacity_block=settings.gpu_capacity_block,
             ),
         )
         self.device_plugins = DevicePlugins(
-            self, "DevicePlugins", cluster=cluster, gpu_nodegroup=self.gpu_nodes.nodegroup, gpu_instance_type=settings.gpu_node.name
+            self,
+            "DevicePlugins",
+            cluster=cluster,
+            gpu_nodegroup=self.gpu_nodes.nodegroup,
+            gpu_instance_type=settings.gpu_node.name,
+            image_registry=settings.eks_addon_registry,
         )
         # Applied as soon as the stack starts, not after the nodegroup: each node starts pulling the ~20 GB
         # Ray image the moment it joins (the system node too, for the head).

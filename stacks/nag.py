@@ -25,7 +25,7 @@ CDK_GENERATED_FUNCTIONS = ("KubectlProvider", "VpcRestrictDefaultSGCustomResourc
 CHECKOV_CDK_LAMBDA_FINDINGS = {
     "CKV_AWS_115": "aws-cdk-lib's custom-resource function runs once per deploy operation; a reserved concurrency would only add a failure mode.",
     "CKV_AWS_116": "aws-cdk-lib's custom-resource function is invoked synchronously by CloudFormation, which reports its failures; a DLQ would hold nothing.",
-    "CKV_AWS_117": "aws-cdk-lib's custom-resource function calls only AWS APIs (or the public Kubernetes endpoint); it is in the VPC when the endpoint is private.",
+    "CKV_AWS_117": "aws-cdk-lib's custom-resource function calls only AWS APIs (or the public Kubernetes endpoint); the kubectl provider's are in the VPC unless the endpoint is public-only.",
     "CKV_AWS_173": "aws-cdk-lib's custom-resource function's environment holds no secret (the kubectl provider's is its own configuration), so the AWS managed key suffices.",
 }
 

@@ -167,10 +167,23 @@ class ObservabilityStack(Stack):
     """Exposes ``addon``, ``scraper``, ``dashboard``, ``nixl_failures_alarm`` and ``gpu_capacity_alarm``
     (None while parked)."""
 
-    def __init__(self, scope: Construct, construct_id: str, *, settings: Settings, cluster: eks.ICluster, vpc: ec2.IVpc, env: Environment) -> None:
+    def __init__(
+        self,
+        scope: Construct,
+        construct_id: str,
+        *,
+        settings: Settings,
+        cluster: eks.ICluster,
+        vpc: ec2.IVpc,
+        system_nodegroup: eks.Nodegroup,
+        env: Environment,
+    ) -> None:
         super().__init__(scope, construct_id, env=env, description=f"{settings.cluster_name}: CloudWatch metrics, dashboard and alarms")
         cluster_name = settings.cluster_name
         self._container_insights(cluster)
+        # As CoreDNS: the add-on's controller tolerates every taint, so without system nodes to go to it
+        # would land on a GPU node and take the room the Ray worker was sized for.
+        self.addon.node.add_dependency(system_nodegroup)
         self._ray_metrics_collector(settings, cluster, vpc)
 
         widgets: list[cw.IWidget] = [PromQLChart(panel=panel, region=settings.region) for panel in ray_panels(cluster_name)]

@@ -92,3 +92,9 @@ def hf_token_synth(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Synth]:
 def observed_synth(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Synth]:
     """OBSERVABILITY=on: the add-on, the managed Prometheus collector, the dashboard and the alarms."""
     yield synthesize(settings_for({"OBSERVABILITY": "on"}), tmp_path_factory.mktemp("observability"))
+
+
+@pytest.fixture(scope="session")
+def private_synth(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Synth]:
+    """ENDPOINT_ACCESS=private: the API reachable only from inside the VPC."""
+    yield synthesize(settings_for({"ENDPOINT_ACCESS": "private"}), tmp_path_factory.mktemp("private"))

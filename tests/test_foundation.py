@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import pytest
 from aws_cdk.assertions import Match
 
 from tests.conftest import Synth
@@ -150,6 +151,30 @@ def test_admin_access_entries_and_private_endpoint(tmp_path_factory: Any) -> Non
     assert "policy/AmazonEKSClusterAdminPolicy" in json.dumps(policy["PolicyArn"])
     cluster = _only(synth.resources("cluster", "AWS::EKS::Cluster"))["Properties"]
     assert cluster["ResourcesVpcConfig"]["PublicAccessCidrs"] == ["203.0.113.0/24"]
+
+
+@pytest.mark.parametrize("synth_name", ["default_synth", "private_synth"])
+def test_the_kubectl_provider_in_the_vpc_has_a_security_group_of_its_own(synth_name: str, request: pytest.FixtureRequest) -> None:
+    """aws-cdk-lib puts the provider's Lambdas in the VPC whenever the endpoint has private access (the
+    default too) and would give them the cluster security group, which their late ENIs then hold at teardown."""
+    synth: Synth = request.getfixturevalue(synth_name)
+    groups = synth.resources("cluster", "AWS::EC2::SecurityGroup")
+    (own,) = [k for k in groups if k.startswith("KubectlProviderSecurityGroup")]
+    functions = [v["Properties"] for k, v in synth.resources("cluster", "AWS::Lambda::Function").items() if k.startswith("ClusterKubectlProvider")]
+    assert len(functions) == 2
+    for function in functions:
+        assert function["VpcConfig"]["SecurityGroupIds"] == [{"Fn::GetAtt": [own, "GroupId"]}]
+        assert len(function["VpcConfig"]["SubnetIds"]) == 3
+    # Let in on 443 by the cluster security group.
+    ingress = [v["Properties"] for v in synth.resources("cluster", "AWS::EC2::SecurityGroupIngress").values()]
+    assert any(r["SourceSecurityGroupId"] == {"Fn::GetAtt": [own, "GroupId"]} and r["FromPort"] == 443 for r in ingress)
+
+
+def test_the_kubectl_provider_is_in_the_vpc_unless_the_endpoint_is_public_only() -> None:
+    from stacks.cluster_stack import kubectl_provider_in_vpc
+
+    assert kubectl_provider_in_vpc("public-and-private") and kubectl_provider_in_vpc("private")
+    assert not kubectl_provider_in_vpc("public")
 
 
 def test_stacks_are_environment_agnostic_on_account(default_synth: Synth) -> None:

@@ -68,7 +68,7 @@ def test_the_head_offers_no_cpu_and_the_workers_keep_room_for_serve() -> None:
         settings = settings_for(env)
         ray_service = _rayservice(settings)
         assert ray_service["spec"]["rayClusterConfig"]["headGroupSpec"]["rayStartParams"]["num-cpus"] == "0"
-        worker_cpus = gpu_worker_resources(settings.gpu_node).cpu_milli // 1000
+        worker_cpus = gpu_worker_resources(settings.gpu_node, observability=settings.observability).cpu_milli // 1000
         for llm in _llm_configs(ray_service).values():
             bundles, _ = ray_serve_llm_placement(llm)
             engine_cpus = sum(b.get("CPU", 0) for b in bundles) * settings.engines_per_node
@@ -98,7 +98,7 @@ def _place(ray: Any, settings: Settings, extra: int = 1) -> tuple[dict[str, list
     cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 0, "num_gpus": 0, "object_store_memory": 78 * 1024 * 1024})
     try:
         node_phase: dict[str, str] = {}
-        worker_cpus = gpu_worker_resources(settings.gpu_node).cpu_milli // 1000
+        worker_cpus = gpu_worker_resources(settings.gpu_node, observability=settings.observability).cpu_milli // 1000
         for group in groups:
             for _ in range(group["replicas"]):
                 resources = {name: float(value) for name, value in group["resources"].items() if name != "GPU"}

@@ -117,6 +117,17 @@ def test_a_working_deploy_passes_and_reports_its_phases() -> None:
         ({"nodes": [_node("a", 1, 1)]}, {"gpu-nodes"}, "1 of 2 GPU node(s)"),
         ({"logs": {"prefill-0": LIBFABRIC, "decode-0": "Backend UCX was instantiated\n"}}, {"nixl"}, "decode-0: UCX"),
         ({"logs": {"prefill-0": LIBFABRIC, "decode-0": ""}}, {"nixl"}, "decode-0: none"),
+        # g6/g6e have no GPUDirect RDMA: libfabric may refuse to register the KV cache's GPU memory.
+        (
+            {"logs": {"prefill-0": LIBFABRIC + "libfabric:efa:mr: fi_mr_reg failed: -22\n", "decode-0": LIBFABRIC}},
+            {"nixl"},
+            "prefill-0: LIBFABRIC, GPU memory registration failed (fi_mr_reg failed)",
+        ),
+        (
+            {"logs": {"prefill-0": LIBFABRIC, "decode-0": LIBFABRIC + "nixl_libfabric: Unable to register MR for VRAM\n"}},
+            {"nixl"},
+            "decode-0: LIBFABRIC, GPU memory registration failed (Unable to register MR)",
+        ),
         ({"answer": None}, {"completion"}, "HTTP Error 503"),
         ({"answer": {"choices": [{"message": {"content": "  "}}]}}, {"completion"}, "no answer"),
     ],

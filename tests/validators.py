@@ -31,15 +31,29 @@ def _strict(schema: Any) -> Any:
     return schema
 
 
+NODEADM_CRD = Path(__file__).resolve().parent.parent / "schemas" / "nodeadm" / "node.eks.aws_nodeconfigs.yaml"
+
+
 @cache
-def crd_validator(file_name: str, version: str = "v1") -> jsonschema.protocols.Validator:
-    crd = yaml.load((CRD_DIR / file_name).read_text(), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
+def crd_validator(file_name: str, version: str = "v1", directory: Path = CRD_DIR) -> jsonschema.protocols.Validator:
+    crd = yaml.load((directory / file_name).read_text(), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
     (entry,) = [v for v in crd["spec"]["versions"] if v["name"] == version]
     schema = _strict(copy.deepcopy(entry["schema"]["openAPIV3Schema"]))
     # metadata is checked by the API server's ObjectMeta, not by the CRD schema.
     schema["properties"]["metadata"] = {"type": "object"}
     validator_class = jsonschema.validators.validator_for(schema, default=jsonschema.Draft7Validator)
     return validator_class(schema)
+
+
+def nodeconfig_errors(obj: dict[str, Any]) -> list[str]:
+    """A NodeConfig against nodeadm's own CRD, made strict: nodeadm itself drops an unknown field silently."""
+    errors = (
+        []
+        if (obj.get("apiVersion"), obj.get("kind")) == ("node.eks.aws/v1alpha1", "NodeConfig")
+        else [f"not a node.eks.aws/v1alpha1 NodeConfig: {obj.get('apiVersion')} {obj.get('kind')}"]
+    )
+    validator = crd_validator(NODEADM_CRD.name, "v1alpha1", NODEADM_CRD.parent)
+    return errors + [f"{'/'.join(str(p) for p in e.absolute_path)}: {e.message}" for e in validator.iter_errors(obj)]
 
 
 def crd_errors(obj: dict[str, Any], file_name: str = "ray.io_rayservices.yaml") -> list[str]:

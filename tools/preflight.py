@@ -12,7 +12,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 
 from preflight.checks import PreflightInput
@@ -46,7 +48,20 @@ def read_assembly(settings: Settings, assembly: Path) -> dict[str, dict[str, obj
     return templates
 
 
-def preflight_input(settings: Settings, templates: dict[str, dict[str, object]] | None = None) -> PreflightInput:
+def execution_role_arn(assembly: Path, stack_name: str) -> str:
+    """The CloudFormation execution role the CDK CLI deploys `stack_name` with, as the assembly names it."""
+    manifest = json.loads((assembly / "manifest.json").read_text())
+    properties = manifest.get("artifacts", {}).get(stack_name, {}).get("properties", {})
+    return str(properties.get("cloudFormationExecutionRoleArn", ""))
+
+
+def preflight_input(
+    settings: Settings,
+    templates: dict[str, dict[str, object]] | None = None,
+    *,
+    execution_role: str = "",
+    environ: Mapping[str, str] | None = None,
+) -> PreflightInput:
     quota_code, quota_name = settings.gpu_node.on_demand_quota
     redeploy = Redeploy.of(settings, templates) if templates is not None else None
     return PreflightInput(
@@ -70,6 +85,13 @@ def preflight_input(settings: Settings, templates: dict[str, dict[str, object]] 
         observability=settings.observability,
         metrics_collector_alias=settings.metrics_collector_alias,
         stacks_left_out=settings.stacks_left_out,
+        admin_principal_arns=settings.admin_principal_arns,
+        execution_role_arn=execution_role,
+        vpc_azs=settings.availability_zones,
+        gpu_capacity_reservation_id=settings.gpu_capacity_reservation_id,
+        gpu_capacity_reservation_type=settings.gpu_capacity_reservation_type,
+        gpu_placement_group=settings.gpu_placement_group,
+        environ=dict(environ or {}),
     )
 
 
@@ -88,7 +110,8 @@ def main(argv: list[str] | None = None) -> int:
             "note: ADMIN_PRINCIPAL_ARNS is empty: only the CloudFormation execution role and the kubectl provider "
             "will be cluster admins, so your own kubectl will be refused (add your role's ARN)."
         )
-    return run_preflight(preflight_input(settings, templates))
+    execution_role = execution_role_arn(args.assembly, settings.stack_names["cluster"])
+    return run_preflight(preflight_input(settings, templates, execution_role=execution_role, environ=os.environ))
 
 
 if __name__ == "__main__":

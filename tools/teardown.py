@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -24,6 +25,7 @@ from botocore.exceptions import BotoCoreError, ClientError
 
 from preflight.deployed import existing_stacks
 from preflight.kube import ClusterUnreachable, Kubectl, cluster_kubectl
+from preflight.reachability import RUNNER_FIX, hosted_runner_cannot_reach
 from settings import Settings
 from tools.entry import one_line_errors, project_settings
 
@@ -135,6 +137,11 @@ def main(argv: list[str] | None = None) -> int:
                 f"run `OBSERVABILITY=on make destroy` (or set the OBSERVABILITY repository variable) so it goes first",
                 file=sys.stderr,
             )
+            return 1
+        unreachable = hosted_runner_cannot_reach(settings.endpoint_access, os.environ)
+        if unreachable:
+            # Skipping would leave load balancers holding the subnets, and the RayService its GPU nodes.
+            print(f"error: {unreachable}, so it cannot delete what Kubernetes made in AWS first: {RUNNER_FIX}", file=sys.stderr)
             return 1
         try:
             with cluster_kubectl(settings.region, settings.cluster_name) as kubectl:

@@ -43,7 +43,7 @@ def render(settings: Settings) -> dict[str, str]:
         "image-prepull.k8s.yaml": HEADER + cdk8s.App.of(build_image_prepull_chart(settings)).synth_yaml(),
         "helm/kuberay-operator.values.yaml": _values_file(kuberay.pin, kuberay.values.to_values()),
         f"helm/{NVIDIA[1]}.values.yaml": _values_file(NVIDIA[0], nvidia_values()),
-        f"helm/{EFA[1]}.values.yaml": _values_file(EFA[0], efa_values(settings.gpu_node.name)),
+        f"helm/{EFA[1]}.values.yaml": _values_file(EFA[0], efa_values(settings.gpu_node.name, image_registry=settings.eks_addon_registry)),
     }
 
 

@@ -1,0 +1,106 @@
+"""Where the nodes go: the VPC's AZs exist, and a GPU capacity reservation can hold the GPU nodes.
+
+Without a cached look-up the VPC falls back to REGION + a, b, c, which do not all exist in every Region
+and account (us-west-1 has two AZs per account, ap-northeast-1 no "b" for newer accounts): the network
+stack would fail in its first minute. A reservation in another AZ, of another type, not yet active or
+too small would leave the GPU nodegroup launching nothing for 20 minutes before it fails.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from botocore.exceptions import ClientError
+
+from preflight.results import CheckResult, fail, ok, warn
+
+AZ_NAME = "vpc-azs"
+RESERVATION_NAME = "gpu-capacity-reservation"
+
+
+def check_vpc_azs(ec2: Any, *, region: str, vpc_azs: Sequence[str]) -> CheckResult:
+    """Every AZ of the VPC is one of the account's available AZs in REGION."""
+    zones = ec2.describe_availability_zones(Filters=[{"Name": "zone-type", "Values": ["availability-zone"]}])["AvailabilityZones"]
+    states = {str(z["ZoneName"]): str(z.get("State", "")) for z in zones}
+    available = sorted(name for name, state in states.items() if state == "available")
+    missing = [az for az in vpc_azs if az not in states]
+    if missing:
+        return fail(
+            AZ_NAME,
+            f"{', '.join(missing)} not an AZ of {region} for this account (it has {', '.join(sorted(states)) or 'none'})",
+            "run `make lookup` (caches this account's AZs in cdk.context.json; commit it) or set GPU_AZ to one of: " + ", ".join(available),
+        )
+    down = [f"{az} is {states[az]}" for az in vpc_azs if states[az] != "available"]
+    if down:
+        return fail(AZ_NAME, "; ".join(down), "deploy when the AZ is available again, or `make lookup` after choosing another GPU_AZ")
+    return ok(AZ_NAME, f"{', '.join(vpc_azs)} available")
+
+
+def _placement_group_name(arn: str) -> str:
+    return arn.rsplit("/", 1)[-1] if arn else ""
+
+
+def check_capacity_reservation(
+    ec2: Any,
+    *,
+    reservation_id: str,
+    reservation_type: str,
+    placement_group: str,
+    instance_type: str,
+    gpu_az: str,
+    nodes: int,
+    held: int,
+) -> CheckResult:
+    """The reservation is active, of GPU_NODE_TYPE, in GPU_AZ, of the kind the settings say, in the placement
+    group the settings name (or none), with free instances for the nodes this deploy adds to it (`held`:
+    this cluster's nodes already running in it)."""
+    if not reservation_id:
+        return ok(RESERVATION_NAME, "none: On-Demand capacity (InsufficientInstanceCapacity possible)")
+    try:
+        found = ec2.describe_capacity_reservations(CapacityReservationIds=[reservation_id])["CapacityReservations"]
+    except ClientError as err:
+        if err.response.get("Error", {}).get("Code") not in ("InvalidCapacityReservationId.NotFound", "InvalidCapacityReservationId.Malformed"):
+            raise
+        found = []
+    if not found:
+        return fail(
+            RESERVATION_NAME,
+            f"{reservation_id} not found in this account and Region",
+            "set GPU_CAPACITY_RESERVATION_ID to a reservation of this account in REGION (`aws ec2 describe-capacity-reservations`)",
+        )
+    cr = found[0]
+    kind = "capacity-block" if cr.get("ReservationType") == "capacity-block" else "on-demand"
+    problems = []
+    if str(cr["InstanceType"]) != instance_type:
+        problems.append(
+            (f"it reserves {cr['InstanceType']}, not {instance_type}", f"set GPU_NODE_TYPE={cr['InstanceType']} or use a reservation of {instance_type}")
+        )
+    if str(cr["AvailabilityZone"]) != gpu_az:
+        problems.append(
+            (
+                f"it is in {cr['AvailabilityZone']}, not GPU_AZ {gpu_az}",
+                f"set GPU_AZ={cr['AvailabilityZone']} (and `make lookup`), or use a reservation in {gpu_az}",
+            )
+        )
+    if kind != reservation_type:
+        problems.append((f"it is a{'' if kind == 'on-demand' else ' Capacity Block,'} {kind} reservation", f"set GPU_CAPACITY_RESERVATION_TYPE={kind}"))
+    group = _placement_group_name(str(cr.get("PlacementGroupArn", "")))
+    if group and placement_group != group:
+        problems.append((f"it was made in placement group {group}", f"set GPU_PLACEMENT_GROUP={group}: only instances launched into it use the reservation"))
+    if not group and placement_group not in ("off", ""):
+        problems.append((f"it is in no placement group, the nodes would launch into {placement_group}", "set GPU_PLACEMENT_GROUP=off"))
+    state = str(cr.get("State", ""))
+    if state != "active":
+        when = f" (starts {cr['StartDate']})" if cr.get("StartDate") and state in ("scheduled", "payment-pending", "pending") else ""
+        problems.append((f"it is {state}{when}", "deploy the GPU nodes once it is active (GPU_NODE_COUNT=0 until then)"))
+    free, total = int(cr.get("AvailableInstanceCount", 0)), int(cr.get("TotalInstanceCount", 0))
+    need = max(0, nodes - held)
+    if nodes and free < need:
+        problems.append((f"{free} of {total} instances free, the deploy adds {need}", "use a larger reservation, free instances in it, or fewer replicas"))
+    if problems:
+        return fail(RESERVATION_NAME, f"{reservation_id}: " + "; ".join(p for p, _ in problems), problems[0][1])
+    detail = f"{reservation_id}: {kind}, {state}, {instance_type} in {gpu_az}, {free} of {total} free for {need} new node(s)"
+    if kind == "capacity-block" and cr.get("EndDate"):
+        return warn(RESERVATION_NAME, detail, f"the block ends {cr['EndDate']}: EKS scales the nodegroup to 0 about 40 minutes before")
+    return ok(RESERVATION_NAME, detail)

@@ -1,0 +1,136 @@
+"""The Ray head runs with every Linux capability dropped and no privilege escalation.
+
+The RayService's head container sets `allowPrivilegeEscalation: false`, `capabilities.drop: [ALL]` and the
+RuntimeDefault seccomp profile. This is the evidence that Ray 2.58 needs none of them on the head: a real
+local head started as root (the image's user) under `setpriv` with an empty capability bounding set and
+no_new_privs — what the container runtime does with that securityContext — starts its GCS, raylet and
+dashboard, runs the Serve controller and proxy, answers a request and stops with `ray stop` (the preStop hook).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+SETPRIV = shutil.which("setpriv")
+pytestmark = pytest.mark.skipif(SETPRIV is None or os.geteuid() != 0, reason="needs util-linux setpriv and root (the image's user) to drop capabilities")
+
+NO_CAPABILITIES = [str(SETPRIV), "--no-new-privs", "--bounding-set=-all", "--inh-caps=-all", "--ambient-caps=-all"]
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _capabilities(pid: int) -> dict[str, int]:
+    fields = {}
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("Cap") or line.startswith("NoNewPrivs"):
+            name, value = line.split(":")
+            fields[name] = int(value.strip(), 16) if name.startswith("Cap") else int(value.strip())
+    return fields
+
+
+def _ray_processes(temp_dir: Path) -> list[int]:
+    pids = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            except OSError:
+                continue
+            if str(temp_dir) in cmdline and ("gcs_server" in cmdline or "raylet" in cmdline):
+                pids.append(int(entry.name))
+    return pids
+
+
+def test_the_head_container_drops_every_capability() -> None:
+    from stacks.serving_stack import build_rayservice_chart
+    from tests.conftest import settings_for
+
+    ray_service = build_rayservice_chart(settings_for()).ray_service.to_json()
+    (head,) = ray_service["spec"]["rayClusterConfig"]["headGroupSpec"]["template"]["spec"]["containers"]
+    assert head["securityContext"] == {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}, "seccompProfile": {"type": "RuntimeDefault"}}
+
+
+@pytest.fixture(scope="module")
+def head_without_capabilities() -> Iterator[tuple[str, Path, int]]:
+    temp_dir = Path("/tmp") / f"rayhead{os.getpid()}"  # Ray's socket paths must stay short
+    gcs_port, serve_port, dashboard_port = _free_port(), _free_port(), _free_port()
+    ray = str(Path(sys.executable).parent / "ray")
+    env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0"}
+    start = [
+        *NO_CAPABILITIES,
+        ray,
+        "start",
+        "--head",
+        f"--port={gcs_port}",
+        "--num-cpus=0",
+        "--num-gpus=0",
+        "--node-ip-address=127.0.0.1",
+        "--dashboard-host=127.0.0.1",
+        f"--dashboard-port={dashboard_port}",
+        "--object-store-memory=78643200",
+        f"--temp-dir={temp_dir}",
+        "--disable-usage-stats",
+    ]
+    started = subprocess.run(start, capture_output=True, text=True, timeout=120, env=env)
+    assert started.returncode == 0, started.stderr[-2000:]
+    try:
+        yield f"127.0.0.1:{gcs_port}", temp_dir, serve_port
+    finally:
+        stopped = subprocess.run([*NO_CAPABILITIES, ray, "stop", "--force"], capture_output=True, text=True, timeout=120, env=env)
+        shutil.rmtree(temp_dir, ignore_errors=True)
+        assert stopped.returncode == 0, stopped.stderr[-2000:]
+
+
+def test_a_head_with_no_capabilities_serves(head_without_capabilities: tuple[str, Path, int]) -> None:
+    address, temp_dir, serve_port = head_without_capabilities
+    # The control can fail: the head's own processes really run with no capability and no_new_privs.
+    pids = _ray_processes(temp_dir)
+    assert pids, "no gcs_server or raylet of this head found"
+    for pid in pids:
+        caps = _capabilities(pid)
+        assert caps["CapEff"] == caps["CapPrm"] == caps["CapBnd"] == 0 and caps["NoNewPrivs"] == 1, caps
+
+    import ray
+    from ray import serve
+
+    ray.init(address=address, log_to_driver=False)
+    try:
+        serve.start(http_options={"host": "127.0.0.1", "port": serve_port})
+
+        @serve.deployment(ray_actor_options={"num_cpus": 0})
+        class Echo:
+            def __call__(self, request: Any) -> str:
+                return "ok"
+
+        serve.run(Echo.bind(), route_prefix="/")  # type: ignore[attr-defined]
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{serve_port}/", timeout=5) as answer:
+                    assert answer.read() == b"ok"
+                    break
+            except OSError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.5)
+        # The Serve controller and proxy are the head's children: no capability either.
+        for pid in _ray_processes(temp_dir):
+            assert _capabilities(pid)["CapEff"] == 0
+    finally:
+        serve.shutdown()
+        ray.shutdown()
