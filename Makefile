@@ -135,10 +135,17 @@ settings-table: install ## Rewrite the README's settings table from the code
 	.checkov-venv/bin/pip install --quiet checkov==3.3.30
 	touch $@
 
-checkov: synth .checkov-venv/.installed ## Every checkov CloudFormation check, on the default stacks and the OBSERVABILITY=on one (own environment: it pins an old boto3); skips only at aws-cdk-lib's Lambdas, with reasons
+# The Kubernetes objects: dist/, the manifests of the default, OBSERVABILITY=on and HF_TOKEN_SECRET_NAME
+# assemblies, the benchmark Job and the Pods KubeRay makes from the RayService; each finding is fixed or
+# accepted with its reason in accepted-findings.yaml (a new one, or a stale acceptance, fails).
+checkov: synth .checkov-venv/.installed ## checkov: every CloudFormation check (default and OBSERVABILITY=on stacks; skips only at aws-cdk-lib's Lambdas) and every Kubernetes check (accepted-findings.yaml)
 	.checkov-venv/bin/checkov --skip-download --quiet --compact --framework cloudformation -d cdk.out
 	OBSERVABILITY=on $(CDK) synth --quiet -o cdk.out.observability
 	.checkov-venv/bin/checkov --skip-download --quiet --compact --framework cloudformation -f cdk.out.observability/*-observability.template.json
+	HF_TOKEN_SECRET_NAME=checkov/hf-token $(CDK) synth --quiet -o cdk.out.hf-token
+	$(PY) -m tools.k8s_objects cdk.out.k8s cdk.out cdk.out.observability cdk.out.hf-token
+	.checkov-venv/bin/checkov --skip-download --quiet --compact --framework kubernetes -d cdk.out.k8s -o json > cdk.out.checkov-kubernetes.json || true
+	$(PY) -m tools.accepted_findings checkov-kubernetes cdk.out.checkov-kubernetes.json
 
 # After a deploy (kubectl configured with `make kubeconfig`); names follow the settings.
 status: install ## RayService, pods and their nodes, GPU/EFA capacity of the GPU nodes
@@ -148,4 +155,4 @@ verify-efa: install ## Which NIXL backend each GPU worker started (must be LIBFA
 	$(PY) -m tools.cluster verify-efa
 
 clean: ## Remove build output (keeps the virtual environments)
-	rm -rf cdk.out cdk.out.observability .pytest_cache .mypy_cache .ruff_cache
+	rm -rf cdk.out cdk.out.observability cdk.out.hf-token cdk.out.k8s cdk.out.checkov-kubernetes.json .pytest_cache .mypy_cache .ruff_cache

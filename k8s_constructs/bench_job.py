@@ -103,8 +103,13 @@ class BenchJobChart(cdk8s.Chart):
                         cpu=kplus.CpuResources(request=kplus.Cpu.units(1), limit=kplus.Cpu.units(2)),
                         memory=kplus.MemoryResources(request=cdk8s.Size.gibibytes(2), limit=cdk8s.Size.gibibytes(4)),
                     ),
+                    # A client needs no capability; root only because the image's user is root.
                     security_context=kplus.ContainerSecurityContextProps(
-                        ensure_non_root=False, read_only_root_filesystem=False, allow_privilege_escalation=False
+                        ensure_non_root=False,
+                        read_only_root_filesystem=False,
+                        allow_privilege_escalation=False,
+                        capabilities=kplus.ContainerSecutiryContextCapabilities(drop=[kplus.Capability.ALL]),
+                        seccomp_profile=kplus.SeccompProfile(type=kplus.SeccompProfileType.RUNTIME_DEFAULT),
                     ),
                     env_variables={"HF_HOME": kplus.EnvValue.from_value("/tmp/hf")},
                 )

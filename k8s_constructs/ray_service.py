@@ -36,6 +36,8 @@ from imports.io.ray import (
     RayServiceSpecRayClusterConfigHeadGroupSpecTemplateSpecContainersSecurityContext,
     RayServiceSpecRayClusterConfigHeadGroupSpecTemplateSpecContainersSecurityContextCapabilities,
     RayServiceSpecRayClusterConfigHeadGroupSpecTemplateSpecContainersSecurityContextSeccompProfile,
+    RayServiceSpecRayClusterConfigHeadGroupSpecTemplateSpecSecurityContext,
+    RayServiceSpecRayClusterConfigHeadGroupSpecTemplateSpecSecurityContextSeccompProfile,
     RayServiceSpecRayClusterConfigWorkerGroupSpecs,
     RayServiceSpecRayClusterConfigWorkerGroupSpecsTemplate,
     RayServiceSpecRayClusterConfigWorkerGroupSpecsTemplateSpec,
@@ -189,6 +191,11 @@ class PdRayServiceChart(cdk8s.Chart):
             template=RayServiceSpecRayClusterConfigHeadGroupSpecTemplate(
                 spec=RayServiceSpecRayClusterConfigHeadGroupSpecTemplateSpec(
                     node_selector=dict(SYSTEM_NODE_LABELS),
+                    # Nothing in a Ray pod calls the Kubernetes API (no in-tree autoscaler): no token to steal.
+                    automount_service_account_token=False,
+                    security_context=RayServiceSpecRayClusterConfigHeadGroupSpecTemplateSpecSecurityContext(
+                        seccomp_profile=RayServiceSpecRayClusterConfigHeadGroupSpecTemplateSpecSecurityContextSeccompProfile(type="RuntimeDefault")
+                    ),
                     containers=[
                         RayServiceSpecRayClusterConfigHeadGroupSpecTemplateSpecContainers(
                             name=HEAD_CONTAINER,
@@ -287,6 +294,9 @@ class PdRayServiceChart(cdk8s.Chart):
             template=RayServiceSpecRayClusterConfigWorkerGroupSpecsTemplate(
                 spec=RayServiceSpecRayClusterConfigWorkerGroupSpecsTemplateSpec(
                     node_selector={"role": GPU_NODE_LABELS["role"]},
+                    # As the head's. With HF_TOKEN_SECRET_NAME the CSI driver asks its own token for the
+                    # service account (tokenRequests); Pod Identity needs no mounted one.
+                    automount_service_account_token=False,
                     service_account_name=token.service_account if token else None,
                     tolerations=[RayServiceSpecRayClusterConfigWorkerGroupSpecsTemplateSpecTolerations(**gpu_toleration())],
                     containers=[

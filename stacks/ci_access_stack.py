@@ -156,11 +156,8 @@ class CiAccessStack(Stack):
                 iam.PolicyStatement(sid="ReadTheNodegroups", actions=["eks:DescribeNodegroup"], resources=[nodegroups]),
                 iam.PolicyStatement(sid="ReadEc2Quotas", actions=["servicequotas:GetServiceQuota"], resources=[ec2_quotas]),
                 # The preflight checks that each ADMIN_PRINCIPAL_ARNS entry exists before EKS is asked for its access entry.
-                iam.PolicyStatement(
-                    sid="ReadAdminPrincipals",
-                    actions=["iam:GetRole", "iam:GetUser"],
-                    resources=[self._arn("iam", "", "role/*"), self._arn("iam", "", "user/*")],
-                ),
+                iam.PolicyStatement(sid="ReadAdminRoles", actions=["iam:GetRole"], resources=[self._arn("iam", "", "role/*")]),
+                iam.PolicyStatement(sid="ReadAdminUsers", actions=["iam:GetUser"], resources=[self._arn("iam", "", "user/*")]),
                 # OBSERVABILITY=on: CloudWatch's OpenTelemetry metrics store, the account's implicit dataset,
                 # which the preflight reads.
                 iam.PolicyStatement(
@@ -178,13 +175,16 @@ class CiAccessStack(Stack):
             deploy_reads,
             "AwsSolutions-IAM5",
             "Read-only calls of make preflight and the destroy leftovers check: EC2, ELB, tag, log-group and default-quota "
-            "Describe/Get calls support no resource-level permission; the EC2 quotas, and the nodegroups and stacks of this cluster by name prefix.",
+            "Describe/Get calls support no resource-level permission; the EC2 quotas, and the nodegroups and stacks of this cluster by name prefix; "
+            "GetRole/GetUser on the account's roles and users, whose names ADMIN_PRINCIPAL_ARNS gives (not known to this stack).",
             applies_to=[
                 "Resource::*",
                 self._nag_resource(self._eks_arn("nodegroup", f"{settings.cluster_name}/*/*", account=_NAG_ACCOUNT)),
                 self._nag_resource(self._stack_arn(f"{settings.service_stack_prefix}-*", account=_NAG_ACCOUNT)),
                 self._nag_resource(self._stack_arn(CDK_TOOLKIT_STACK, account=_NAG_ACCOUNT)),
                 self._nag_resource(self._ec2_quotas_arn(account=_NAG_ACCOUNT)),
+                self._nag_resource(self._arn("iam", "", "role/*", account=_NAG_ACCOUNT)),
+                self._nag_resource(self._arn("iam", "", "user/*", account=_NAG_ACCOUNT)),
             ],
         )
 

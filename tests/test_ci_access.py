@@ -194,6 +194,8 @@ def test_deploy_role_has_exactly_the_read_only_calls_it_needs(ci: CiSynth) -> No
         "cloudformation:GetTemplate",
         "servicequotas:GetServiceQuota",
         "cloudwatch:GetDataset",
+        "iam:GetRole",
+        "iam:GetUser",
     }
     assert actions - set(PROMQL_QUERY_ACTIONS) == {"sts:AssumeRole", *DEPLOY_READ_ONLY_UNSCOPED, *scoped} and set(PROMQL_QUERY_ACTIONS) <= actions
     assert all(a.split(":")[1].startswith(("Describe", "Get", "List")) for a in actions - {"sts:AssumeRole"})
@@ -207,6 +209,8 @@ def test_deploy_role_has_exactly_the_read_only_calls_it_needs(ci: CiSynth) -> No
     }
     assert by_action["servicequotas:GetServiceQuota"] == {f"arn:aws:servicequotas:sa-east-1:{ACCOUNT}:ec2/*"}
     assert by_action["cloudwatch:GetDataset"] == {f"arn:aws:cloudwatch:sa-east-1:{ACCOUNT}:dataset/default"}
+    # The preflight's admin-principals check: this account's roles and users, read only.
+    assert by_action["iam:GetRole"] == {f"arn:aws:iam::{ACCOUNT}:role/*"} and by_action["iam:GetUser"] == {f"arn:aws:iam::{ACCOUNT}:user/*"}
 
 
 def _resource_types(action: str) -> list[str]:
@@ -383,105 +387,3 @@ def test_each_bad_setting_names_itself(env: dict[str, str], setting: str) -> Non
         load_ci_access_settings({"GITHUB_REPOSITORY": REPOSITORY} | env, {})
     assert caught.value.env_name == setting
     assert "\n" not in str(caught.value)
-
-
-EXECUTION_POLICIES = ("cfn-execution-policy.json", "cfn-execution-policy-observability.json")
-
-
-def _execution_policy(name: str) -> dict[str, Any]:
-    import string
-
-    text = string.Template((REPO / "docs" / name).read_text()).substitute(
-        ACCOUNT="123456789012", REGION="us-east-2", CLUSTER_NAME="ray-llm-multinode", CDK_QUALIFIER="hnb659fds"
-    )
-    document: dict[str, Any] = json.loads(text)
-    return document
-
-
-@pytest.mark.parametrize("name", EXECUTION_POLICIES)
-def test_the_documented_cfn_execution_policies_are_valid_managed_policies(name: str, tmp_path: Path) -> None:
-    """docs/cfn-execution-policy*.json, filled in as the README shows, pass cfn-lint as AWS::IAM::ManagedPolicy."""
-    document = _execution_policy(name)
-    assert len(json.dumps(document, separators=(",", ":"))) < 6144  # IAM's managed policy size limit
-    assert not any(s["Effect"] == "Allow" and s["Action"] in ("*", "iam:*") for s in document["Statement"])
-    template = {"Resources": {"ExecutionPolicy": {"Type": "AWS::IAM::ManagedPolicy", "Properties": {"PolicyDocument": document}}}}
-    path = tmp_path / "policy.template.json"
-    path.write_text(json.dumps(template))
-    result = subprocess.run([str(Path(sys.executable).parent / "cfn-lint"), "--format", "parseable", str(path)], capture_output=True, text=True, timeout=120)
-    assert result.returncode == 0, result.stdout
-
-
-# Handler permissions of features the observability stack does not use: the policies leave them out.
-UNUSED_FEATURES = {
-    "aps:DescribeWorkspace": "an Amazon Managed Prometheus workspace destination (ours is CloudWatch)",
-    "kafka:*": "an Amazon MSK source (ours is EKS)",
-    "logs:*LogDeliver*": "the collector's own log delivery (ScraperLoggingConfiguration, not set)",
-    "logs:PutResourcePolicy": "the collector's own log delivery (ScraperLoggingConfiguration, not set)",
-    "ec2:*SubnetCidrBlock": "IPv6 blocks on subnets (IPv4 only)",
-    "iam:*RolePermissionsBoundary": "permissions boundaries on roles (none set)",
-}
-
-
-def test_the_execution_policies_cover_what_cloudformation_needs_for_the_observability_stack(observed_synth: Any) -> None:
-    """CloudFormation's own handler permissions (the resource schemas cfn-lint ships) for every resource
-    type of the observability stack, less the features it does not use, are allowed by the two policies:
-    each action by a statement whose resources match an ARN of a resource type the action is authorized
-    against (the Service Authorization Reference in cfn-lint), filled in with this cluster's names."""
-    import fnmatch
-
-    base = Path(cfnlint.__file__).parent / "data"
-    index = json.loads((base / "schemas" / "providers" / "us-east-1.json").read_text())
-    reference = json.loads((base / "AdditionalSpecs" / "Policies.json").read_text())
-    statements = [s for name in EXECUTION_POLICIES for s in _execution_policy(name)["Statement"] if s["Effect"] == "Allow"]
-    cluster = "ray-llm-multinode"
-    # What the ARNs' name parts can be here: the cluster, a resource named after a stack, an add-on or
-    # association under the cluster, the collector's service-linked role, or anything (a "*" statement).
-    names = [
-        cluster,
-        f"{cluster}-observability-x",
-        f"{cluster}/x/x",
-        "aws-service-role/scraper.aps.amazonaws.com/AWSServiceRoleForAmazonPrometheusScraper_x",
-        "x",
-    ]
-
-    def arns(action: str) -> list[str]:
-        service, name = action.split(":")
-        types = reference[service]["Actions"][name.lower()].get("Resources", [])
-        formats = [f for t in types for f in reference[service]["Resources"][t]["ARNFormats"]] or ["*"]
-        filled = [f.replace("${Partition}", "aws").replace("${Region}", "us-east-2").replace("${Account}", "123456789012") for f in formats]
-        return [f.replace(".*", n) for f in filled for n in names]
-
-    def granted(action: str) -> bool:
-        for statement in statements:
-            if any(fnmatch.fnmatchcase(action.lower(), a.lower()) for a in _as_list(statement["Action"])):
-                resources = _as_list(statement["Resource"])
-                if any(fnmatch.fnmatchcase(arn, r) for arn in arns(action) for r in resources):
-                    return True
-        return False
-
-    def unused(action: str) -> bool:
-        return any(fnmatch.fnmatchcase(action.lower(), p.lower()) for p in UNUSED_FEATURES)
-
-    types = {r["Type"] for r in observed_synth.templates["observability"]["Resources"].values()}
-    assert {"AWS::APS::Scraper", "AWS::CloudWatch::Dashboard", "AWS::CloudWatch::Alarm", "AWS::EC2::Subnet"} <= types
-    missing = {}
-    for resource_type in sorted(types):
-        handlers = json.loads((base / "schemas" / "resources" / f"{index[resource_type]}.json").read_text()).get("handlers", {})
-        needed = {p for h in ("create", "read", "update", "delete") for p in handlers.get(h, {}).get("permissions", [])}
-        gaps = sorted(p for p in needed if not unused(p) and not granted(p))
-        if gaps:
-            missing[resource_type] = gaps
-    assert missing == {}
-    # The check can fail: CreateScraper is authorized against the cluster, not a scraper ARN.
-    assert arns("aps:CreateScraper")[0] == "arn:aws:eks:us-east-2:123456789012:cluster/ray-llm-multinode"
-    # CloudWatchAgentServerPolicy among the attachable:
-    attachable = [
-        arn for s in _execution_policy(EXECUTION_POLICIES[1])["Statement"] for arn in s.get("Condition", {}).get("ArnEquals", {}).get("iam:PolicyARN", [])
-    ]
-    role_policies = [
-        arn["Fn::Join"][1][-1]
-        for r in observed_synth.templates["observability"]["Resources"].values()
-        if r["Type"] == "AWS::IAM::Role"
-        for arn in r["Properties"].get("ManagedPolicyArns", [])
-    ]
-    assert role_policies and all(any(a.endswith(p) for a in attachable) for p in role_policies)

@@ -50,6 +50,7 @@ def test_launch_template_one_efa_interface_placement_group_imdsv2(default_synth:
     assert interface["DeviceIndex"] == 0 and interface["NetworkCardIndex"] == 0
     assert interface["InterfaceType"] == "efa"
     assert "SubnetId" not in interface
+    assert interface["AssociatePublicIpAddress"] is False  # private nodes, whatever the subnet's default
     assert len(interface["Groups"]) == 2  # the cluster security group and the EFA group
     assert "SecurityGroupIds" not in data and "SecurityGroups" not in data
     assert data["MetadataOptions"]["HttpTokens"] == "required"
@@ -86,6 +87,7 @@ def test_multi_card_type_gets_one_efa_interface_per_card(p5_synth: Synth) -> Non
     assert interfaces[0]["DeviceIndex"] == 0
     assert all(i["DeviceIndex"] == 1 for i in interfaces[1:])
     assert all(i["InterfaceType"] == "efa" and "SubnetId" not in i and len(i["Groups"]) == 2 for i in interfaces)
+    assert all(i["AssociatePublicIpAddress"] is False for i in interfaces)
     _, nodegroup = _one(p5_synth, "gpu", "AWS::EKS::Nodegroup")
     # One prefill node and one decode node, each engine 8-way tensor parallel on its node's 8 GPUs.
     assert nodegroup["Properties"]["ScalingConfig"] == {"MinSize": 2, "DesiredSize": 2, "MaxSize": 2}
@@ -116,6 +118,55 @@ def test_device_plugins_are_pinned_tolerate_the_taint_and_follow_the_nodegroup(d
     assert any(nodegroup_id in dep for dep in release["DependsOn"])
     if chart == versions.EFA_DEVICE_PLUGIN.chart:  # the chart's own instance allow-list names our type
         assert values["supportedInstanceLabels"] == {"keys": ["node.kubernetes.io/instance-type"], "values": ["g6.8xlarge"]}
+        # The image from the deploy Region's EKS registry, not the chart's default us-west-2 one.
+        assert values["image"] == {"repository": "602401143452.dkr.ecr.sa-east-1.amazonaws.com/eks/aws-efa-k8s-device-plugin"}
+
+
+@pytest.mark.parametrize(
+    ("region", "registry"),
+    [("us-east-2", "602401143452.dkr.ecr.us-east-2.amazonaws.com"), ("af-south-1", "877085696533.dkr.ecr.af-south-1.amazonaws.com")],
+)
+def test_the_efa_plugin_image_comes_from_the_deploy_regions_registry(region: str, registry: str) -> None:
+    from stacks.device_plugins import efa_values
+    from tests.conftest import settings_for
+
+    env = {"REGION": region, "GPU_AZ": f"{region}a", **({"DLC_IMAGE": versions.DLC_PUBLIC_IMAGE} if region == "af-south-1" else {})}
+    settings = settings_for(env)
+    values = efa_values(settings.gpu_node.name, image_registry=settings.eks_addon_registry)
+    assert values["image"]["repository"] == f"{registry}/eks/aws-efa-k8s-device-plugin"
+    assert "us-west-2" not in values["image"]["repository"] or region == "us-west-2"
+
+
+def test_a_capacity_block_in_its_own_placement_group(tmp_path_factory: Any) -> None:
+    from tests.conftest import settings_for, synthesize
+
+    env = {"GPU_CAPACITY_RESERVATION_ID": "cr-0123456789abcdef0", "GPU_CAPACITY_RESERVATION_TYPE": "capacity-block", "GPU_PLACEMENT_GROUP": "gpu-pg"}
+    synth = synthesize(settings_for(env), tmp_path_factory.mktemp("capacity_block"))
+    _, template = _one(synth, "gpu", "AWS::EC2::LaunchTemplate")
+    data = template["Properties"]["LaunchTemplateData"]
+    assert data["CapacityReservationSpecification"] == {"CapacityReservationTarget": {"CapacityReservationId": "cr-0123456789abcdef0"}}
+    assert data["InstanceMarketOptions"] == {"MarketType": "capacity-block"}
+    assert data["Placement"] == {"GroupName": "gpu-pg"}  # the user's, not one of the stack's
+    assert synth.resources("gpu", "AWS::EC2::PlacementGroup") == {}
+    _, nodegroup = _one(synth, "gpu", "AWS::EKS::Nodegroup")
+    assert nodegroup["Properties"]["CapacityType"] == "CAPACITY_BLOCK"
+    assert "InstanceTypes" not in nodegroup["Properties"]
+
+
+def test_an_on_demand_reservation_without_a_placement_group(tmp_path_factory: Any, default_synth: Synth) -> None:
+    from tests.conftest import settings_for, synthesize
+
+    synth = synthesize(settings_for({"GPU_CAPACITY_RESERVATION_ID": "cr-0123456789abcdef0", "GPU_PLACEMENT_GROUP": "off"}), tmp_path_factory.mktemp("odcr"))
+    _, template = _one(synth, "gpu", "AWS::EC2::LaunchTemplate")
+    data = template["Properties"]["LaunchTemplateData"]
+    assert data["CapacityReservationSpecification"]["CapacityReservationTarget"] == {"CapacityReservationId": "cr-0123456789abcdef0"}
+    assert "Placement" not in data and "InstanceMarketOptions" not in data
+    assert synth.resources("gpu", "AWS::EC2::PlacementGroup") == {}
+    _, nodegroup = _one(synth, "gpu", "AWS::EKS::Nodegroup")
+    assert "CapacityType" not in nodegroup["Properties"]  # On-Demand, EKS's default
+    # The default has neither: only what the reservation changes.
+    _, default = _one(default_synth, "gpu", "AWS::EC2::LaunchTemplate")
+    assert "CapacityReservationSpecification" not in default["Properties"]["LaunchTemplateData"]
 
 
 def test_gpu_node_count_zero_parks_the_nodes(default_synth: Synth, parked_synth: Synth) -> None:

@@ -96,6 +96,32 @@ def test_the_add_on_runs_with_its_own_pod_identity(observed_synth: Synth) -> Non
     assert "CloudWatchAgentServerPolicy" in json.dumps(role["Properties"]["ManagedPolicyArns"])
 
 
+def test_the_add_on_waits_for_the_system_nodes_as_coredns_does(observed_synth: Synth) -> None:
+    """Its controller tolerates every taint: started before any system node exists it would take a GPU node."""
+    d = observed_synth.deployment
+    assert d.observability is not None
+    assert d.system.stack_name in {s.stack_name for s in d.observability.dependencies}
+
+
+def test_the_workers_leave_room_for_the_add_ons_pods(default_synth: Synth, observed_synth: Synth) -> None:
+    """On a g6.8xlarge (31.85 allocatable CPUs) the worker asks 31 CPUs without the add-on; with it, the
+    agent, DCGM exporter, log forwarder and controller (~840m) need a core more, and a GiB."""
+    from tests.test_serving import _worker
+
+    def limits(synth: Synth) -> dict[str, str]:
+        container = _worker(synth)["template"]["spec"]["containers"][0]
+        assert container["resources"]["requests"] == container["resources"]["limits"]
+        return dict(container["resources"]["limits"])
+
+    plain, observed = limits(default_synth), limits(observed_synth)
+    assert (plain["cpu"], observed["cpu"]) == ("31", "30")
+    assert (plain["memory"], observed["memory"]) == ("114Gi", "113Gi")
+    from settings.sizing import DAEMONSET_CPU_MILLI, allocatable
+
+    left = allocatable(observed_synth.settings.gpu_node).cpu_milli - 30_000 - DAEMONSET_CPU_MILLI
+    assert left >= 840  # the add-on's pods fit beside the worker and the base DaemonSets
+
+
 def test_the_collector_reads_this_cluster_from_its_private_subnets_into_cloudwatch(observed_synth: Synth) -> None:
     scraper, settings = _scraper(observed_synth), observed_synth.settings
     assert scraper["Alias"] == settings.metrics_collector_alias

@@ -48,6 +48,8 @@ ORDER = [
     "region",
     "gpu-az-offering",
     "gpu-efa",
+    "vpc-azs",
+    "gpu-capacity-reservation",
     "stack-states",
     "kubernetes-version",
     "stack-changes",
@@ -56,6 +58,7 @@ ORDER = [
     "gpu-vcpu-quota",
     "standard-vcpu-quota",
     "cdk-bootstrap",
+    "admin-principals",
     "api-endpoint",
     "helm-charts",
     "metrics-destination",
@@ -74,6 +77,7 @@ INPUT = PreflightInput(
     system_vcpus=4,
     system_node_count=1,
     cluster_name="ray-llm-multinode",
+    vpc_azs=("sa-east-1a", "sa-east-1b", "sa-east-1c"),
 )
 
 
@@ -175,6 +179,8 @@ def test_all_checks_pass(aws: None, capsys: pytest.CaptureFixture[str]) -> None:
         ("region", True, "sa-east-1 enabled (opt-in-not-required)", ""),
         ("gpu-az-offering", True, "g6.8xlarge is offered in sa-east-1a", ""),
         ("gpu-efa", True, "g6.8xlarge supports EFA (up to 1 EFA interfaces)", ""),
+        ("vpc-azs", True, "sa-east-1a, sa-east-1b, sa-east-1c available", ""),
+        ("gpu-capacity-reservation", True, "none: On-Demand capacity (InsufficientInstanceCapacity possible)", ""),
         *[(name, True, NO_ASSEMBLY, "") for name in ("stack-states", "kubernetes-version", "stack-changes", "kuberay-crds", "control-plane-log-group")],
         (
             "gpu-vcpu-quota",
@@ -189,6 +195,7 @@ def test_all_checks_pass(aws: None, capsys: pytest.CaptureFixture[str]) -> None:
             "",
         ),
         ("cdk-bootstrap", True, "stack CDKToolkit is CREATE_COMPLETE, bootstrap version 28", ""),
+        ("admin-principals", True, "none listed (only the CloudFormation execution role and the kubectl provider will be admins)", ""),
         ("api-endpoint", True, "public-and-private, public side open to 0.0.0.0/0 (IAM authentication still applies)", ""),
         ("helm-charts", True, "no Helm chart to install", ""),
         ("metrics-destination", True, "OBSERVABILITY=off: nothing to check", ""),
@@ -205,16 +212,28 @@ def test_all_checks_pass(aws: None, capsys: pytest.CaptureFixture[str]) -> None:
     assert out.rstrip().endswith("All checks passed.")
 
 
-def test_a_limited_or_private_endpoint_gives_no_warning(aws: None) -> None:
-
+def test_a_limited_endpoint_gives_no_warning_and_a_private_one_says_where_to_run(aws: None) -> None:
     create_bootstrap_stack()
-    for changes, detail in (
-        ({"public_access_cidrs": ("203.0.113.0/24",)}, "public-and-private, public side limited to 203.0.113.0/24"),
-        ({"endpoint_access": "private"}, "private only: reachable from inside the VPC"),
+    for changes, verdict, detail in (
+        ({"public_access_cidrs": ("203.0.113.0/24",)}, "PASS", "public-and-private, public side limited to 203.0.113.0/24"),
+        # Nothing tells whether this machine is in the VPC: said, not refused.
+        ({"endpoint_access": "private"}, "WARN", "private only: reachable from inside the VPC"),
+        ({"endpoint_access": "private", "environ": {"RUNNER_ENVIRONMENT": "self-hosted"}}, "WARN", "private only: reachable from inside the VPC"),
     ):
         session, _ = default_quotas()
         endpoint = by_name(run_checks(replace(INPUT, **changes), session))["api-endpoint"]
-        assert (endpoint.verdict, endpoint.detail) == ("PASS", detail)
+        assert (endpoint.verdict, endpoint.detail) == (verdict, detail)
+
+
+def test_a_private_endpoint_from_a_github_hosted_runner_is_refused(aws: None) -> None:
+    """The deploy would work (the kubectl provider is in the VPC), then kubeconfig, wait-ready, verify and the
+    teardown's first step could not reach the API from the hosted runner."""
+    create_bootstrap_stack()
+    session, _ = default_quotas()
+    inp = replace(INPUT, endpoint_access="private", environ={"RUNNER_ENVIRONMENT": "github-hosted", "GITHUB_ACTIONS": "true"})
+    endpoint = by_name(run_checks(inp, session))["api-endpoint"]
+    assert endpoint.verdict == "FAIL"
+    assert "GitHub-hosted runner" in endpoint.detail and "CLUSTER_RUNNER" in endpoint.fix
 
 
 def test_p5_with_p_quota_passes(aws: None) -> None:
@@ -409,7 +428,7 @@ def test_missing_bootstrap_stack(aws: None, capsys: pytest.CaptureFixture[str]) 
     assert main(INPUT, session) == 1
 
     out, err = capsys.readouterr()
-    assert "cdk-bootstrap            FAIL    stack CDKToolkit not found in sa-east-1" in out.splitlines()
+    assert ["cdk-bootstrap", "FAIL", "stack", "CDKToolkit", "not", "found", "in", "sa-east-1"] in [line.split() for line in out.splitlines()]
     assert f"fix: cdk-bootstrap: run `npx cdk bootstrap aws://{ACCOUNT}/sa-east-1`" in out.splitlines()
     assert out.count("FAIL") == 1
     assert "Traceback" not in out + err

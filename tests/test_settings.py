@@ -81,6 +81,17 @@ def test_environment_beats_context() -> None:
         ({"ENDPOINT_ACCESS": "private", "PUBLIC_ACCESS_CIDRS": "1.2.3.0/24"}, "PUBLIC_ACCESS_CIDRS", "unless ENDPOINT_ACCESS=public-and-private"),
         ({"ADMIN_PRINCIPAL_ARNS": "ci-deploy"}, "ADMIN_PRINCIPAL_ARNS", "IAM role or user ARNs"),
         ({"PREFILL_REPLICAS": "0"}, "PREFILL_REPLICAS", "whole number from 1 to 64"),
+        (
+            {"ADMIN_PRINCIPAL_ARNS": "arn:aws:iam::123456789012:role/ci,arn:aws:iam::123456789012:role/ci"},
+            "ADMIN_PRINCIPAL_ARNS",
+            "each ARN once (EKS allows one access entry per principal; arn:aws:iam::123456789012:role/ci is listed twice)",
+        ),
+        ({"GPU_CAPACITY_RESERVATION_ID": "cr-123"}, "GPU_CAPACITY_RESERVATION_ID", "cr- and 17 hexadecimal digits"),
+        ({"GPU_CAPACITY_RESERVATION_ID": "cr-0123456789ABCDEF0"}, "GPU_CAPACITY_RESERVATION_ID", "cr- and 17 hexadecimal digits"),
+        ({"GPU_CAPACITY_RESERVATION_TYPE": "spot"}, "GPU_CAPACITY_RESERVATION_TYPE", "on-demand or capacity-block"),
+        ({"GPU_CAPACITY_RESERVATION_TYPE": "capacity-block"}, "GPU_CAPACITY_RESERVATION_TYPE", "unless GPU_CAPACITY_RESERVATION_ID names the Capacity Block"),
+        ({"GPU_PLACEMENT_GROUP": "my group"}, "GPU_PLACEMENT_GROUP", "on, off, or the name of an existing cluster placement group"),
+        ({"GPU_CAPACITY_RESERVATION_ID": "cr-0123456789abcdef0"}, "GPU_PLACEMENT_GROUP", "a new placement group holds no reservation"),
     ],
 )
 def test_bad_value_names_the_setting_the_value_and_what_is_allowed(env: dict[str, str], setting: str, fragment: str) -> None:
@@ -90,6 +101,30 @@ def test_bad_value_names_the_setting_the_value_and_what_is_allowed(env: dict[str
     # The value given; for a setting left at its default (DLC_IMAGE in an opt-in Region), the default.
     assert message.startswith(f"{setting}={env[setting]!r} is not allowed: " if setting in env else f"{setting}=")
     assert fragment in message
+
+
+def test_every_region_accepted_has_an_eks_add_on_registry() -> None:
+    """The EFA device plugin's image comes from the deploy Region's EKS registry: a Region botocore knows and
+    the table (settings/registries.py) does not would fail the synth, so a new Region shows up here."""
+    from settings.loader import _known_regions
+    from settings.registries import OTHER_ACCOUNTS, eks_addon_registry
+
+    assert {r: eks_addon_registry(r) for r in _known_regions() if eks_addon_registry(r) is None} == {}
+    assert eks_addon_registry("sa-east-1") == "602401143452.dkr.ecr.sa-east-1.amazonaws.com"
+    assert eks_addon_registry("af-south-1") == "877085696533.dkr.ecr.af-south-1.amazonaws.com"
+    assert set(OTHER_ACCOUNTS) <= set(_known_regions())
+    assert eks_addon_registry("xx-nowhere-1") is None
+
+
+def test_capacity_settings() -> None:
+    s = load_settings({}, {})
+    assert (s.gpu_placement_group, s.gpu_capacity_reservation_id, s.gpu_capacity_block) == ("on", "", False)
+    block = load_settings(
+        {"GPU_CAPACITY_RESERVATION_ID": "cr-0123456789abcdef0", "GPU_CAPACITY_RESERVATION_TYPE": "capacity-block", "GPU_PLACEMENT_GROUP": "off"}, {}
+    )
+    assert block.gpu_capacity_block and block.gpu_placement_group == "off"
+    named = load_settings({"GPU_CAPACITY_RESERVATION_ID": "cr-0123456789abcdef0", "GPU_PLACEMENT_GROUP": "gpu-pg"}, {})
+    assert (named.gpu_placement_group, named.gpu_capacity_block) == ("gpu-pg", False)
 
 
 def test_unknown_context_key_suggests_the_closest() -> None:

@@ -1,0 +1,282 @@
+"""The preflight checks that stop a first deploy from failing minutes in: the VPC's AZs, a GPU capacity
+reservation, the admin principals, and a private endpoint from a hosted runner.
+
+What moto 5.2.5 answers and what is stubbed:
+- EC2 DescribeAvailabilityZones and IAM GetRole / GetUser: real moto answers (moto's sa-east-1 has a, b, c;
+  us-west-1 has a and b only, as most accounts do).
+- EC2 DescribeCapacityReservations: moto has no Capacity Reservations at all, so that one call goes to a
+  botocore Stubber'd EC2 client (the Stubber checks the request: the reservation ID), or, through
+  run_checks, to a before-call hook that answers it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from datetime import UTC, datetime
+from typing import Any
+
+import boto3  # type: ignore[import-untyped]
+import pytest
+from botocore.stub import Stubber  # type: ignore[import-untyped]
+
+from preflight.capacity import check_capacity_reservation, check_vpc_azs
+from preflight.checks import run_checks
+from preflight.principals import check_admin_principals
+from preflight.reachability import check_api_endpoint, hosted_runner_cannot_reach
+from tests import test_preflight
+from tests.test_preflight import ACCOUNT, INPUT, REGION, by_name, create_bootstrap_stack, default_quotas
+
+aws = test_preflight.aws  # fake credentials, everything served by moto
+
+RESERVATION = "cr-0123456789abcdef0"
+EXECUTION_ROLE = f"arn:aws:iam::{ACCOUNT}:role/cdk-hnb659fds-cfn-exec-role-{ACCOUNT}-{REGION}"
+
+
+# --- the VPC's AZs ---------------------------------------------------------------------------------------
+
+
+def test_the_vpcs_azs_exist(aws: None) -> None:
+    result = check_vpc_azs(boto3.client("ec2", region_name=REGION), region=REGION, vpc_azs=("sa-east-1a", "sa-east-1b", "sa-east-1c"))
+    assert (result.verdict, result.detail) == ("PASS", "sa-east-1a, sa-east-1b, sa-east-1c available")
+
+
+def test_the_fallback_azs_of_a_two_az_region_are_refused(aws: None) -> None:
+    """Without a cached look-up the VPC takes REGION + a, b, c: us-west-1 has no c for most accounts."""
+    result = check_vpc_azs(boto3.client("ec2", region_name="us-west-1"), region="us-west-1", vpc_azs=("us-west-1a", "us-west-1b", "us-west-1c"))
+    assert result.verdict == "FAIL"
+    assert result.detail.startswith("us-west-1c not an AZ of us-west-1 for this account")
+    assert "make lookup" in result.fix and "us-west-1a, us-west-1b" in result.fix
+
+
+def test_an_az_that_is_not_available_is_refused() -> None:
+    ec2 = boto3.client("ec2", region_name=REGION, aws_access_key_id="x", aws_secret_access_key="x")
+    with Stubber(ec2) as stub:
+        zones = [{"ZoneName": "sa-east-1a", "State": "available"}, {"ZoneName": "sa-east-1b", "State": "impaired"}]
+        stub.add_response("describe_availability_zones", {"AvailabilityZones": zones})
+        result = check_vpc_azs(ec2, region=REGION, vpc_azs=("sa-east-1a", "sa-east-1b"))
+    assert (result.verdict, result.detail) == ("FAIL", "sa-east-1b is impaired")
+
+
+def test_the_preflight_runs_the_az_check_on_the_configured_azs(aws: None) -> None:
+    create_bootstrap_stack()
+    session, _ = default_quotas()
+    results = by_name(run_checks(replace(INPUT, vpc_azs=("sa-east-1a", "sa-east-1b", "sa-east-1d")), session))
+    assert results["vpc-azs"].verdict == "FAIL" and "sa-east-1d" in results["vpc-azs"].detail
+
+
+# --- the GPU capacity reservation -----------------------------------------------------------------------
+
+
+def _reservation(**changes: Any) -> dict[str, Any]:
+    reservation = {
+        "CapacityReservationId": RESERVATION,
+        "InstanceType": "g6.8xlarge",
+        "AvailabilityZone": "sa-east-1a",
+        "State": "active",
+        "ReservationType": "default",
+        "InstanceMatchCriteria": "targeted",
+        "AvailableInstanceCount": 2,
+        "TotalInstanceCount": 2,
+    }
+    return {**reservation, **changes}
+
+
+def _check(reservation: dict[str, Any] | None, **changes: Any) -> Any:
+    ec2 = boto3.client("ec2", region_name=REGION, aws_access_key_id="x", aws_secret_access_key="x")
+    kwargs: dict[str, Any] = {
+        "reservation_id": RESERVATION,
+        "reservation_type": "on-demand",
+        "placement_group": "off",
+        "instance_type": "g6.8xlarge",
+        "gpu_az": "sa-east-1a",
+        "nodes": 2,
+        "held": 0,
+    }
+    kwargs.update(changes)
+    with Stubber(ec2) as stub:
+        if reservation is None:
+            stub.add_client_error(
+                "describe_capacity_reservations",
+                "InvalidCapacityReservationId.NotFound",
+                "not found",
+                expected_params={"CapacityReservationIds": [RESERVATION]},
+            )
+        else:
+            stub.add_response("describe_capacity_reservations", {"CapacityReservations": [reservation]}, {"CapacityReservationIds": [RESERVATION]})
+        return check_capacity_reservation(ec2, **kwargs)
+
+
+def test_a_reservation_that_holds_the_nodes_passes() -> None:
+    result = _check(_reservation())
+    assert (result.verdict, result.detail) == ("PASS", f"{RESERVATION}: on-demand, active, g6.8xlarge in sa-east-1a, 2 of 2 free for 2 new node(s)")
+
+
+def test_nodes_already_in_the_reservation_count_as_held() -> None:
+    assert _check(_reservation(AvailableInstanceCount=0), held=2).ok
+    assert not _check(_reservation(AvailableInstanceCount=0), held=1).ok
+
+
+def test_a_capacity_block_passes_and_says_when_it_ends() -> None:
+    end = datetime(2026, 12, 8, 11, 30, tzinfo=UTC)
+    result = _check(_reservation(ReservationType="capacity-block", EndDate=end), reservation_type="capacity-block")
+    assert result.verdict == "WARN" and "ends 2026-12-08" in result.warning
+
+
+@pytest.mark.parametrize(
+    ("reservation", "changes", "detail", "fix"),
+    [
+        (_reservation(AvailabilityZone="sa-east-1b"), {}, "it is in sa-east-1b, not GPU_AZ sa-east-1a", "set GPU_AZ=sa-east-1b"),
+        (_reservation(InstanceType="g6.12xlarge"), {}, "it reserves g6.12xlarge, not g6.8xlarge", "set GPU_NODE_TYPE=g6.12xlarge"),
+        (_reservation(State="expired"), {}, "it is expired", "once it is active"),
+        (
+            _reservation(State="scheduled", StartDate=datetime(2026, 12, 2, 11, 30, tzinfo=UTC)),
+            {},
+            "it is scheduled (starts 2026-12-02",
+            "once it is active",
+        ),
+        (_reservation(AvailableInstanceCount=1), {}, "1 of 2 instances free, the deploy adds 2", "larger reservation"),
+        (_reservation(AvailableInstanceCount=2), {"nodes": 4}, "2 of 2 instances free, the deploy adds 4", "larger reservation"),
+        (
+            _reservation(ReservationType="capacity-block"),
+            {},
+            "it is a Capacity Block, capacity-block reservation",
+            "GPU_CAPACITY_RESERVATION_TYPE=capacity-block",
+        ),
+        (_reservation(), {"reservation_type": "capacity-block"}, "it is a on-demand reservation", "GPU_CAPACITY_RESERVATION_TYPE=on-demand"),
+        (
+            _reservation(PlacementGroupArn=f"arn:aws:ec2:{REGION}:{ACCOUNT}:placement-group/gpu-pg"),
+            {},
+            "it was made in placement group gpu-pg",
+            "GPU_PLACEMENT_GROUP=gpu-pg",
+        ),
+        (_reservation(), {"placement_group": "my-pg"}, "it is in no placement group, the nodes would launch into my-pg", "GPU_PLACEMENT_GROUP=off"),
+        (None, {}, "not found in this account and Region", "GPU_CAPACITY_RESERVATION_ID"),
+    ],
+)
+def test_a_reservation_that_cannot_hold_the_nodes_is_one_clear_line(reservation: dict[str, Any] | None, changes: dict[str, Any], detail: str, fix: str) -> None:
+    result = _check(reservation, **changes)
+    assert result.verdict == "FAIL"
+    assert detail in result.detail and fix in result.fix, (result.detail, result.fix)
+    assert "\n" not in result.detail + result.fix
+
+
+def test_a_reservation_in_its_placement_group_passes() -> None:
+    arn = f"arn:aws:ec2:{REGION}:{ACCOUNT}:placement-group/gpu-pg"
+    assert _check(_reservation(PlacementGroupArn=arn), placement_group="gpu-pg").ok
+
+
+def test_no_reservation_needs_no_call() -> None:
+    result = check_capacity_reservation(
+        None, reservation_id="", reservation_type="on-demand", placement_group="on", instance_type="g6.8xlarge", gpu_az="sa-east-1a", nodes=2, held=0
+    )
+    assert result.ok
+
+
+def test_the_preflight_counts_this_clusters_nodes_in_the_reservation(aws: None) -> None:
+    """Through run_checks: the reservation is full, but both its instances are this cluster's nodes. moto has
+    no Capacity Reservations, so DescribeCapacityReservations is answered by a before-call hook (the stubbed
+    answer) and the instances moto runs are marked as in it by an after-call hook on DescribeInstances."""
+    create_bootstrap_stack()
+    ec2 = boto3.client("ec2", region_name=REGION)
+    tags = [{"ResourceType": "instance", "Tags": [{"Key": "eks:cluster-name", "Value": INPUT.cluster_name}]}]
+    ec2.run_instances(ImageId="ami-12c6146b", MinCount=2, MaxCount=2, InstanceType="g6.8xlarge", TagSpecifications=tags)
+    session, _ = default_quotas()
+    asked: list[dict[str, Any]] = []
+
+    def reservations(params: dict[str, Any], **_: Any) -> tuple[Any, dict[str, Any]]:
+        from botocore.awsrequest import AWSResponse  # type: ignore[import-untyped]
+
+        asked.append(params["body"])
+        return AWSResponse("https://ec2", 200, {}, None), {"CapacityReservations": [_reservation(AvailableInstanceCount=0)]}
+
+    def in_the_reservation(parsed: dict[str, Any], **_: Any) -> None:
+        for reservation in parsed.get("Reservations", []):
+            for instance in reservation["Instances"]:
+                instance["CapacityReservationId"] = RESERVATION
+
+    session.events.register("before-call.ec2.DescribeCapacityReservations", reservations)
+    session.events.register("after-call.ec2.DescribeInstances", in_the_reservation)
+    inp = replace(INPUT, gpu_capacity_reservation_id=RESERVATION, gpu_placement_group="off")
+    result = by_name(run_checks(inp, session))["gpu-capacity-reservation"]
+    assert [body["CapacityReservationId.1"] for body in asked] == [RESERVATION]
+    assert result.ok, result
+    assert result.detail.endswith("0 of 2 free for 0 new node(s)")
+
+
+# --- the admin principals --------------------------------------------------------------------------------
+
+
+def _iam() -> Any:
+    iam = boto3.client("iam", region_name="us-east-1")
+    iam.create_role(RoleName="ci-deploy", AssumeRolePolicyDocument="{}")
+    iam.create_role(RoleName="platform-admin", Path="/people/", AssumeRolePolicyDocument="{}")
+    iam.create_user(UserName="alice")
+    return iam
+
+
+def test_existing_principals_pass(aws: None) -> None:
+    arns = (f"arn:aws:iam::{ACCOUNT}:role/ci-deploy", f"arn:aws:iam::{ACCOUNT}:role/people/platform-admin", f"arn:aws:iam::{ACCOUNT}:user/alice")
+    result = check_admin_principals(_iam(), arns=arns, account=ACCOUNT, execution_role_arn=EXECUTION_ROLE)
+    assert (result.verdict, result.detail) == ("PASS", f"3 principal(s) exist in account {ACCOUNT}")
+
+
+@pytest.mark.parametrize(
+    ("arn", "fragment"),
+    [
+        (f"arn:aws:iam::{ACCOUNT}:role/ci-deplyo", "no such IAM role"),
+        (f"arn:aws:iam::{ACCOUNT}:user/bob", "no such IAM user"),
+        (f"arn:aws:iam::{ACCOUNT}:role/platform-admin", "IAM has this role as"),  # the path left out
+        (EXECUTION_ROLE, "CloudFormation execution role"),
+    ],
+)
+def test_a_principal_eks_would_refuse_is_one_clear_line(aws: None, arn: str, fragment: str) -> None:
+    result = check_admin_principals(_iam(), arns=(arn,), account=ACCOUNT, execution_role_arn=EXECUTION_ROLE)
+    assert result.verdict == "FAIL" and fragment in result.detail and "\n" not in result.detail
+    assert "ADMIN_PRINCIPAL_ARNS" in result.fix or "ARN exactly" in result.fix
+
+
+def test_another_accounts_principal_is_said_unchecked(aws: None) -> None:
+    result = check_admin_principals(_iam(), arns=("arn:aws:iam::210987654321:role/ops",), account=ACCOUNT, execution_role_arn=EXECUTION_ROLE)
+    assert result.verdict == "WARN" and "210987654321:role/ops" in result.warning
+
+
+def test_the_preflight_fills_the_execution_role_from_the_assembly(aws: None) -> None:
+    create_bootstrap_stack()
+    _iam()
+    session, _ = default_quotas()
+    assembly_form = "arn:${AWS::Partition}:iam::${AWS::AccountId}:role/cdk-hnb659fds-cfn-exec-role-${AWS::AccountId}-sa-east-1"
+    inp = replace(INPUT, admin_principal_arns=(EXECUTION_ROLE,), execution_role_arn=assembly_form)
+    result = by_name(run_checks(inp, session))["admin-principals"]
+    assert result.verdict == "FAIL" and "CloudFormation execution role" in result.detail
+
+
+def test_the_execution_role_arn_is_read_from_the_synthesized_assembly(default_synth: Any) -> None:
+    from tools.preflight import execution_role_arn
+
+    arn = execution_role_arn(default_synth.outdir, default_synth.settings.stack_names["cluster"])
+    assert arn == "arn:${AWS::Partition}:iam::${AWS::AccountId}:role/cdk-hnb659fds-cfn-exec-role-${AWS::AccountId}-sa-east-1"
+
+
+# --- where the tools run -------------------------------------------------------------------------------
+
+
+def test_only_a_private_endpoint_from_a_hosted_runner_is_unreachable() -> None:
+    hosted = {"RUNNER_ENVIRONMENT": "github-hosted"}
+    assert hosted_runner_cannot_reach("private", hosted)
+    assert not hosted_runner_cannot_reach("private", {"RUNNER_ENVIRONMENT": "self-hosted"})
+    assert not hosted_runner_cannot_reach("private", {})
+    assert not hosted_runner_cannot_reach("public-and-private", hosted)
+    assert check_api_endpoint("public-and-private", ("203.0.113.0/24",), hosted).verdict == "PASS"
+
+
+def test_the_teardown_refuses_a_private_cluster_from_a_hosted_runner(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """Skipping its first step would leave load balancers holding the subnets and the RayService its nodes."""
+    from tools import teardown
+
+    monkeypatch.setenv("ENDPOINT_ACCESS", "private")
+    monkeypatch.setenv("RUNNER_ENVIRONMENT", "github-hosted")
+    monkeypatch.setattr(teardown, "deployed_but_left_out", lambda settings, session: [])
+    monkeypatch.setattr(teardown, "cluster_kubectl", lambda *a: pytest.fail("must not try the API"))
+    assert teardown.main(["before"]) == 1
+    err = capsys.readouterr().err
+    assert "GitHub-hosted runner" in err and "CLUSTER_RUNNER" in err and len(err.strip().splitlines()) == 1

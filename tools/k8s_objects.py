@@ -1,0 +1,119 @@
+"""Every Kubernetes object the project ships, one file each, for the validators that read manifests
+(checkov's kubernetes framework): dist/, the manifests embedded in the synthesized templates, the benchmark
+Job of `make bench-serving`, and the Pods KubeRay makes from each RayService's head and worker templates
+(checkov does not look inside the CRD).
+
+`python -m tools.k8s_objects OUTDIR ASSEMBLY...` (make checkov: cdk.out and the other configurations' assemblies).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from k8s_constructs.ray_facts import HEAD_CONTAINER
+from settings.context_files import REPO
+
+DIST = REPO / "dist"
+MANIFEST_TYPE = "Custom::AWSCDK-EKS-KubernetesResource"
+
+
+def embedded_manifests(assembly: Path) -> Iterator[tuple[str, dict[str, Any]]]:
+    """(source, object) of every manifest a template of the assembly applies."""
+    for template_file in sorted(assembly.glob("*.template.json")):
+        template = json.loads(template_file.read_text())
+        for logical_id, resource in template.get("Resources", {}).items():
+            if resource["Type"] != MANIFEST_TYPE:
+                continue
+            manifest = resource["Properties"]["Manifest"]
+            if not isinstance(manifest, str):
+                raise ValueError(f"{template_file.name}/{logical_id}: the manifest is not a literal, so it cannot be checked offline")
+            for obj in json.loads(manifest):
+                yield f"{assembly.name}/{template_file.stem}/{logical_id}", obj
+
+
+def dist_objects() -> Iterator[tuple[str, dict[str, Any]]]:
+    for path in sorted(DIST.glob("*.yaml")):
+        for obj in yaml.safe_load_all(path.read_text()):
+            if obj:
+                yield f"dist/{path.name}", obj
+
+
+def bench_job() -> Iterator[tuple[str, dict[str, Any]]]:
+    import cdk8s
+
+    from k8s_constructs.bench_job import BenchJobChart
+    from tools.bench_serving import bench_props
+    from tools.entry import project_settings
+
+    chart = BenchJobChart(cdk8s.App(), "bench", props=bench_props(project_settings()))
+    for obj in chart.to_json():
+        yield "make bench-serving", obj
+
+
+def kuberay_pods(ray_service: dict[str, Any]) -> list[dict[str, Any]]:
+    """The Pods KubeRay creates from the RayService's head and worker group templates (their spec as written;
+    KubeRay adds its own labels, the Ray start command and probes)."""
+    cluster = ray_service["spec"]["rayClusterConfig"]
+    name, namespace = ray_service["metadata"]["name"], ray_service["metadata"].get("namespace", "default")
+    groups = [("head", cluster["headGroupSpec"]["template"])] + [(g["groupName"], g["template"]) for g in cluster.get("workerGroupSpecs", [])]
+    pods = []
+    for group, template in groups:
+        labels = {**template.get("metadata", {}).get("labels", {}), "ray.io/cluster": name, "ray.io/group": group}
+        pods.append(
+            {
+                "apiVersion": "v1",
+                "kind": "Pod",
+                "metadata": {"name": f"{name}-{group}", "namespace": namespace, "labels": labels},
+                "spec": template["spec"],
+            }
+        )
+    assert any(c["name"] == HEAD_CONTAINER for c in pods[0]["spec"]["containers"])
+    return pods
+
+
+def all_objects(assemblies: list[Path]) -> Iterator[tuple[str, dict[str, Any]]]:
+    sources = [dist_objects(), bench_job(), *(embedded_manifests(a) for a in assemblies)]
+    for source in sources:
+        for where, obj in source:
+            yield where, obj
+            if obj.get("kind") == "RayService":
+                for pod in kuberay_pods(obj):
+                    yield f"{where} (KubeRay's {pod['metadata']['name']} pod)", pod
+
+
+def write(outdir: Path, assemblies: list[Path]) -> int:
+    shutil.rmtree(outdir, ignore_errors=True)
+    outdir.mkdir(parents=True)
+    count = 0
+    seen: set[str] = set()
+    for where, obj in all_objects(assemblies):
+        text = yaml.safe_dump(obj, sort_keys=True)
+        if text in seen:  # the same object from dist/ and the default templates: scanned once
+            continue
+        seen.add(text)
+        count += 1
+        kind, name = obj["kind"], obj["metadata"]["name"]
+        (outdir / f"{count:03d}-{kind.lower()}-{name}.yaml").write_text(f"# from {where}\n{text}")
+    return count
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("outdir", type=Path)
+    parser.add_argument("assemblies", type=Path, nargs="+")
+    args = parser.parse_args(argv)
+    count = write(args.outdir, args.assemblies)
+    print(f"wrote {count} Kubernetes objects to {args.outdir}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
