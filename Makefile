@@ -44,8 +44,8 @@ synth: install ## Synthesize every stack to cdk.out/ and the golden manifests to
 	$(CDK) synth --quiet $(ARGS)
 	$(PY) -m tools.write_dist
 
-test: install-dev ## Run the test suite (validators, cdk-nag, cfn-lint, schemas, moto)
-	$(PY) -m pytest -q $(ARGS)
+test: install-dev ## Run the test suite on every core (validators, cdk-nag, cfn-lint, parliament, schemas, moto, local Ray)
+	$(PY) -m pytest -q -n auto --dist loadfile $(ARGS)
 
 lint: install-dev ## ruff and mypy (strict)
 	$(PY) -m ruff check .

@@ -61,7 +61,19 @@ def test_a_vpc_cidr_change_is_flagged_and_can_be_accepted(clone: Path) -> None:
     assert "AWS::EC2::Subnet" in result.stdout
     assert "requires replacement" in result.stdout  # the CDK CLI's own diff says so too
     assert result.stderr.strip().startswith("error: ") and "ALLOW_REPLACEMENT=1" in result.stderr
-    assert _review(clone, "HEAD~1", allow=True).returncode == 0
+
+
+def test_allow_replacement_accepts_what_the_review_flagged(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """The exit code only, on the report the real review above produced: no second pair of synths."""
+    from tools import review
+
+    flagged = ("report\n", ["AWS::EC2::VPC `Vpc8378EB38` is replaced: CidrBlock cannot change in place"])
+    monkeypatch.setattr(review, "review", lambda base, workdir: flagged)
+    monkeypatch.setenv("ALLOW_REPLACEMENT", "")
+    assert review.main(["--base", "HEAD~1"]) == 1
+    monkeypatch.setenv("ALLOW_REPLACEMENT", "1")
+    assert review.main(["--base", "HEAD~1"]) == 0
+    assert "report" in capsys.readouterr().out
 
 
 @pytest.mark.parametrize("base", ["no-such-branch", ""])

@@ -9,6 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import yaml
 
 from settings import versions
@@ -67,8 +68,21 @@ def test_crds_are_of_the_pinned_kuberay_version() -> None:
     assert "Apache License 2.0" in (versions.KUBERAY_CRD_DIR / "README.md").read_text()
 
 
+def test_imports_are_what_make_imports_made_of_these_inputs() -> None:
+    """imports/ is byte for byte what `make imports` wrote (the stamp holds its digest), from exactly the
+    inputs it has now (the CRD, the generator, the pinned cdk8s-cli, PyYAML). When an input moves, the next
+    test regenerates and compares; here the stamp says whether it must."""
+    stamp = import_crd.read_stamp()
+    assert stamp["imports"] == import_crd.tree_digest(REPO / "imports"), "imports/ was edited by hand: run `make imports`"
+
+
 def test_imports_are_generated_from_exactly_the_repository_crd(tmp_path: Path) -> None:
-    """`cdk8s import` of schemas/kuberay/ (the pinned cdk8s-cli) gives byte for byte what imports/ holds."""
+    """`cdk8s import` of schemas/kuberay/ (the pinned cdk8s-cli) gives byte for byte what imports/ holds.
+    Run when an input has moved since `make imports` wrote the stamp (or with FULL_IMPORTS_CHECK=1)."""
+    import os
+
+    if import_crd.read_stamp()["inputs"] == import_crd.inputs_digest() and os.environ.get("FULL_IMPORTS_CHECK") != "1":
+        pytest.skip("imports/ inputs unchanged since `make imports` generated and compared them (FULL_IMPORTS_CHECK=1 regenerates)")
     output = tmp_path / "imports"
     import_crd.generate(output)
     comparison = filecmp.dircmp(output, REPO / "imports", ignore=["__pycache__"])
@@ -83,3 +97,4 @@ def test_imports_are_generated_from_exactly_the_repository_crd(tmp_path: Path) -
 
     collect(comparison, "")
     assert differing == [], f"imports/ differs from `make imports` output: {differing}"
+    assert import_crd.read_stamp()["inputs"] == import_crd.inputs_digest(), "imports/ is right but its stamp is stale: run `make imports`"

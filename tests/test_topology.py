@@ -79,23 +79,29 @@ def test_the_head_offers_no_cpu_and_the_workers_keep_room_for_serve() -> None:
 
 
 @pytest.fixture(scope="module")
-def ray_module() -> Iterator[Any]:
+def ray_cluster() -> Iterator[tuple[Any, Any]]:
+    """One local Ray cluster (a CPU-only head, as the RayCluster's) for every placement test of this module:
+    each test adds stand-ins of its GPU worker pods and removes them, and its placement groups, after."""
     import ray
+    from ray.cluster_utils import Cluster
 
-    yield ray
-    if ray.is_initialized():
+    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 0, "num_gpus": 0, "object_store_memory": 78 * 1024 * 1024})
+    ray.init(address=cluster.address, log_to_driver=False)
+    try:
+        yield ray, cluster
+    finally:
         ray.shutdown()
+        cluster.shutdown()
 
 
-def _place(ray: Any, settings: Settings, extra: int = 1) -> tuple[dict[str, list[set[str] | None]], dict[str, str]]:
+def _place(ray_cluster: tuple[Any, Any], settings: Settings, extra: int = 1) -> tuple[dict[str, list[set[str] | None]], dict[str, str]]:
     """Start stand-ins of the GPU worker pods (same GPUs, CPUs and phase resources as the worker groups and
     Ray's auto-detected accelerator type), create every placement group Ray Serve LLM would, plus
     ``extra`` per phase, and report the nodes each group landed on (None: still pending) and each node's phase."""
-    from ray.cluster_utils import Cluster
-
+    ray, cluster = ray_cluster
     ray_service = _rayservice(settings)
     groups = ray_service["spec"]["rayClusterConfig"]["workerGroupSpecs"]
-    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 0, "num_gpus": 0, "object_store_memory": 78 * 1024 * 1024})
+    nodes, pgs_made = [], []
     try:
         node_phase: dict[str, str] = {}
         worker_cpus = gpu_worker_resources(settings.gpu_node, observability=settings.observability).cpu_milli // 1000
@@ -106,17 +112,18 @@ def _place(ray: Any, settings: Settings, extra: int = 1) -> tuple[dict[str, list
                 node = cluster.add_node(
                     num_cpus=worker_cpus, num_gpus=int(group["resources"]["GPU"]), resources=resources, object_store_memory=78 * 1024 * 1024
                 )
+                nodes.append(node)
                 node_phase[node.node_id] = group["groupName"]
         cluster.wait_for_nodes()
-        ray.init(address=cluster.address)
         placed: dict[str, list[set[str] | None]] = {}
         for phase, llm in _llm_configs(ray_service).items():
             bundles, strategy = ray_serve_llm_placement(llm)
             pgs = [ray.util.placement_group(bundles, strategy=strategy) for _ in range(llm["deployment_config"]["num_replicas"] + extra)]
+            pgs_made += pgs
             placed[phase] = []
             for pg in pgs:
                 try:
-                    ray.get(pg.ready(), timeout=20 if len(placed[phase]) < len(pgs) - extra else 3)
+                    ray.get(pg.ready(), timeout=20 if len(placed[phase]) < len(pgs) - extra else 1.5)
                 except ray.exceptions.GetTimeoutError:
                     placed[phase].append(None)
                     continue
@@ -124,8 +131,11 @@ def _place(ray: Any, settings: Settings, extra: int = 1) -> tuple[dict[str, list
                 placed[phase].append(set(table["bundles_to_node_id"].values()))
         return placed, node_phase
     finally:
-        ray.shutdown()
-        cluster.shutdown()
+        # A pending group left behind would take the next test's nodes.
+        for pg in pgs_made:
+            ray.util.remove_placement_group(pg)
+        for node in nodes:
+            cluster.remove_node(node)
 
 
 @pytest.mark.parametrize(
@@ -137,8 +147,8 @@ def _place(ray: Any, settings: Settings, extra: int = 1) -> tuple[dict[str, list
     ],
     ids=["g6.8xlarge", "g6.12xlarge", "p5.48xlarge-tp8"],
 )
-def test_placement_groups_land_only_on_their_phase_and_an_extra_one_waits(ray_module: Any, env: dict[str, str], engines: int) -> None:
-    placed, node_phase = _place(ray_module, settings_for(env))
+def test_placement_groups_land_only_on_their_phase_and_an_extra_one_waits(ray_cluster: Any, env: dict[str, str], engines: int) -> None:
+    placed, node_phase = _place(ray_cluster, settings_for(env))
     for phase in ("prefill", "decode"):
         # Every engine of the phase on one node (STRICT_PACK keeps TP inside it), a node of that phase ...
         assert all(nodes is not None and len(nodes) == 1 for nodes in placed[phase][:engines]), placed
@@ -147,7 +157,7 @@ def test_placement_groups_land_only_on_their_phase_and_an_extra_one_waits(ray_mo
         assert placed[phase][engines:] == [None], placed
 
 
-def test_without_the_phase_resource_ray_would_mix_the_phases(ray_module: Any) -> None:
+def test_without_the_phase_resource_ray_would_mix_the_phases(ray_cluster: Any) -> None:
     """The control: the same cluster and engines without the phase resource in the bundles — Ray packs
     prefill and decode engines onto the same 4-GPU node, and the KV cache would never touch EFA."""
     import copy
@@ -158,7 +168,7 @@ def test_without_the_phase_resource_ray_would_mix_the_phases(ray_module: Any) ->
     try:
         # Both phases' bundles ask for one resource that every GPU node offers.
         serve_config.PHASE_RESOURCES.update({"prefill": "gpu_node", "decode": "gpu_node"})
-        placed, _ = _place(ray_module, settings_for({**G6_12, "PREFILL_REPLICAS": "2", "DECODE_REPLICAS": "2"}), extra=0)
+        placed, _ = _place(ray_cluster, settings_for({**G6_12, "PREFILL_REPLICAS": "2", "DECODE_REPLICAS": "2"}), extra=0)
     finally:
         serve_config.PHASE_RESOURCES.update(original)
     phases_on: dict[str, set[str]] = {}

@@ -630,3 +630,21 @@ def test_every_make_target_the_workflows_call_exists() -> None:
         for script in run_scripts(job):
             called.update(make_calls(script))
     assert called - targets == set(), f"the Makefile lacks {sorted(called - targets)}"
+
+
+def test_the_jobs_that_reach_the_cluster_can_run_in_the_vpc() -> None:
+    """ENDPOINT_ACCESS=private answers only inside the VPC: every job that runs a make target needing the
+    Kubernetes API (or the preflight, which refuses a GitHub-hosted runner then) takes its runner from
+    CLUSTER_RUNNER; the others stay on GitHub's."""
+    cluster_targets = {"deploy", "park", "destroy", "kubeconfig", "wait-ready", "verify", "status"}
+    seen = set()
+    for name in EXPECTED:
+        for job_id, job in jobs(name).items():
+            runs = " ".join(str(step.get("run", "")) for step in job.get("steps", []))
+            needs_cluster = any(re.search(rf"\bmake {target}\b", runs) for target in cluster_targets)
+            if needs_cluster:
+                seen.add(f"{name}/{job_id}")
+                assert job["runs-on"] == "${{ vars.CLUSTER_RUNNER || 'ubuntu-24.04' }}", (name, job_id)
+            else:
+                assert job["runs-on"] == "ubuntu-24.04", (name, job_id)
+    assert {"deploy/deploy", "destroy/destroy", "park/park"} <= seen

@@ -6,6 +6,8 @@ never use and which doubles the generated module and its import time.
 
 from __future__ import annotations
 
+import hashlib
+import json
 import shutil
 import subprocess
 import sys
@@ -19,6 +21,33 @@ from settings.versions import KUBERAY_CRD_DIR
 REPO = Path(__file__).resolve().parent.parent
 CRD = KUBERAY_CRD_DIR / "ray.io_rayservices.yaml"
 API_VERSION = "v1"
+# What imports/ was generated from and what it then held: the test regenerates only when the inputs move.
+STAMP = KUBERAY_CRD_DIR / "imports.sha256"
+
+
+def inputs_digest() -> str:
+    """The CRD, this generator, the pinned cdk8s-cli and the PyYAML that rewrites the CRD: all that decides imports/."""
+    lock = json.loads((REPO / "package-lock.json").read_text())
+    cli = lock["packages"]["node_modules/cdk8s-cli"]["version"]
+    digest = hashlib.sha256()
+    for part in (CRD.read_bytes(), Path(__file__).read_bytes(), cli.encode(), yaml.__version__.encode()):
+        digest.update(hashlib.sha256(part).digest())
+    return digest.hexdigest()
+
+
+def tree_digest(root: Path) -> str:
+    digest = hashlib.sha256()
+    for path in sorted(p for p in root.rglob("*") if p.is_file() and "__pycache__" not in p.parts):
+        digest.update(str(path.relative_to(root)).encode() + b"\0" + hashlib.sha256(path.read_bytes()).digest())
+    return digest.hexdigest()
+
+
+def read_stamp() -> dict[str, str]:
+    return dict(line.split(" ", 1) for line in STAMP.read_text().splitlines() if line.strip())
+
+
+def write_stamp(imports: Path) -> None:
+    STAMP.write_text(f"inputs {inputs_digest()}\nimports {tree_digest(imports)}\n")
 
 
 def generate(output: Path) -> None:
@@ -43,6 +72,7 @@ def main() -> int:
         generate(output)
         shutil.rmtree(REPO / "imports", ignore_errors=True)
         shutil.copytree(output, REPO / "imports")
+    write_stamp(REPO / "imports")
     print(f"imports/ regenerated from schemas/kuberay/{CRD.name} ({API_VERSION} only)")
     return 0
 
