@@ -145,7 +145,7 @@ checkov: synth .checkov-venv/.installed ## checkov: every CloudFormation check (
 	HF_TOKEN_SECRET_NAME=checkov/hf-token $(CDK) synth --quiet -o cdk.out.hf-token
 	$(PY) -m tools.k8s_objects cdk.out.k8s cdk.out cdk.out.observability cdk.out.hf-token
 	.checkov-venv/bin/checkov --skip-download --quiet --compact --framework kubernetes -d cdk.out.k8s -o json > cdk.out.checkov-kubernetes.json || true
-	$(PY) -m tools.accepted_findings checkov-kubernetes cdk.out.checkov-kubernetes.json
+	$(PY) -m tools.accepted_findings checkov-kubernetes cdk.out.checkov-kubernetes.json --objects cdk.out.k8s
 
 # After a deploy (kubectl configured with `make kubeconfig`); names follow the settings.
 status: install ## RayService, pods and their nodes, GPU/EFA capacity of the GPU nodes

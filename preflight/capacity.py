@@ -1,4 +1,5 @@
-"""Where the nodes go: the VPC's AZs exist, and a GPU capacity reservation can hold the GPU nodes.
+"""Where the nodes go: the GPU type is offered in GPU_AZ with EFA, the VPC's AZs exist, and a GPU capacity
+reservation can hold the GPU nodes.
 
 Without a cached look-up the VPC falls back to REGION + a, b, c, which do not all exist in every Region
 and account (us-west-1 has two AZs per account, ap-northeast-1 no "b" for newer accounts): the network
@@ -13,6 +14,7 @@ from typing import Any
 
 from botocore.exceptions import ClientError
 
+from preflight.context import Context
 from preflight.results import CheckResult, fail, ok, warn
 
 AZ_NAME = "vpc-azs"
@@ -98,9 +100,103 @@ def check_capacity_reservation(
     need = max(0, nodes - held)
     if nodes and free < need:
         problems.append((f"{free} of {total} instances free, the deploy adds {need}", "use a larger reservation, free instances in it, or fewer replicas"))
+    if problems and not nodes:
+        # Parked (GPU_NODE_COUNT=0): nothing launches into it now, and a park must never be refused.
+        return warn(RESERVATION_NAME, f"{reservation_id}: " + "; ".join(p for p, _ in problems), f"parked, so not refused; before unparking: {problems[0][1]}")
     if problems:
         return fail(RESERVATION_NAME, f"{reservation_id}: " + "; ".join(p for p, _ in problems), problems[0][1])
     detail = f"{reservation_id}: {kind}, {state}, {instance_type} in {gpu_az}, {free} of {total} free for {need} new node(s)"
     if kind == "capacity-block" and cr.get("EndDate"):
         return warn(RESERVATION_NAME, detail, f"the block ends {cr['EndDate']}: EKS scales the nodegroup to 0 about 40 minutes before")
     return ok(RESERVATION_NAME, detail)
+
+
+# --- the checks, on the run's context ------------------------------------------------------------------
+
+
+def _offered_azs(ctx: Context, extra_filters: list[dict[str, Any]]) -> list[str]:
+    # Filtered EC2 describes may return empty pages with a NextToken: always paginate.
+    pages = (
+        ctx.client("ec2")
+        .get_paginator("describe_instance_type_offerings")
+        .paginate(
+            LocationType="availability-zone",
+            Filters=[{"Name": "instance-type", "Values": [ctx.inp.gpu_instance_type]}, *extra_filters],
+        )
+    )
+    return sorted({str(o["Location"]) for page in pages for o in page["InstanceTypeOfferings"]})
+
+
+def check_gpu_offering(ctx: Context) -> CheckResult:
+    inp = ctx.inp
+    if _offered_azs(ctx, [{"Name": "location", "Values": [inp.gpu_az]}]):
+        return ok("gpu-az-offering", f"{inp.gpu_instance_type} is offered in {inp.gpu_az}")
+    offered = _offered_azs(ctx, [])
+    if not offered:
+        return fail(
+            "gpu-az-offering",
+            f"{inp.gpu_instance_type} is not offered in any AZ of {inp.region}",
+            f"set GPU_NODE_TYPE to a type offered in {inp.region}, or deploy to another REGION",
+        )
+    return fail(
+        "gpu-az-offering",
+        f"{inp.gpu_instance_type} is not offered in {inp.gpu_az}",
+        f"set GPU_AZ to one of: {', '.join(offered)}",
+    )
+
+
+def check_gpu_efa(ctx: Context) -> CheckResult:
+    itype = ctx.inp.gpu_instance_type
+    infos = ctx.client("ec2").describe_instance_types(InstanceTypes=[itype])["InstanceTypes"]
+    network = infos[0].get("NetworkInfo", {}) if infos else {}
+    efa = network.get("EfaSupported")
+    if efa is True:
+        interfaces = network.get("EfaInfo", {}).get("MaximumEfaInterfaces")
+        suffix = f" (up to {int(interfaces)} EFA interfaces)" if interfaces is not None else ""
+        return ok("gpu-efa", f"{itype} supports EFA{suffix}")
+    fix = "set GPU_NODE_TYPE to a type with EFA (`aws ec2 describe-instance-types --filters Name=network-info.efa-supported,Values=true`)"
+    if efa is False:
+        return fail("gpu-efa", f"{itype} does not support EFA", fix)
+    # Never assume EFA: the GPU nodegroup attaches EFA interfaces and would fail to launch.
+    return fail(
+        "gpu-efa",
+        f"EFA support of {itype} unknown: DescribeInstanceTypes returned no NetworkInfo.EfaSupported",
+        fix,
+    )
+
+
+def check_availability_zones(ctx: Context) -> CheckResult:
+    return check_vpc_azs(ctx.client("ec2"), region=ctx.inp.region, vpc_azs=ctx.inp.vpc_azs)
+
+
+def check_reservation(ctx: Context) -> CheckResult:
+    from preflight import redeploy as day2
+    from preflight.quota_checks import planned_nodegroup_change
+
+    inp = ctx.inp
+    if not inp.gpu_capacity_reservation_id:
+        return ok(RESERVATION_NAME, "none: On-Demand capacity (InsufficientInstanceCapacity possible)")
+    change = planned_nodegroup_change(ctx, inp.redeploy.gpu_nodegroup_name) if inp.redeploy else None
+    held = ctx.nodes_in_reservation(inp.gpu_capacity_reservation_id)
+    if change is not None and change.action == day2.REPLACE:
+        held = 0  # the new nodegroup starts beside the old one: its nodes are all new to the reservation
+    if inp.gpu_capacity_reservation_type == "capacity-block" and held and (day2.rolls(change) or (change is not None and change.action == day2.REPLACE)):
+        # EKS updates a Capacity Block nodegroup only at desired size 0 (EKS user guide, Capacity Blocks for
+        # managed node groups): the roll would stall with the nodes still in the block.
+        return fail(
+            RESERVATION_NAME,
+            f"{inp.gpu_capacity_reservation_id}: this deploy rolls the Capacity Block nodegroup while {held} node(s) run in it",
+            "park first (`GPU_NODE_COUNT=0 make deploy`), deploy the change parked, then unpark",
+        )
+    return check_capacity_reservation(
+        ctx.client("ec2"),
+        reservation_id=inp.gpu_capacity_reservation_id,
+        reservation_type=inp.gpu_capacity_reservation_type,
+        placement_group=inp.gpu_placement_group,
+        instance_type=inp.gpu_instance_type,
+        gpu_az=inp.gpu_az,
+        # A rolling update with the default strategy launches its surge into the reservation too: only when
+        # the plan rolls the nodegroup, as the quota check counts it.
+        nodes=inp.gpu_node_count + (inp.gpu_update_surge_nodes if day2.rolls(change) else 0) if inp.gpu_node_count else 0,
+        held=held,
+    )

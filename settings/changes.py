@@ -59,7 +59,11 @@ CHANGE_EFFECTS: Final[dict[str, tuple[str, str]]] = {
         ROLLING,
         "a new launch template version (GPU_UPDATE_STRATEGY); `on` to `off` deletes the stack's placement group once the nodes have left it",
     ),
-    "GPU_CAPACITY_RESERVATION_ID": (ROLLING, "a new launch template version: the nodes are replaced into the new reservation (or out of it)"),
+    "GPU_CAPACITY_RESERVATION_ID": (
+        ROLLING,
+        "a new launch template version: the nodes are replaced into the new reservation (or out of it). A Capacity Block nodegroup "
+        "updates only at size 0: the preflight refuses the roll while nodes run in the block; park, deploy the change, unpark",
+    ),
     "GPU_CAPACITY_RESERVATION_TYPE": (
         REFUSED,
         "the nodegroup's capacity type is create-only and its name fixed: unless parked, `GPU_NODE_COUNT=0 make deploy`, then change it "
@@ -74,7 +78,7 @@ CHANGE_EFFECTS: Final[dict[str, tuple[str, str]]] = {
     "KUBERAY_NAMESPACE": (
         REFUSED,
         "the chart's cluster-scoped objects have fixed names, so two releases cannot coexist: `make destroy STACKS=CLUSTER_NAME-system` "
-        "(takes the serving stack with it; the GPU nodes stay), then deploy",
+        "(takes the serving stack, and with OBSERVABILITY=on the observability stack, with it; the GPU nodes stay), then deploy",
     ),
     "RAY_VERSION": (RECREATE, _RECREATE_HOW),
     "RAY_SERVICE_NAME": (

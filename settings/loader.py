@@ -510,7 +510,7 @@ def load_settings(environ: Mapping[str, str], context: Mapping[str, Any]) -> Set
             f"{settings.decode_nodes} decode node(s) of {gpu_node.name} ({gpu_node.gpus} GPU(s) each, {settings.engines_per_node} "
             f"engine(s) of TENSOR_PARALLEL_SIZE={settings.tensor_parallel_size} per node; the phases never share a node)",
         )
-    check_head_fits(settings.system_node)
+    check_head_fits(settings.system_node, observability=settings.observability)
     gpu_worker_resources(settings.gpu_node, observability=settings.observability)
     check_engine_cpus(settings.gpu_node, settings.engines_per_node, settings.tensor_parallel_size, observability=settings.observability)
     return settings

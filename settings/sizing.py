@@ -92,16 +92,17 @@ def gpu_worker_resources(instance: InstanceFacts, *, observability: bool) -> Wor
     return WorkerResources(cpu_milli=cpu, memory_mib=memory)
 
 
-def check_head_fits(instance: InstanceFacts) -> None:
+def check_head_fits(instance: InstanceFacts, *, observability: bool) -> None:
     node = allocatable(instance)
-    free_cpu = node.cpu_milli - DAEMONSET_CPU_MILLI - SYSTEM_PODS_CPU_MILLI
-    free_memory = node.memory_mib - DAEMONSET_MEMORY_MIB - SYSTEM_PODS_MEMORY_MIB
+    extra_cpu, extra_memory = (OBSERVABILITY_CPU_MILLI, OBSERVABILITY_MEMORY_MIB) if observability else (0, 0)
+    free_cpu = node.cpu_milli - DAEMONSET_CPU_MILLI - SYSTEM_PODS_CPU_MILLI - extra_cpu
+    free_memory = node.memory_mib - DAEMONSET_MEMORY_MIB - SYSTEM_PODS_MEMORY_MIB - extra_memory
     if free_cpu < HEAD_REQUEST_CPU_MILLI or free_memory < HEAD_REQUEST_MEMORY_MIB:
         raise SettingError(
             "SYSTEM_NODE_TYPE",
             instance.name,
             f"a type with room for the Ray head ({HEAD_REQUEST_CPU_MILLI // 1000} vCPU, {HEAD_REQUEST_MEMORY_MIB // 1024} GiB) "
-            f"beside the operator and CoreDNS; {instance.name} leaves {free_cpu}m CPU, {free_memory} MiB",
+            f"beside the operator and CoreDNS{' and the observability add-on' if observability else ''}; {instance.name} leaves {free_cpu}m CPU, {free_memory} MiB",
         )
 
 

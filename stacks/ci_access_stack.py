@@ -20,6 +20,7 @@ from aws_cdk import CfnOutput, CliCredentialsStackSynthesizer, Duration, Environ
 from aws_cdk import aws_iam as iam
 from constructs import Construct
 
+from preflight.registry import read_only_actions
 from settings.ci_access import GITHUB_OIDC_HOST, CiAccessSettings
 from stacks import nag
 from stacks.application import PROJECT_TAG
@@ -29,29 +30,23 @@ STS_AUDIENCE = "sts.amazonaws.com"
 CDK_DEPLOY_ROLE_KINDS = ("deploy", "file-publishing", "image-publishing", "lookup")
 CDK_TOOLKIT_STACK = "CDKToolkit"  # the bootstrap stack that `make preflight` reads
 
-# Read by `make preflight` (preflight/) and the destroy leftovers check with the caller's own credentials.
-# None of these calls supports resource-level permissions (Service Authorization Reference): Resource "*".
-DEPLOY_READ_ONLY_UNSCOPED = (
-    "sts:GetCallerIdentity",
-    "ec2:DescribeRegions",
-    "ec2:DescribeAvailabilityZones",
-    "ec2:DescribeCapacityReservations",
-    "ec2:DescribeInstanceTypeOfferings",
-    "ec2:DescribeInstanceTypes",
-    "ec2:DescribeInstances",
-    "ec2:DescribeLaunchTemplateVersions",
-    "ec2:DescribeNetworkInterfaces",
-    "ec2:DescribeSecurityGroups",
-    "ec2:DescribeVolumes",
-    "servicequotas:GetAWSDefaultServiceQuota",
-    "eks:DescribeAddonVersions",
-    "logs:DescribeLogGroups",
-    "elasticloadbalancing:DescribeLoadBalancers",
-    "elasticloadbalancing:DescribeTags",
-    "tag:GetResources",
-    # OBSERVABILITY=on: the managed Prometheus collectors of the Region.
-    "aps:ListScrapers",
+# Read by `make preflight` and the destroy leftovers check with the caller's own credentials: every call
+# preflight/registry.py declares. Those scoped to this cluster's resources get statements of their own below;
+# the others support no resource-level permission (Service Authorization Reference): Resource "*".
+SCOPED_READS = frozenset(
+    {
+        "eks:DescribeCluster",
+        "eks:ListNodegroups",
+        "eks:DescribeNodegroup",
+        "cloudformation:DescribeStacks",
+        "cloudformation:GetTemplate",
+        "servicequotas:GetServiceQuota",
+        "cloudwatch:GetDataset",
+        "iam:GetRole",
+        "iam:GetUser",
+    }
 )
+DEPLOY_READ_ONLY_UNSCOPED = tuple(a for a in read_only_actions() if a not in SCOPED_READS)
 # What `cdk diff` reads when it falls back from the lookup role to the caller's credentials.
 DIFF_STACK_READS = (
     "cloudformation:DescribeStacks",

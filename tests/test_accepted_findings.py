@@ -57,8 +57,18 @@ def test_the_checkov_gate(tmp_path: Path, capsys: pytest.CaptureFixture[str]) ->
     # Fewer findings than accepted: the list has gone stale.
     assert main(["checkov-kubernetes", str(_report(tmp_path, every_accepted[1:]))]) == 1
     assert "matches no finding any more" in capsys.readouterr().err
-    # checkov that scanned nothing is no pass.
+    # checkov that scanned nothing is no pass, nor one that could not parse every object.
     assert main(["checkov-kubernetes", str(_report(tmp_path, every_accepted, passed=0))]) == 1
+    objects = tmp_path / "objects"
+    objects.mkdir()
+    for index in range(3):
+        (objects / f"{index}.yaml").write_text("kind: Pod\n")
+    report = _report(tmp_path, every_accepted)
+    data = json.loads(report.read_text())
+    data["summary"]["resource_count"] = 2
+    report.write_text(json.dumps(data))
+    assert main(["checkov-kubernetes", str(report), "--objects", str(objects)]) == 1
+    assert "some objects went unchecked" in capsys.readouterr().err
 
 
 def test_checkov_sees_the_pods_kuberay_makes(default_synth: Synth, tmp_path: Path) -> None:

@@ -18,11 +18,12 @@ from aws_cdk import Environment, Validations
 from aws_cdk.assertions import Match, Template
 from cdk_nag import AwsSolutionsChecks
 
+from preflight.registry import read_only_actions
 from settings.ci_access import CiAccessSettings, load_ci_access_settings
 from settings.errors import SettingError
 from settings.loader import SPECS
 from stacks.application import new_app
-from stacks.ci_access_stack import DEPLOY_READ_ONLY_UNSCOPED, PROMQL_QUERY_ACTIONS, CiAccessStack
+from stacks.ci_access_stack import DEPLOY_READ_ONLY_UNSCOPED, PROMQL_QUERY_ACTIONS, SCOPED_READS, CiAccessStack
 from tests.conftest import REPO
 
 REPOSITORY = "octo-org/ray-llm"
@@ -186,18 +187,10 @@ def test_diff_role_may_assume_exactly_the_lookup_role(ci: CiSynth) -> None:
 def test_deploy_role_has_exactly_the_read_only_calls_it_needs(ci: CiSynth) -> None:
     statements = ci.statements_of(ci.settings.deploy_role_name)
     actions = {a for s in statements for a in _as_list(s["Action"])}
-    scoped = {
-        "eks:DescribeCluster",
-        "eks:ListNodegroups",
-        "eks:DescribeNodegroup",
-        "cloudformation:DescribeStacks",
-        "cloudformation:GetTemplate",
-        "servicequotas:GetServiceQuota",
-        "cloudwatch:GetDataset",
-        "iam:GetRole",
-        "iam:GetUser",
-    }
+    scoped = set(SCOPED_READS)
     assert actions - set(PROMQL_QUERY_ACTIONS) == {"sts:AssumeRole", *DEPLOY_READ_ONLY_UNSCOPED, *scoped} and set(PROMQL_QUERY_ACTIONS) <= actions
+    # Exactly what the preflight checks and the leftovers check declare they call (preflight/registry.py).
+    assert set(read_only_actions()) == set(DEPLOY_READ_ONLY_UNSCOPED) | scoped
     assert all(a.split(":")[1].startswith(("Describe", "Get", "List")) for a in actions - {"sts:AssumeRole"})
     # The scoped ones name this cluster and these stacks, not "*".
     by_action = {a: {_render(r) for r in _as_list(s["Resource"])} for s in statements for a in _as_list(s["Action"]) if a in scoped}

@@ -193,10 +193,13 @@ def test_the_coverage_check_can_fail() -> None:
     assert "logs:AssociateKmsKey" in missing["AWS::Logs::LogGroup"]
 
 
-def test_create_cluster_on_star_is_limited_to_this_clusters_tag() -> None:
+def test_create_cluster_on_star_is_limited_to_this_clusters_tag(default_synth: Synth) -> None:
     (statement,) = [s for s in _allowed_statements() if "eks:CreateCluster" in _as_list(s["Action"])]
     assert statement["Resource"] == "*"
     assert statement["Condition"] == {"StringEquals": {"aws:RequestTag/cluster": CLUSTER}}
+    # The condition holds only because the cluster carries that tag: without it, AccessDenied a minute in.
+    (cluster,) = default_synth.resources("cluster", "AWS::EKS::Cluster").values()
+    assert {"Key": "cluster", "Value": default_synth.settings.cluster_name} in cluster["Properties"]["Tags"]
 
 
 def test_the_observability_policy_covers_its_collector_and_managed_policy(observed_synth: Synth) -> None:

@@ -5,6 +5,9 @@ RuntimeDefault seccomp profile. This is the evidence that Ray 2.58 needs none of
 local head started as root (the image's user) under `setpriv` with an empty capability bounding set and
 no_new_privs — what the container runtime does with that securityContext — starts its GCS, raylet and
 dashboard, runs the Serve controller and proxy, answers a request and stops with `ray stop` (the preStop hook).
+Run as another user (a hosted CI runner), it holds no capability anyway and keeps no_new_privs. The
+RuntimeDefault seccomp profile is not reproduced here (setpriv applies none): Ray makes no system call
+that containerd's default profile blocks, which only a real node can show.
 """
 
 from __future__ import annotations
@@ -23,9 +26,11 @@ from typing import Any
 import pytest
 
 SETPRIV = shutil.which("setpriv")
-pytestmark = pytest.mark.skipif(SETPRIV is None or os.geteuid() != 0, reason="needs util-linux setpriv and root (the image's user) to drop capabilities")
-
-NO_CAPABILITIES = [str(SETPRIV), "--no-new-privs", "--bounding-set=-all", "--inh-caps=-all", "--ambient-caps=-all"]
+pytestmark = pytest.mark.skipif(SETPRIV is None, reason="needs util-linux's setpriv (Debian and Ubuntu have it)")
+ROOT = os.geteuid() == 0
+# As root (the image's user, what the container runs) the bounding set is emptied too: root with no
+# capability. Any other user (a hosted CI runner) holds none to begin with; no_new_privs applies either way.
+NO_CAPABILITIES = [str(SETPRIV), "--no-new-privs", *(["--bounding-set=-all", "--inh-caps=-all", "--ambient-caps=-all"] if ROOT else [])]
 
 
 def _free_port() -> int:
@@ -103,7 +108,8 @@ def test_a_head_with_no_capabilities_serves(head_without_capabilities: tuple[str
     assert pids, "no gcs_server or raylet of this head found"
     for pid in pids:
         caps = _capabilities(pid)
-        assert caps["CapEff"] == caps["CapPrm"] == caps["CapBnd"] == 0 and caps["NoNewPrivs"] == 1, caps
+        assert caps["CapEff"] == caps["CapPrm"] == 0 and caps["NoNewPrivs"] == 1, caps
+        assert caps["CapBnd"] == 0 or not ROOT, caps
 
     import ray
     from ray import serve

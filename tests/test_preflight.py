@@ -1,4 +1,4 @@
-"""Tests of preflight.checks against moto (in-process, offline).
+"""Tests of the preflight checks (preflight.checks runs preflight.registry) against moto (in-process, offline).
 
 What moto 5.2.5 answers and what these tests stub instead:
 - STS, EC2 (regions, instance type offerings, instance types incl. NetworkInfo.EfaSupported, instances)
@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import boto3  # type: ignore[import-untyped]
+import botocore.awsrequest  # type: ignore[import-untyped]
 import botocore.loaders  # type: ignore[import-untyped]
 import botocore.session  # type: ignore[import-untyped]
 import pytest
@@ -40,30 +41,11 @@ from preflight.checks import (
     run_checks,
     stack_status_usable,
 )
+from preflight.registry import CHECKS
 
 REGION = "sa-east-1"  # the project's default REGION
 ACCOUNT = "123456789012"  # moto's account
-ORDER = [
-    "credentials",
-    "region",
-    "gpu-az-offering",
-    "gpu-efa",
-    "vpc-azs",
-    "gpu-capacity-reservation",
-    "stack-states",
-    "kubernetes-version",
-    "stack-changes",
-    "kuberay-crds",
-    "control-plane-log-group",
-    "gpu-vcpu-quota",
-    "standard-vcpu-quota",
-    "cdk-bootstrap",
-    "admin-principals",
-    "api-endpoint",
-    "helm-charts",
-    "metrics-destination",
-    "stacks-left-out",
-]
+ORDER = [check.name for check in CHECKS]  # preflight/registry.py: the run order
 NO_ASSEMBLY = "no synthesized assembly to compare (first deploy checks only)"
 INPUT = PreflightInput(
     region=REGION,
@@ -619,12 +601,12 @@ def test_metrics_collectors_at_the_default_quota_warn(aws: None) -> None:
 
 def test_a_region_outside_the_documented_ones_is_warned_about(aws: None, monkeypatch: pytest.MonkeyPatch) -> None:
     """The Region table is documentation read on a date: a Region added since is warned about, not refused."""
-    from preflight.checks import METRICS_COLLECTOR_REGIONS
+    from preflight.observability_checks import METRICS_COLLECTOR_REGIONS
 
     assert REGION in METRICS_COLLECTOR_REGIONS and "ap-southeast-6" not in METRICS_COLLECTOR_REGIONS and "me-central-1" not in METRICS_COLLECTOR_REGIONS
     create_bootstrap_stack()
     session, _ = observed_session()
-    monkeypatch.setattr("preflight.checks.METRICS_COLLECTOR_REGIONS", frozenset({"us-east-1"}))
+    monkeypatch.setattr("preflight.observability_checks.METRICS_COLLECTOR_REGIONS", frozenset({"us-east-1"}))
     check = by_name(run_checks(OBSERVED, session))["metrics-destination"]
     assert check.verdict == "WARN" and "sa-east-1 is not among the Regions AWS documented" in check.warning
 
@@ -654,3 +636,32 @@ def test_a_transient_dataset_answer_is_a_warning_not_a_wrong_region(aws: None, c
     session = _SessionWithQuotas(quotas_session._stubbed["service-quotas"], {"cloudwatch": cloudwatch})
     check = by_name(run_checks(OBSERVED, session))["metrics-destination"]
     assert (check.verdict, check.warning) == ("WARN", "not checked: run the preflight again") and code in check.detail
+
+
+def test_every_aws_call_of_the_checks_is_declared_in_the_registry(aws: None, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The CI deploy role's read-only actions are derived from preflight/registry.py: every call a full run
+    makes (OBSERVABILITY=on, admin principals, a capacity reservation) must be among them."""
+    import botocore.client
+
+    from preflight.registry import read_only_actions
+
+    called: set[str] = set()
+    make_api_call = botocore.client.BaseClient._make_api_call
+
+    def recording(self: Any, operation_name: str, api_params: Any) -> Any:
+        prefix = self.meta.service_model.signing_name
+        called.add(f"{ {'monitoring': 'cloudwatch'}.get(prefix, prefix) }:{operation_name}")
+        return make_api_call(self, operation_name, api_params)
+
+    create_bootstrap_stack()
+    boto3.client("iam", region_name="us-east-1").create_role(RoleName="ci-deploy", AssumeRolePolicyDocument="{}")
+    monkeypatch.setattr(botocore.client.BaseClient, "_make_api_call", recording)
+    session, _ = observed_session()
+    session.events.register(
+        "before-call.ec2.DescribeCapacityReservations",
+        lambda **_: (botocore.awsrequest.AWSResponse("https://ec2", 200, {}, None), {"CapacityReservations": []}),
+    )
+    inp = replace(OBSERVED, admin_principal_arns=(f"arn:aws:iam::{ACCOUNT}:role/ci-deploy",), gpu_capacity_reservation_id="cr-0123456789abcdef0")
+    run_checks(inp, session)
+    assert {"sts:GetCallerIdentity", "iam:GetRole", "aps:ListScrapers", "cloudwatch:GetDataset", "servicequotas:GetServiceQuota"} <= called
+    assert called - set(read_only_actions()) == set()

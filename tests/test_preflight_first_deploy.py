@@ -280,3 +280,50 @@ def test_the_teardown_refuses_a_private_cluster_from_a_hosted_runner(monkeypatch
     assert teardown.main(["before"]) == 1
     err = capsys.readouterr().err
     assert "GitHub-hosted runner" in err and "CLUSTER_RUNNER" in err and len(err.strip().splitlines()) == 1
+
+
+def test_a_park_is_never_refused_for_its_reservation() -> None:
+    """GPU_NODE_COUNT=0 launches nothing: an expired or scheduled reservation is said, not refused (the nightly
+    park must work whatever the reservation does)."""
+    for reservation in (_reservation(State="expired"), _reservation(State="scheduled", AvailabilityZone="sa-east-1b")):
+        result = _check(reservation, nodes=0)
+        assert result.verdict == "WARN" and "parked" in result.warning, result
+
+
+def test_the_surge_counts_only_when_the_plan_rolls_the_nodegroup(aws: None) -> None:
+    """A first deploy (no plan) with GPU_UPDATE_STRATEGY=default needs the nodes, not the surge."""
+    create_bootstrap_stack()
+    session, _ = default_quotas()
+
+    def reservations(**_: Any) -> tuple[Any, dict[str, Any]]:
+        from botocore.awsrequest import AWSResponse  # type: ignore[import-untyped]
+
+        return AWSResponse("https://ec2", 200, {}, None), {"CapacityReservations": [_reservation()]}
+
+    session.events.register("before-call.ec2.DescribeCapacityReservations", reservations)
+    inp = replace(INPUT, gpu_capacity_reservation_id=RESERVATION, gpu_placement_group="off", gpu_update_surge_nodes=2)
+    result = by_name(run_checks(inp, session))["gpu-capacity-reservation"]
+    assert result.ok and result.detail.endswith("2 of 2 free for 2 new node(s)"), result
+
+
+def test_a_roll_of_a_capacity_block_nodegroup_with_nodes_in_it_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    """EKS updates a Capacity Block nodegroup only at desired size 0: a roll with nodes in the block is refused
+    before the reservation is even read; with nothing running in it, it is checked as usual."""
+    from types import SimpleNamespace
+
+    from preflight import capacity, quota_checks
+    from preflight import redeploy as day2
+
+    rolling = day2.ResourceChange(logical_id="GpuNodesNodegroup", resource_type="AWS::EKS::Nodegroup", action=day2.MODIFY, properties=("LaunchTemplate",))
+    assert day2.rolls(rolling)
+    monkeypatch.setattr(quota_checks, "planned_nodegroup_change", lambda ctx, name: rolling)
+    inp = replace(INPUT, gpu_capacity_reservation_id=RESERVATION, gpu_capacity_reservation_type="capacity-block", gpu_placement_group="off")
+    inp = replace(inp, redeploy=SimpleNamespace(gpu_nodegroup_name="gpu-workers"))  # type: ignore[arg-type]
+
+    def client(_: str) -> Any:
+        raise AssertionError("refused before the reservation is read")
+
+    ctx = SimpleNamespace(inp=inp, nodes_in_reservation=lambda _: 2, client=client)
+    result = capacity.check_reservation(ctx)  # type: ignore[arg-type]
+    assert result.verdict == "FAIL" and "rolls the Capacity Block nodegroup while 2 node(s) run in it" in result.detail
+    assert "park first" in result.fix

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -265,3 +266,24 @@ def test_the_readme_shows_the_query_verify_asks() -> None:
 
     query = gate.engine_series_query(OBSERVED).replace(OBSERVED.cluster_name, "CLUSTER_NAME")
     assert f"`{query}`" in (REPO / "README.md").read_text()
+
+
+def test_the_worker_log_search_finds_the_backend_and_a_failed_registration(tmp_path: Path) -> None:
+    """The command `make verify` runs in each worker, run here by a real `sh` and `grep` over Ray-style logs:
+    it must bring back the backend line and libfabric's memory-registration failures, and nothing else."""
+    from tools.cluster import worker_backends
+
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    (logs / "worker-1.err").write_text(
+        "INFO nixl: Backend LIBFABRIC was instantiated\nlibfabric:1234:efa:mr:efa_mr_reg_impl(): fi_mr_reg failed: -22\nsome other line\n"
+    )
+    (logs / "worker-2.out").write_text("nixl_libfabric_backend: Unable to register MR for VRAM buffer\n")
+
+    def kubectl(args: list[str], stdin: str | None = None) -> subprocess.CompletedProcess[str]:
+        assert args[:2] == ["exec", "-n"] and args[-3:-1] == ["sh", "-c"]
+        script = args[-1].replace("/tmp/ray/session_latest/logs/", f"{logs}/")
+        return subprocess.run(["sh", "-c", script], capture_output=True, text=True, check=False)
+
+    backends = worker_backends(settings_for(), kubectl, ["prefill-0"])
+    assert backends == {"prefill-0": "LIBFABRIC, GPU memory registration failed (Unable to register MR; fi_mr_reg failed)"}

@@ -86,6 +86,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("validator", choices=("checkov-kubernetes",))
     parser.add_argument("report", type=Path, help="checkov's JSON output (-o json)")
     parser.add_argument("--passed-at-least", type=int, default=1, help="fewer passed checks than this means checkov scanned nothing")
+    parser.add_argument("--objects", type=Path, help="the directory checkov scanned: each of its files must have been parsed")
     args = parser.parse_args(argv)
     report = json.loads(args.report.read_text())
     findings = checkov_findings(report)
@@ -99,6 +100,12 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {ACCEPTED_FILE.name}: {entry.validator} {entry.check} at {entry.where} matches no finding any more: remove it", file=sys.stderr)
     if passed < args.passed_at_least:
         print(f"error: checkov passed {passed} checks: it scanned nothing", file=sys.stderr)
+        return 1
+    parsing_errors = sum(int(r.get("summary", {}).get("parsing_errors", 0)) for r in reports if isinstance(r, dict))
+    resources = sum(int(r.get("summary", {}).get("resource_count", 0)) for r in reports if isinstance(r, dict))
+    files = len(list(args.objects.glob("*.yaml"))) if args.objects else 0
+    if parsing_errors or resources < files:
+        print(f"error: checkov parsed {resources} resources of {files} files ({parsing_errors} parsing errors): some objects went unchecked", file=sys.stderr)
         return 1
     accepted_count = len(findings) - len(new)
     print(f"{args.validator}: {passed} passed, {len(findings)} failed of which {accepted_count} accepted ({ACCEPTED_FILE.name}), {len(new)} new")
