@@ -10,7 +10,7 @@ CDK := node_modules/.bin/cdk
 export JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION := 20
 ARGS ?=
 
-.PHONY: status verify verify-efa bench-serving help install install-dev synth test lint format diff deploy destroy park review stacks kubeconfig kuberay-crds wait-ready bench lookup preflight imports dist settings-table checkov ci-access ci-access-synth clean
+.PHONY: vendor-kuberay docs docs-tables status verify verify-efa bench-serving help install install-dev synth test lint format diff deploy destroy park review stacks kubeconfig kuberay-crds wait-ready bench lookup preflight imports dist settings-table checkov ci-access ci-access-synth clean
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-15s %s\n", $$1, $$2}'
@@ -121,14 +121,28 @@ lookup: install ## Look up AZs and instance facts with AWS credentials; cache th
 preflight: synth ## Check the account and what is deployed against the synthesized assembly (quotas, versions, changes that cannot apply, charts)
 	$(PY) -m tools.preflight
 
+vendor-kuberay: install ## Move to another KubeRay release: VERSION=X.Y.Z fetches its CRDs, moves the pin, regenerates imports/ and dist/
+	$(PY) -m tools.vendor_kuberay --version "$(VERSION)"
+
 imports: install ## Regenerate imports/ from the KubeRay CRD (cdk8s import)
 	$(PY) -m tools.import_crd
 
 dist: install ## Rewrite dist/ only
 	$(PY) -m tools.write_dist
 
-settings-table: install ## Rewrite the README's settings table from the code
-	$(PY) -m tools.settings_table
+docs-tables: install ## Rewrite the generated parts of docs/ from the code (settings, change and preflight tables, the defaults' quota)
+	$(PY) -m tools.docs_tables
+
+settings-table: docs-tables ## Alias of docs-tables
+
+$(VENV)/.docs: $(VENV)/.runtime requirements-docs.txt
+	$(PY) -m pip install --quiet -r requirements-docs.txt
+	touch $@
+
+docs: export NO_MKDOCS_2_WARNING := 1
+docs: $(VENV)/.docs ## Build the documentation site strictly (mkdocs-material): a stale generated table or a broken link fails
+	$(PY) -m tools.docs_tables --check
+	$(PY) -m mkdocs build --strict --quiet
 
 .checkov-venv/.installed:
 	$(PYTHON) -m venv .checkov-venv
@@ -155,4 +169,4 @@ verify-efa: install ## Which NIXL backend each GPU worker started (must be LIBFA
 	$(PY) -m tools.cluster verify-efa
 
 clean: ## Remove build output (keeps the virtual environments)
-	rm -rf cdk.out cdk.out.observability cdk.out.hf-token cdk.out.k8s cdk.out.checkov-kubernetes.json .pytest_cache .mypy_cache .ruff_cache
+	rm -rf site cdk.out cdk.out.observability cdk.out.hf-token cdk.out.k8s cdk.out.checkov-kubernetes.json .pytest_cache .mypy_cache .ruff_cache

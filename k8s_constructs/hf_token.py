@@ -9,14 +9,12 @@ reads. The manifests carry only the secret's name.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 import cdk8s
 import yaml
 from constructs import Construct
 
 from settings import Settings
-from settings.scheduling import gpu_toleration
 
 CSI_DRIVER = "secrets-store.csi.k8s.io"
 KUBERNETES_SECRET = "hf-token"
@@ -68,17 +66,3 @@ class HfTokenProviderClass(Construct):
                 },
             )
         )
-
-
-def provider_chart_values() -> dict[str, Any]:
-    """Values of the ASCP chart: it and the CSI driver it installs run on every node, GPU nodes included."""
-    return {
-        "tolerations": [gpu_toleration()],
-        "secrets-store-csi-driver": {
-            "install": True,
-            "syncSecret": {"enabled": True},
-            # ASCP 3.x takes the pod's token from the CSI driver: one per audience it may use.
-            "tokenRequests": [{"audience": "sts.amazonaws.com"}, {"audience": "pods.eks.amazonaws.com"}],
-            "linux": {"tolerations": [gpu_toleration()]},
-        },
-    }

@@ -8,7 +8,7 @@ collection never drops it between Ray restarts. It asks for no GPU or EFA device
 memory, tolerates the GPU taint, and runs unprivileged with nothing mounted.
 
 (Why not the SOCI snapshotter's parallel pull: it changes containerd's configuration on the AL2023 NVIDIA
-AMI through nodeadm, which the README's "How long a deploy takes" discusses; the DaemonSet works with any
+AMI through nodeadm, which docs/deploy.md's "How long a deploy takes" discusses; the DaemonSet works with any
 managed nodegroup and needs nothing on the node.)
 """
 

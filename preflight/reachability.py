@@ -16,7 +16,7 @@ from preflight.results import CheckResult, fail, ok, warn
 NAME = "api-endpoint"
 RUNNER_FIX = (
     "run the workflows on a self-hosted runner in the VPC or a network routed to it (repository variable CLUSTER_RUNNER; "
-    "see the README's CI section), or use ENDPOINT_ACCESS=public-and-private with PUBLIC_ACCESS_CIDRS"
+    "see docs/ci.md), or use ENDPOINT_ACCESS=public-and-private with PUBLIC_ACCESS_CIDRS"
 )
 
 

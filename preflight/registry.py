@@ -1,4 +1,4 @@
-"""Every preflight check, registered once: its name (in run order), what it runs, when it fails (the README's
+"""Every preflight check, registered once: its name (in run order), what it runs, when it fails (the docs'
 table) and the read-only IAM actions it calls (the CI deploy role's policy is derived from them).
 
 A new check is a function returning a CheckResult and one `Check(...)` entry here, plus its test.
@@ -25,7 +25,7 @@ from preflight.results import CheckResult, ok
 class Check:
     name: str
     run: CheckFunction
-    fails_when: str  # the README's "Fails when" column
+    fails_when: str  # the docs' "Fails when" column (docs/deploy.md)
     actions: tuple[str, ...] = ()  # the read-only AWS calls it makes (IAM actions)
 
 
@@ -182,6 +182,6 @@ def read_only_actions() -> tuple[str, ...]:
 
 
 def table_markdown() -> str:
-    """The README's preflight table."""
+    """The docs' preflight table (docs/deploy.md)."""
     rows = ["| Check | Fails when |", "|---|---|"] + [f"| `{c.name}` | {c.fails_when} |" for c in CHECKS]
     return "\n".join(rows)

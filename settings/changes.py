@@ -1,4 +1,4 @@
-"""What changing each setting does to a deployed stack: the README's "Changing a deployed stack" table.
+"""What changing each setting does to a deployed stack: the docs' "Changing a deployed stack" table (docs/day2.md).
 
 `make preflight` enforces the refusals (preflight/redeploy.py, from the deployed templates and the
 synthesized ones) and tests/test_day2.py checks the effects below on pairs of real synths.

@@ -210,7 +210,7 @@ def check_context_keys(context: Mapping[str, Any]) -> None:
             continue
         if key not in SPECS_BY_CONTEXT_KEY:
             hint = _closest(key, sorted(SPECS_BY_CONTEXT_KEY))
-            raise SettingError(key, context[key], f"a known context key{hint}; see the settings table in README.md")
+            raise SettingError(key, context[key], f"a known context key{hint}; see docs/settings.md")
 
 
 def raw_values(environ: Mapping[str, str], context: Mapping[str, Any]) -> dict[str, str]:
@@ -517,7 +517,7 @@ def load_settings(environ: Mapping[str, str], context: Mapping[str, Any]) -> Set
 
 
 def settings_table_markdown() -> str:
-    """The README's settings table, generated from SPECS so the two cannot drift apart."""
+    """The docs' settings table (docs/settings.md), generated from SPECS so the two cannot drift apart."""
     rows = ["| Environment variable | Context key (`-c`) | Default | Meaning | Allowed |", "|---|---|---|---|---|"]
     for spec in SPECS:
         default = f"`{spec.default}`" if spec.default else "(empty)"

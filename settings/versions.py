@@ -1,6 +1,6 @@
 """Every external artifact this project deploys, pinned in one place.
 
-Changing a version here is the whole upgrade: the stacks, the cdk8s charts, the README table and the
+Changing a version here is the whole upgrade: the stacks, the cdk8s charts, the docs' tables and the
 tests read these constants.
 """
 
@@ -24,18 +24,8 @@ KUBERAY_OPERATOR: Final = HelmChartPin("https://ray-project.github.io/kuberay-he
 KUBERAY_CRD_DIR: Final = Path(__file__).resolve().parent.parent / "schemas" / "kuberay"
 KUBERAY_CRD_FILES: Final = ("ray.io_rayclusters.yaml", "ray.io_rayservices.yaml")
 
-# NVIDIA Kubernetes device plugin (Helm): advertises nvidia.com/gpu. The AL2023 NVIDIA AMI has the
-# driver and container toolkit but not this plugin.
-NVIDIA_DEVICE_PLUGIN: Final = HelmChartPin("https://nvidia.github.io/k8s-device-plugin", "nvidia-device-plugin", "0.20.1")
 
-# AWS EFA Kubernetes device plugin (Helm): advertises vpc.amazonaws.com/efa. This chart's versions
-# carry a leading "v" (chart v0.5.29 ships image v0.5.20).
-EFA_DEVICE_PLUGIN: Final = HelmChartPin("https://aws.github.io/eks-charts", "aws-efa-k8s-device-plugin", "v0.5.29")
-
-# AWS Secrets Manager provider (ASCP) for the Secrets Store CSI driver, which it installs as a
-# dependency: only deployed when HF_TOKEN_SECRET_NAME is set, to hand the token to the workers
-# without writing it into a template or a manifest.
-SECRETS_PROVIDER: Final = HelmChartPin("https://aws.github.io/secrets-store-csi-driver-provider-aws", "secrets-store-csi-driver-provider-aws", "3.1.3")
+# The other Helm charts' pins live in their add-on modules (stacks/addons/), with their release and values.
 
 # Ray LLM Deep Learning Container. ${REGION} is replaced with REGION. It bundles Ray 2.58.0 and vLLM
 # 0.26.0; RAY_VERSION must match the Ray inside the image.

@@ -53,14 +53,7 @@ class GpuCapacityStack(Stack):
                 capacity_block=settings.gpu_capacity_block,
             ),
         )
-        self.device_plugins = DevicePlugins(
-            self,
-            "DevicePlugins",
-            cluster=cluster,
-            gpu_nodegroup=self.gpu_nodes.nodegroup,
-            gpu_instance_type=settings.gpu_node.name,
-            image_registry=settings.eks_addon_registry,
-        )
+        self.device_plugins = DevicePlugins(self, "DevicePlugins", cluster=cluster, gpu_nodegroup=self.gpu_nodes.nodegroup, settings=settings)
         # Applied as soon as the stack starts, not after the nodegroup: each node starts pulling the ~20 GB
         # Ray image the moment it joins (the system node too, for the head).
         self.image_prepull = eks.KubernetesManifest(

@@ -40,6 +40,7 @@ from k8s_constructs.ray_facts import (
 )
 from settings import Settings
 from stacks import nag
+from stacks.pod_identity import pod_identity_role
 
 ADDON = "amazon-cloudwatch-observability"
 # Where the add-on runs its agent (fixed by the add-on): the Pod Identity association's target.
@@ -320,29 +321,21 @@ class ObservabilityStack(Stack):
             self.scraper.node.add_dependency(rule)
 
     def _container_insights(self, cluster: eks.ICluster) -> None:
-        role = iam.Role(
+        role, association = pod_identity_role(
             self,
             "CloudWatchAgentRole",
+            "CloudWatchAgentPodIdentity",
+            cluster=cluster,
+            namespace=AGENT_NAMESPACE,
+            service_account=AGENT_SERVICE_ACCOUNT,
             description=f"EKS Pod Identity of {AGENT_NAMESPACE}/{AGENT_SERVICE_ACCOUNT}: writes metrics and logs to CloudWatch",
-            assumed_by=iam.ServicePrincipal("pods.eks.amazonaws.com"),
             managed_policies=[iam.ManagedPolicy.from_aws_managed_policy_name("CloudWatchAgentServerPolicy")],
-        )
-        role.assume_role_policy.add_statements(  # type: ignore[union-attr]
-            iam.PolicyStatement(actions=["sts:TagSession"], principals=[iam.ServicePrincipal("pods.eks.amazonaws.com")])
         )
         nag.acknowledge(
             role,
             "AwsSolutions-IAM4",
             "The CloudWatch agent's AWS managed policy: what the amazon-cloudwatch-observability add-on documents for its agent.",
             applies_to=["Policy::arn:<AWS::Partition>:iam::aws:policy/CloudWatchAgentServerPolicy"],
-        )
-        association = eks.CfnPodIdentityAssociation(
-            self,
-            "CloudWatchAgentPodIdentity",
-            cluster_name=cluster.cluster_name,
-            namespace=AGENT_NAMESPACE,
-            service_account=AGENT_SERVICE_ACCOUNT,
-            role_arn=role.role_arn,
         )
         self.addon = eks.Addon(
             self, "CloudWatchObservability", cluster=cluster, addon_name=ADDON, configuration_values=addon_configuration(), preserve_on_delete=False

@@ -1,4 +1,4 @@
-"""The serving layer: the KubeRay operator (Helm) and the prefill/decode RayService (cdk8s)."""
+"""The serving layer: the prefill/decode RayService (cdk8s), its namespace and NetworkPolicies, after the KubeRay operator of the system stack."""
 
 from __future__ import annotations
 
@@ -8,14 +8,13 @@ from aws_cdk import aws_eks_v2 as eks
 from aws_cdk import aws_iam as iam
 from constructs import Construct
 
-from k8s_constructs.hf_token import HfToken, hf_token_of, provider_chart_values
+from k8s_constructs.hf_token import HfToken, hf_token_of
 from k8s_constructs.ray_facts import SERVE_PORT
 from k8s_constructs.ray_service import PdRayServiceChart, RayServiceProps
-from settings import Settings, versions
-from stacks import nag
-from stacks.helm import pinned_release
+from settings import Settings
+from stacks import addons, nag
+from stacks.pod_identity import pod_identity_role
 
-SECRETS_PROVIDER_RELEASE = "secrets-store-csi-driver-provider-aws"
 # The objects that belong to the namespace, not to one RayService: they move only with NAMESPACE.
 NAMESPACE_KINDS = frozenset({"Namespace", "NetworkPolicy"})
 
@@ -70,7 +69,7 @@ class ServingStack(Stack):
         self.ray_service.node.add_dependency(self.namespace_manifest)
         token = hf_token_of(settings)
         if token is not None:
-            for dependency in self._hf_token_access(cluster, settings.namespace, token):
+            for dependency in self._hf_token_access(cluster, settings, token):
                 self.ray_service.node.add_dependency(dependency)
 
         # Create after, and so delete before, the operator (it owns the finalizers and the pods) and
@@ -94,25 +93,18 @@ class ServingStack(Stack):
             value=f"kubectl port-forward -n {settings.namespace} svc/{settings.serve_service_name} {SERVE_PORT}:{SERVE_PORT}",
         )
 
-    def _hf_token_access(self, cluster: eks.ICluster, namespace: str, token: HfToken) -> list[Construct]:
-        """The Secrets Manager CSI provider, and a Pod Identity role that may read only the token's secret."""
-        provider = pinned_release(
-            self,
-            "SecretsStoreCsiProvider",
-            cluster=cluster,
-            pin=versions.SECRETS_PROVIDER,
-            release=SECRETS_PROVIDER_RELEASE,
-            namespace="kube-system",
-            values=provider_chart_values(),
-        )
-        role = iam.Role(
+    def _hf_token_access(self, cluster: eks.ICluster, settings: Settings, token: HfToken) -> list[Construct]:
+        """The Secrets Manager CSI provider (an add-on), and a Pod Identity role that may read only the token's secret."""
+        (provider,) = addons.install(self, "serving", cluster=cluster, settings=settings).values()
+        namespace = settings.namespace
+        role, association = pod_identity_role(
             self,
             "HfTokenReaderRole",
+            "HfTokenPodIdentity",
+            cluster=cluster,
+            namespace=namespace,
+            service_account=token.service_account,
             description=f"EKS Pod Identity of {namespace}/{token.service_account}: reads the Hugging Face token",
-            assumed_by=iam.ServicePrincipal("pods.eks.amazonaws.com"),
-        )
-        role.assume_role_policy.add_statements(  # type: ignore[union-attr]
-            iam.PolicyStatement(actions=["sts:TagSession"], principals=[iam.ServicePrincipal("pods.eks.amazonaws.com")])
         )
         # Secrets Manager appends a random 6-character suffix to a secret's ARN.
         secret_arn = f"arn:{Aws.PARTITION}:secretsmanager:{Aws.REGION}:{Aws.ACCOUNT_ID}:secret:{token.secret_name}-??????"
@@ -122,13 +114,5 @@ class ServingStack(Stack):
             "AwsSolutions-IAM5",
             "The wildcard is the 6-character suffix Secrets Manager appends to the ARN of the one secret named by HF_TOKEN_SECRET_NAME.",
             applies_to=[f"Resource::arn:<AWS::Partition>:secretsmanager:<AWS::Region>:<AWS::AccountId>:secret:{token.secret_name}-??????"],
-        )
-        association = eks.CfnPodIdentityAssociation(
-            self,
-            "HfTokenPodIdentity",
-            cluster_name=cluster.cluster_name,
-            namespace=namespace,
-            service_account=token.service_account,
-            role_arn=role.role_arn,
         )
         return [provider, association]

@@ -11,11 +11,10 @@ from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_eks_v2 as eks
 from constructs import Construct
 
-from k8s_constructs.kuberay_operator import kuberay_release
 from settings import Settings
 from settings.scheduling import SYSTEM_NODE_LABELS
+from stacks import addons
 from stacks.cluster_stack import managed_addon, node_role
-from stacks.helm import pinned_release
 from stacks.node_launch_template import metadata_options, pin_kubernetes_version, rolling_update, root_volume
 
 
@@ -62,15 +61,5 @@ class SystemStack(Stack):
         # KUBERAY_NAMESPACE change is refused by the preflight: the chart's cluster-scoped objects
         # (ClusterRoles and their bindings) have fixed names, so a second release in another namespace
         # cannot be installed beside the first, and `helm upgrade --install` would leave the old one running.
-        release = kuberay_release(settings)
-        self.kuberay = pinned_release(
-            self,
-            "KubeRayOperator",
-            cluster=cluster,
-            pin=release.pin,
-            release=release.release,
-            namespace=release.namespace,
-            values=release.values.to_values(),
-            create_namespace=True,
-        )
+        (self.kuberay,) = addons.install(self, "system", cluster=cluster, settings=settings).values()
         self.kuberay.node.add_dependency(self.system_nodegroup)

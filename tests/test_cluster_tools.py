@@ -60,6 +60,6 @@ def test_wait_ready_times_out_with_the_command_to_look_closer(capsys: Any) -> No
 
 
 def test_kuberay_crds_are_the_repositorys_labelled_with_their_version() -> None:
-    documents = list(yaml.safe_load_all(kuberay_crd_documents(settings_for())))
+    documents = list(yaml.load_all(kuberay_crd_documents(settings_for()), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader)))
     assert sorted(d["metadata"]["name"] for d in documents) == ["rayclusters.ray.io", "rayservices.ray.io"]
     assert all(d["metadata"]["labels"][KUBERAY_CRD_LABEL] == "1.7.0" for d in documents)

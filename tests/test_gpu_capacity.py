@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 
 from settings import versions
+from stacks.addons import efa_device_plugin, nvidia_device_plugin
 from tests.conftest import Synth
 
 
@@ -101,7 +102,7 @@ def _helm(synth: Synth, chart: str) -> tuple[str, dict[str, Any]]:
 
 @pytest.mark.parametrize(
     ("chart", "repository", "version"),
-    [(pin.chart, pin.repository, pin.version) for pin in (versions.NVIDIA_DEVICE_PLUGIN, versions.EFA_DEVICE_PLUGIN)],
+    [(pin.chart, pin.repository, pin.version) for pin in (nvidia_device_plugin.PIN, efa_device_plugin.PIN)],
 )
 def test_device_plugins_are_pinned_tolerate_the_taint_and_follow_the_nodegroup(default_synth: Synth, chart: str, repository: str, version: str) -> None:
     import json
@@ -116,7 +117,7 @@ def test_device_plugins_are_pinned_tolerate_the_taint_and_follow_the_nodegroup(d
     assert values["tolerations"] == [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]
     assert values["nodeSelector"] == {"role": "gpu-worker"}
     assert any(nodegroup_id in dep for dep in release["DependsOn"])
-    if chart == versions.EFA_DEVICE_PLUGIN.chart:  # the chart's own instance allow-list names our type
+    if chart == efa_device_plugin.PIN.chart:  # the chart's own instance allow-list names our type
         assert values["supportedInstanceLabels"] == {"keys": ["node.kubernetes.io/instance-type"], "values": ["g6.8xlarge"]}
         # The image from the deploy Region's EKS registry, not the chart's default us-west-2 one.
         assert values["image"] == {"repository": "602401143452.dkr.ecr.sa-east-1.amazonaws.com/eks/aws-efa-k8s-device-plugin"}
@@ -127,12 +128,12 @@ def test_device_plugins_are_pinned_tolerate_the_taint_and_follow_the_nodegroup(d
     [("us-east-2", "602401143452.dkr.ecr.us-east-2.amazonaws.com"), ("af-south-1", "877085696533.dkr.ecr.af-south-1.amazonaws.com")],
 )
 def test_the_efa_plugin_image_comes_from_the_deploy_regions_registry(region: str, registry: str) -> None:
-    from stacks.device_plugins import efa_values
+    from stacks.addons import efa_device_plugin
     from tests.conftest import settings_for
 
     env = {"REGION": region, "GPU_AZ": f"{region}a", **({"DLC_IMAGE": versions.DLC_PUBLIC_IMAGE} if region == "af-south-1" else {})}
     settings = settings_for(env)
-    values = efa_values(settings.gpu_node.name, image_registry=settings.eks_addon_registry)
+    values = efa_device_plugin.values(settings)
     assert values["image"]["repository"] == f"{registry}/eks/aws-efa-k8s-device-plugin"
     assert "us-west-2" not in values["image"]["repository"] or region == "us-west-2"
 

@@ -8,7 +8,7 @@ from typing import Any
 
 import kubernetes_validate
 
-from settings import versions
+from stacks.addons import secrets_store_provider
 from tests.conftest import Synth
 from tests.test_serving import deployed_manifest
 from tests.validators import crd_errors
@@ -30,8 +30,8 @@ def test_no_token_means_none_of_this(default_synth: Synth) -> None:
 
 def test_secrets_provider_release_is_pinned_and_runs_on_gpu_nodes(hf_token_synth: Synth) -> None:
     releases = {v["Properties"]["Chart"]: v for v in hf_token_synth.resources("serving", "Custom::AWSCDK-EKS-HelmChart").values()}
-    props = releases[versions.SECRETS_PROVIDER.chart]["Properties"]
-    assert props["Version"] == versions.SECRETS_PROVIDER.version and props["Repository"] == versions.SECRETS_PROVIDER.repository
+    props = releases[secrets_store_provider.PIN.chart]["Properties"]
+    assert props["Version"] == secrets_store_provider.PIN.version and props["Repository"] == secrets_store_provider.PIN.repository
     values = json.loads(props["Values"])
     toleration = {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
     assert values["tolerations"] == [toleration]

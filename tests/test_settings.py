@@ -185,17 +185,24 @@ def test_an_explicit_node_count_must_match_and_zero_parks() -> None:
     assert load_settings({"GPU_NODE_COUNT": ""}, {}).gpu_node_count == 2
 
 
-def test_readme_settings_table_is_generated_from_the_specs() -> None:
-    readme = (REPO / "README.md").read_text()
-    assert settings_table_markdown() in readme, "README.md's settings table is stale: run `make settings-table`"
+def test_the_docs_settings_table_is_generated_from_the_specs() -> None:
+    settings_page = (REPO / "docs" / "settings.md").read_text()
+    assert settings_table_markdown() in settings_page, "docs/settings.md's table is stale: run `make docs-tables`"
     assert len(SPECS) == len({s.env for s in SPECS})
 
 
-def test_readme_says_what_changing_each_setting_does() -> None:
+def test_the_docs_say_what_changing_each_setting_does() -> None:
     from settings.changes import CHANGE_EFFECTS, change_table_markdown
 
     assert list(CHANGE_EFFECTS) == [s.env for s in SPECS], "one row per setting, in the settings table's order"
-    assert change_table_markdown() in (REPO / "README.md").read_text(), "README.md's change table is stale: run `make settings-table`"
+    assert change_table_markdown() in (REPO / "docs" / "day2.md").read_text(), "docs/day2.md's change table is stale: run `make docs-tables`"
+
+
+def test_every_generated_part_of_the_docs_is_current() -> None:
+    """The settings, change, preflight and chart tables and the defaults' quota, between their markers."""
+    from tools.docs_tables import stale_pages
+
+    assert stale_pages(write=False) == [], "run `make docs-tables`"
 
 
 def _run_app(env: dict[str, str]) -> subprocess.CompletedProcess[str]:

@@ -261,11 +261,11 @@ def test_a_bad_setting_is_one_line_and_exit_2_in_every_tool(monkeypatch: pytest.
         assert err.count("\n") == 1 and err.startswith("error: GPU_NODE_COUNT='3' is not allowed"), err
 
 
-def test_the_readme_shows_the_query_verify_asks() -> None:
+def test_the_docs_show_the_query_verify_asks() -> None:
     from tests.conftest import REPO
 
     query = gate.engine_series_query(OBSERVED).replace(OBSERVED.cluster_name, "CLUSTER_NAME")
-    assert f"`{query}`" in (REPO / "README.md").read_text()
+    assert f"`{query}`" in (REPO / "docs" / "verify.md").read_text()
 
 
 def test_the_worker_log_search_finds_the_backend_and_a_failed_registration(tmp_path: Path) -> None:

@@ -52,7 +52,7 @@ def write_stamp(imports: Path) -> None:
 
 def generate(output: Path) -> None:
     """Run `cdk8s import` on the v1 part of the repository's RayService CRD, writing the module to ``output``."""
-    crd = yaml.safe_load(CRD.read_text())
+    crd = yaml.load(CRD.read_text(), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))  # libyaml: the CRD is large
     crd["spec"]["versions"] = [v for v in crd["spec"]["versions"] if v["name"] == API_VERSION]
     with tempfile.TemporaryDirectory() as tmp:
         source = Path(tmp) / f"ray.io_rayservices.{API_VERSION}.yaml"

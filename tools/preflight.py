@@ -20,21 +20,12 @@ from pathlib import Path
 from preflight.checks import PreflightInput
 from preflight.checks import main as run_preflight
 from preflight.redeploy import Redeploy
-from settings import SettingError, Settings, versions
+from settings import SettingError, Settings
 from settings.context_files import REPO
+from stacks.addons import chart_pins
 from tools.entry import project_settings
 
 ASSEMBLY = REPO / "cdk.out"
-
-
-def helm_charts(settings: Settings) -> tuple[versions.HelmChartPin, ...]:
-    """Every chart this configuration installs."""
-    from dataclasses import replace
-
-    charts = [replace(versions.KUBERAY_OPERATOR, version=settings.kuberay_version), versions.NVIDIA_DEVICE_PLUGIN, versions.EFA_DEVICE_PLUGIN]
-    if settings.hf_token_secret_name:
-        charts.append(versions.SECRETS_PROVIDER)
-    return tuple(charts)
 
 
 def read_assembly(settings: Settings, assembly: Path) -> dict[str, dict[str, object]]:
@@ -81,7 +72,7 @@ def preflight_input(
         endpoint_access=settings.endpoint_access,
         public_access_cidrs=settings.public_access_cidrs,
         redeploy=redeploy,
-        helm_charts=helm_charts(settings),
+        helm_charts=chart_pins(settings),
         observability=settings.observability,
         metrics_collector_alias=settings.metrics_collector_alias,
         stacks_left_out=settings.stacks_left_out,

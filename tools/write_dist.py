@@ -17,11 +17,10 @@ os.environ.setdefault("JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION", "20")
 import cdk8s
 import yaml
 
-from k8s_constructs.kuberay_operator import kuberay_release
 from settings import Settings, load_settings
 from settings.context_files import LOOKUP_PREFIX, read_project_context
 from settings.versions import HelmChartPin
-from stacks.device_plugins import EFA, NVIDIA, efa_values, nvidia_values
+from stacks.addons import enabled_addons
 from stacks.gpu_capacity_stack import build_image_prepull_chart
 from stacks.serving_stack import build_rayservice_chart
 
@@ -35,16 +34,16 @@ def _values_file(pin: HelmChartPin, values: dict[str, Any]) -> str:
 
 
 def render(settings: Settings) -> dict[str, str]:
-    """File name (relative to dist/) -> content."""
+    """File name (relative to dist/) -> content: the manifests, and the values of every Helm add-on the
+    configuration installs (stacks/addons/)."""
     chart = build_rayservice_chart(settings)
-    kuberay = kuberay_release(settings)
-    return {
+    files = {
         "rayservice.k8s.yaml": HEADER + cdk8s.App.of(chart).synth_yaml(),
         "image-prepull.k8s.yaml": HEADER + cdk8s.App.of(build_image_prepull_chart(settings)).synth_yaml(),
-        "helm/kuberay-operator.values.yaml": _values_file(kuberay.pin, kuberay.values.to_values()),
-        f"helm/{NVIDIA[1]}.values.yaml": _values_file(NVIDIA[0], nvidia_values()),
-        f"helm/{EFA[1]}.values.yaml": _values_file(EFA[0], efa_values(settings.gpu_node.name, image_registry=settings.eks_addon_registry)),
     }
+    for addon in enabled_addons(settings):
+        files[f"helm/{addon.release}.values.yaml"] = _values_file(addon.pin(settings), addon.values(settings))
+    return files
 
 
 def default_settings() -> Settings:

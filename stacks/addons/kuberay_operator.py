@@ -1,12 +1,17 @@
-"""Typed values of the KubeRay operator Helm release."""
+"""The KubeRay operator: reconciles the RayService into a RayCluster; on the system nodes.
+
+Its pin is settings.versions.KUBERAY_OPERATOR (KUBERAY_VERSION may only be the version of the CRDs the
+repository carries, which the settings check), its namespace KUBERAY_NAMESPACE.
+"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from settings import Settings, versions
+from settings import versions
 from settings.scheduling import SYSTEM_NODE_LABELS
+from stacks.addons.base import HelmAddon
 
 RELEASE_NAME = "kuberay-operator"
 
@@ -32,14 +37,14 @@ class KubeRayOperatorValues:
         }
 
 
-@dataclass(frozen=True)
-class KubeRayRelease:
-    namespace: str  # KUBERAY_NAMESPACE
-    pin: versions.HelmChartPin = versions.KUBERAY_OPERATOR
-    release: str = RELEASE_NAME
-    values: KubeRayOperatorValues = field(default_factory=KubeRayOperatorValues)
-
-
-def kuberay_release(settings: Settings) -> KubeRayRelease:
-    """The release as configured: KUBERAY_VERSION and KUBERAY_NAMESPACE."""
-    return KubeRayRelease(pin=replace(versions.KUBERAY_OPERATOR, version=settings.kuberay_version), namespace=settings.kuberay_namespace)
+ADDON = HelmAddon(
+    construct_id="KubeRayOperator",
+    stack="system",
+    pin=lambda s: replace(versions.KUBERAY_OPERATOR, version=s.kuberay_version),
+    release=RELEASE_NAME,
+    namespace=lambda s: s.kuberay_namespace,
+    values=lambda s: KubeRayOperatorValues().to_values(),
+    # A KUBERAY_NAMESPACE change is refused by the preflight: the chart's cluster-scoped objects have fixed names.
+    create_namespace=True,
+    purpose="reconciles the RayService into a RayCluster",
+)

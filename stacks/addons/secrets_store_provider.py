@@ -1,0 +1,41 @@
+"""The AWS Secrets Manager provider (ASCP) for the Secrets Store CSI driver, which it installs as a
+dependency: only with HF_TOKEN_SECRET_NAME, to hand the token to the workers without writing it into a
+template or a manifest (k8s_constructs/hf_token.py has the SecretProviderClass; the serving stack the
+workers' Pod Identity)."""
+
+from __future__ import annotations
+
+from typing import Any, Final
+
+from settings import Settings
+from settings.scheduling import gpu_toleration
+from settings.versions import HelmChartPin
+from stacks.addons.base import HelmAddon
+
+PIN: Final = HelmChartPin("https://aws.github.io/secrets-store-csi-driver-provider-aws", "secrets-store-csi-driver-provider-aws", "3.1.3")
+
+
+def values(_: Settings) -> dict[str, Any]:
+    """It and the CSI driver it installs run on every node, GPU nodes included."""
+    return {
+        "tolerations": [gpu_toleration()],
+        "secrets-store-csi-driver": {
+            "install": True,
+            "syncSecret": {"enabled": True},
+            # ASCP 3.x takes the pod's token from the CSI driver: one per audience it may use.
+            "tokenRequests": [{"audience": "sts.amazonaws.com"}, {"audience": "pods.eks.amazonaws.com"}],
+            "linux": {"tolerations": [gpu_toleration()]},
+        },
+    }
+
+
+ADDON = HelmAddon(
+    construct_id="SecretsStoreCsiProvider",
+    stack="serving",
+    pin=lambda s: PIN,
+    release="secrets-store-csi-driver-provider-aws",
+    namespace=lambda s: "kube-system",
+    values=values,
+    enabled=lambda s: bool(s.hf_token_secret_name),
+    purpose="mounts the Hugging Face token from Secrets Manager (HF_TOKEN_SECRET_NAME only)",
+)

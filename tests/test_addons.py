@@ -1,0 +1,60 @@
+"""The Helm add-on registry (stacks/addons/): each chart declared once; the stacks, the preflight's
+chart-index check, dist/helm/ and the docs' chart table follow it."""
+
+from __future__ import annotations
+
+import json
+
+from stacks.addons import HELM_ADDONS, chart_pins, enabled_addons
+from tests.conftest import Synth, settings_for
+from tools.preflight import preflight_input
+from tools.write_dist import render
+
+
+def _releases(synth: Synth) -> dict[str, tuple[str, dict[str, object]]]:
+    return {
+        r["Properties"]["Release"]: (stack, r["Properties"])
+        for stack, template in synth.templates.items()
+        for r in template["Resources"].values()
+        if r["Type"] == "Custom::AWSCDK-EKS-HelmChart"
+    }
+
+
+def test_each_enabled_add_on_is_installed_by_its_stack_as_declared(default_synth: Synth, hf_token_synth: Synth) -> None:
+    for synth in (default_synth, hf_token_synth):
+        releases = _releases(synth)
+        assert set(releases) == {a.release for a in enabled_addons(synth.settings)}
+        for addon in enabled_addons(synth.settings):
+            stack, props = releases[addon.release]
+            pin = addon.pin(synth.settings)
+            assert stack == addon.stack
+            assert (props["Chart"], props["Version"], props["Repository"]) == (pin.chart, pin.version, pin.repository)
+            assert props["Namespace"] == addon.namespace(synth.settings)
+            assert json.loads(str(props["Values"])) == addon.values(synth.settings)
+            assert props["Atomic"] is True and props["Wait"] is True
+
+
+def test_the_secrets_provider_comes_only_with_a_token() -> None:
+    releases = {a.release for a in enabled_addons(settings_for())}
+    assert "secrets-store-csi-driver-provider-aws" not in releases
+    assert "secrets-store-csi-driver-provider-aws" in {a.release for a in enabled_addons(settings_for({"HF_TOKEN_SECRET_NAME": "x/y"}))}
+
+
+def test_the_preflight_and_dist_follow_the_registry() -> None:
+    settings = settings_for({"HF_TOKEN_SECRET_NAME": "x/y"})
+    assert preflight_input(settings).helm_charts == chart_pins(settings) == tuple(a.pin(settings) for a in HELM_ADDONS)
+    defaults = settings_for()
+    helm_files = {name for name in render(defaults) if name.startswith("helm/")}
+    assert helm_files == {f"helm/{a.release}.values.yaml" for a in enabled_addons(defaults)}
+
+
+def test_every_add_on_says_what_it_is_for_and_keeps_its_construct_id() -> None:
+    """The construct id names the release's logical ID: a renamed one would replace a deployed release."""
+    ids = {a.release: a.construct_id for a in HELM_ADDONS}
+    assert ids == {
+        "kuberay-operator": "KubeRayOperator",
+        "nvidia-device-plugin": "NvidiaDevicePlugin",
+        "aws-efa-k8s-device-plugin": "EfaDevicePlugin",
+        "secrets-store-csi-driver-provider-aws": "SecretsStoreCsiProvider",
+    }
+    assert all(a.purpose for a in HELM_ADDONS)

@@ -1,0 +1,74 @@
+"""`make docs-tables`: rewrite the generated parts of the docs from the code, between their markers
+(`<!-- generated:NAME … -->` … `<!-- /generated:NAME -->`): the settings table (settings/loader.py), the
+change table (settings/changes.py), the preflight checks (preflight/registry.py), the Helm charts
+(stacks/addons/) and the quota the defaults need. `--check` changes nothing and exits 1 when a page is stale (the tests run it)."""
+
+from __future__ import annotations
+
+import argparse
+import re
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+from preflight.registry import table_markdown as preflight_table_markdown
+from settings import load_settings
+from settings.changes import change_table_markdown
+from settings.loader import settings_table_markdown
+from stacks.addons import chart_table_markdown
+
+DOCS = Path(__file__).resolve().parent.parent / "docs"
+
+
+def default_quota_markdown() -> str:
+    """What the defaults ask of the account's quotas: written from the settings, never by hand."""
+    s = load_settings({}, {})
+    _, quota_name = s.gpu_node.on_demand_quota
+    gpu = f'{s.gpu_node_count} × {s.gpu_node.name} = {s.gpu_node_count * s.gpu_node.vcpus} vCPU of "{quota_name}"'
+    system = f"{s.system_node_count} × {s.system_node.name} = {s.system_node_count * s.system_node.vcpus} vCPU of Standard instances"
+    return f"- GPU nodes: {gpu}\n- system nodes: {system}"
+
+
+# page -> (marker name -> renderer)
+GENERATED: dict[str, dict[str, Callable[[], str]]] = {
+    "settings.md": {"settings": settings_table_markdown},
+    "day2.md": {"changes": change_table_markdown},
+    "deploy.md": {"preflight": preflight_table_markdown, "default-quota": default_quota_markdown},
+    "upgrading.md": {"charts": lambda: chart_table_markdown(load_settings({}, {}))},
+}
+
+
+def render(text: str, name: str, body: str) -> str:
+    pattern = re.compile(rf"(<!-- generated:{re.escape(name)}\b[^>]*-->\n)(.*?)(<!-- /generated:{re.escape(name)} -->)", re.DOTALL)
+    if not pattern.search(text):
+        raise ValueError(f"no generated:{name} markers")
+    return pattern.sub(lambda m: m[1] + body + "\n" + m[3], text, count=1)
+
+
+def stale_pages(docs: Path = DOCS, *, write: bool) -> list[str]:
+    stale = []
+    for page, parts in GENERATED.items():
+        path = docs / page
+        text = path.read_text()
+        updated = text
+        for name, renderer in parts.items():
+            updated = render(updated, name, renderer())
+        if updated != text:
+            stale.append(page)
+            if write:
+                path.write_text(updated)
+    return stale
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--check", action="store_true", help="exit 1 if a page is stale, changing nothing")
+    args = parser.parse_args(argv)
+    stale = stale_pages(write=not args.check)
+    for page in stale:
+        print(f"docs/{page}: {'stale: run `make docs-tables`' if args.check else 'generated parts updated'}", file=sys.stderr if args.check else sys.stdout)
+    return 1 if stale and args.check else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
