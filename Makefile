@@ -113,7 +113,7 @@ ci-access: install ## Deploy the GitHub OIDC provider and the CI diff/deploy rol
 	$(CDK) deploy $(CI_ACCESS) $(ARGS)
 
 bench: install ## Median cdk synth time against a one-bucket CDK app
-	$(PY) -m tools.bench
+	$(PY) -m tools.synth_bench
 
 lookup: install ## Look up AZs and instance facts with AWS credentials; cache them in cdk.context.json
 	$(PY) -m tools.lookup

@@ -19,7 +19,6 @@ from constructs import Construct
 
 from settings.scheduling import SYSTEM_NODE_LABELS
 
-JOB_NAME_SUFFIX = "-bench"
 RESULT_MARKER = "BENCH_RESULT "
 
 

@@ -38,10 +38,6 @@ class Deployed:
     cluster_version: str | None = None  # None: no such cluster
     nodegroups: Mapping[str, DeployedNodegroup] = field(default_factory=dict)
 
-    @property
-    def first_deploy(self) -> bool:
-        return not self.stacks and self.cluster_version is None
-
 
 def _missing(err: ClientError, *codes: str) -> bool:
     error = err.response.get("Error", {})

@@ -12,11 +12,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from preflight.changes import ADD, MODIFY, REMOVE, REPLACE, ResourceChange, clashes_across_stacks, helm_namespace_moves, identity_of, plan
+from preflight.template_plan import ADD, MODIFY, REMOVE, REPLACE, ResourceChange, clashes_across_stacks, helm_namespace_moves, identity_of, plan
 
 __all__ = ["MODIFY", "REPLACE", "Redeploy", "ResourceChange"]
+from preflight.cluster_access import ClusterUnreachable, Kubectl, cluster_kubectl
 from preflight.deployed import Deployed, find_resources
-from preflight.kube import ClusterUnreachable, Kubectl, cluster_kubectl
 from preflight.results import CheckResult, fail, ok
 from settings import Settings, versions
 
@@ -221,7 +221,7 @@ def deployed_kuberay_version(deployed: Deployed) -> str | None:
 
 
 def run_kubectl(redeploy: Redeploy, args: list[str]) -> subprocess.CompletedProcess[str]:
-    """kubectl against this cluster only (a kubeconfig of its own, see preflight.kube)."""
+    """kubectl against this cluster only (a kubeconfig of its own, see preflight.cluster_access)."""
     try:
         with cluster_kubectl(redeploy.region, redeploy.cluster_name, timeout=60) as kubectl:
             return kubectl(args)

@@ -14,7 +14,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from settings.errors import SettingError
-from settings.loader import SPECS, SettingSpec, _dns_label, _integer, _region, raw_values
+from settings.loader import raw_values
+from settings.parsers import dns_label, integer, region_name
+from settings.specs import SPECS, SettingSpec
 
 DEFAULT_CDK_QUALIFIER = "hnb659fds"  # `cdk bootstrap`'s default qualifier
 # The context key the CDK's DefaultStackSynthesizer reads its qualifier from (cdk.json).
@@ -123,8 +125,8 @@ def load_ci_access_settings(environ: Mapping[str, str], context: Mapping[str, An
     so both apps agree on the cluster; the CI-only settings come from the environment.
     """
     main_raw = raw_values(environ, context)
-    region = _region(main_raw["REGION"])
-    cluster_name = _dns_label("CLUSTER_NAME", main_raw["CLUSTER_NAME"], max_len=40)
+    region = region_name(main_raw["REGION"])
+    cluster_name = dns_label("CLUSTER_NAME", main_raw["CLUSTER_NAME"], max_len=40)
     default_qualifier = str(context.get(BOOTSTRAP_QUALIFIER_CONTEXT_KEY, DEFAULT_CDK_QUALIFIER))
     settings = CiAccessSettings(
         github_repository=_github_repository(environ.get("GITHUB_REPOSITORY", "").strip()),
@@ -132,7 +134,7 @@ def load_ci_access_settings(environ: Mapping[str, str], context: Mapping[str, An
         cluster_name=cluster_name,
         github_oidc_provider_arn=_oidc_provider_arn(environ.get("GITHUB_OIDC_PROVIDER_ARN", "").strip()),
         cdk_qualifier=_qualifier(environ.get("CDK_QUALIFIER", default_qualifier).strip()),
-        session_hours=_integer("CI_SESSION_HOURS", environ.get("CI_SESSION_HOURS", "2"), 1, 12),
+        session_hours=integer("CI_SESSION_HOURS", environ.get("CI_SESSION_HOURS", "2"), 1, 12),
     )
     longest = max(settings.deploy_role_name, settings.diff_role_name, key=len)
     if len(longest) > IAM_ROLE_NAME_MAX:
@@ -142,3 +144,14 @@ def load_ci_access_settings(environ: Mapping[str, str], context: Mapping[str, An
             f"at most {IAM_ROLE_NAME_MAX - len(longest) + len(cluster_name)} characters in {region}: the CI role name {longest} must fit IAM's {IAM_ROLE_NAME_MAX}",
         )
     return settings
+
+
+def ci_settings_table_markdown() -> str:
+    """The docs' table of the CI access app's settings (docs/ci.md), from CI_SPECS."""
+    rows = ["| Environment variable | Default | Meaning | Allowed |", "|---|---|---|---|"]
+    for spec in CI_SPECS:
+        shared = spec.env in _MAIN_SPECS
+        default = "as the main app" if shared else f"`{spec.default}`" if spec.default else "(empty)"
+        meaning = f"{spec.meaning}; read as the main app reads it (environment, `-c`, cdk.json), so both apps agree" if shared else spec.meaning
+        rows.append(f"| `{spec.env}` | {default} | {meaning} | {spec.allowed} |")
+    return "\n".join(rows)

@@ -50,3 +50,8 @@ EKS_ADDON_VERSIONS: Final[dict[str, str | None]] = {
     "coredns": None,
     "eks-pod-identity-agent": None,
 }
+
+
+def addon_versions_context_key(region: str, kubernetes_version: str) -> str:
+    """Where `make lookup` caches EKS's default add-on builds for a Kubernetes version (cdk.context.json)."""
+    return f"ray-llm:eks-addon-versions:region={region}:kubernetes={kubernetes_version}"

@@ -21,7 +21,7 @@ from cdk_nag import AwsSolutionsChecks
 from preflight.registry import read_only_actions
 from settings.ci_access import CiAccessSettings, load_ci_access_settings
 from settings.errors import SettingError
-from settings.loader import SPECS
+from settings.specs import SPECS
 from stacks.application import new_app
 from stacks.ci_access_stack import DEPLOY_READ_ONLY_UNSCOPED, PROMQL_QUERY_ACTIONS, SCOPED_READS, CiAccessStack
 from tests.conftest import REPO

@@ -16,7 +16,6 @@ from typing import Any
 
 import pytest
 
-from preflight.changes import ADD, MODIFY, PROTECTED_TYPES, REMOVE, REPLACE, ResourceChange, clashes_across_stacks, plan
 from preflight.deployed import Deployed, DeployedNodegroup, DeployedStack
 from preflight.redeploy import (
     KUBERAY_CRD_LABEL,
@@ -28,6 +27,7 @@ from preflight.redeploy import (
     nodegroup_change,
     rolls,
 )
+from preflight.template_plan import ADD, MODIFY, PROTECTED_TYPES, REMOVE, REPLACE, ResourceChange, clashes_across_stacks, plan
 from settings import Settings
 from stacks.application import build_stacks, new_app
 from tests.conftest import settings_for
@@ -171,7 +171,7 @@ def _with_addon_versions(redeploy: Redeploy, kubernetes_version: str) -> Redeplo
     from dataclasses import replace
 
     from settings import load_settings
-    from settings.lookups import addon_versions_context_key
+    from settings.versions import addon_versions_context_key
 
     context = {
         addon_versions_context_key("sa-east-1", kubernetes_version): {
@@ -246,7 +246,7 @@ def test_parking_changes_only_the_gpu_nodegroup_scaling() -> None:
 
 
 def test_every_protected_type_is_a_cloudformation_type() -> None:
-    from preflight.changes import create_only_properties
+    from preflight.template_plan import create_only_properties
 
     assert all(t.startswith("AWS::") for t in PROTECTED_TYPES)
     assert "Subnets" in create_only_properties("AWS::EKS::Nodegroup")

@@ -11,10 +11,11 @@ import pytest
 from botocore.stub import Stubber
 from moto import mock_aws
 
+from preflight.lookups import look_up
 from settings import load_settings
 from settings.context_files import write_cached_lookups
 from settings.instance_types import instance_type_context_key
-from settings.lookups import addon_versions_context_key, look_up
+from settings.versions import addon_versions_context_key
 from settings.zones import offerings_context_key, zones_context_key
 from tools.preflight import preflight_input
 
@@ -129,7 +130,7 @@ def test_without_a_cached_digest_the_synth_says_so(tmp_path: Path) -> None:
     import subprocess
     import sys
 
-    from settings.loader import SPECS
+    from settings.specs import SPECS
     from tests.conftest import REPO
 
     env = {k: v for k, v in os.environ.items() if k not in {spec.env for spec in SPECS}} | {"CDK_OUTDIR": str(tmp_path / "out")}

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from settings import SettingError, load_settings
-from settings.loader import SPECS, settings_table_markdown
+from settings.specs import SPECS, settings_table_markdown
 from settings.zones import offerings_context_key, zones_context_key
 from tests.conftest import REPO
 
@@ -92,6 +92,16 @@ def test_environment_beats_context() -> None:
         ({"GPU_CAPACITY_RESERVATION_TYPE": "capacity-block"}, "GPU_CAPACITY_RESERVATION_TYPE", "unless GPU_CAPACITY_RESERVATION_ID names the Capacity Block"),
         ({"GPU_PLACEMENT_GROUP": "my group"}, "GPU_PLACEMENT_GROUP", "on, off, or the name of an existing cluster placement group"),
         ({"GPU_CAPACITY_RESERVATION_ID": "cr-0123456789abcdef0"}, "GPU_PLACEMENT_GROUP", "a new placement group holds no reservation"),
+        ({"DECODE_REPLICAS": "65"}, "DECODE_REPLICAS", "whole number from 1 to 64"),
+        ({"GPU_ROOT_VOLUME_GIB": "50"}, "GPU_ROOT_VOLUME_GIB", "whole number from 100 to 2000"),
+        ({"HF_TOKEN_SECRET_NAME": "my secret"}, "HF_TOKEN_SECRET_NAME", "a Secrets Manager secret name"),
+        ({"KUBERAY_NAMESPACE": "KubeRay"}, "KUBERAY_NAMESPACE", "DNS label"),
+        ({"MAX_MODEL_LEN": "128"}, "MAX_MODEL_LEN", "whole number from 256 to 1048576"),
+        ({"METRICS_NAMESPACE": "Monitoring"}, "METRICS_NAMESPACE", "DNS label"),
+        ({"MODEL_ID": "qwen 3.5"}, "MODEL_ID", "letters, digits"),
+        ({"OBSERVABILITY": "yes"}, "OBSERVABILITY", "on or off"),
+        ({"OBSERVABILITY": "on", "ENDPOINT_ACCESS": "public"}, "OBSERVABILITY", "needs the private endpoint"),
+        ({"SYSTEM_NODEGROUP_NAME": "system_nodes"}, "SYSTEM_NODEGROUP_NAME", "DNS label"),
     ],
 )
 def test_bad_value_names_the_setting_the_value_and_what_is_allowed(env: dict[str, str], setting: str, fragment: str) -> None:
@@ -106,7 +116,7 @@ def test_bad_value_names_the_setting_the_value_and_what_is_allowed(env: dict[str
 def test_every_region_accepted_has_an_eks_add_on_registry() -> None:
     """The EFA device plugin's image comes from the deploy Region's EKS registry: a Region botocore knows and
     the table (settings/registries.py) does not would fail the synth, so a new Region shows up here."""
-    from settings.loader import _known_regions
+    from settings.parsers import known_regions as _known_regions
     from settings.registries import OTHER_ACCOUNTS, eks_addon_registry
 
     assert {r: eks_addon_registry(r) for r in _known_regions() if eks_addon_registry(r) is None} == {}
@@ -125,6 +135,18 @@ def test_capacity_settings() -> None:
     assert block.gpu_capacity_block and block.gpu_placement_group == "off"
     named = load_settings({"GPU_CAPACITY_RESERVATION_ID": "cr-0123456789abcdef0", "GPU_PLACEMENT_GROUP": "gpu-pg"}, {})
     assert (named.gpu_placement_group, named.gpu_capacity_block) == ("gpu-pg", False)
+
+
+def test_every_setting_has_a_bad_value_test() -> None:
+    """A new setting lands with the test of its bad values: the parametrization above names each one."""
+    import ast
+
+    tree = ast.parse((REPO / "tests" / "test_settings.py").read_text())
+    (bad_values,) = [n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef) and n.name == "test_bad_value_names_the_setting_the_value_and_what_is_allowed"]
+    (parametrize,) = bad_values.decorator_list
+    assert isinstance(parametrize, ast.Call) and isinstance(parametrize.args[1], ast.List)
+    tested = {case.elts[1].value for case in parametrize.args[1].elts if isinstance(case, ast.Tuple) and isinstance(case.elts[1], ast.Constant)}
+    assert {s.env for s in SPECS} - tested == set()
 
 
 def test_unknown_context_key_suggests_the_closest() -> None:
@@ -192,7 +214,7 @@ def test_the_docs_settings_table_is_generated_from_the_specs() -> None:
 
 
 def test_the_docs_say_what_changing_each_setting_does() -> None:
-    from settings.changes import CHANGE_EFFECTS, change_table_markdown
+    from settings.change_effects import CHANGE_EFFECTS, change_table_markdown
 
     assert list(CHANGE_EFFECTS) == [s.env for s in SPECS], "one row per setting, in the settings table's order"
     assert change_table_markdown() in (REPO / "docs" / "day2.md").read_text(), "docs/day2.md's change table is stale: run `make docs-tables`"

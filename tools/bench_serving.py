@@ -20,7 +20,7 @@ import cdk8s
 
 from k8s_constructs.bench_job import RESULT_MARKER, BenchJobChart, BenchJobProps
 from k8s_constructs.ray_facts import SERVE_PORT
-from preflight.kube import ClusterUnreachable, Kubectl, cluster_kubectl
+from preflight.cluster_access import ClusterUnreachable, Kubectl, cluster_kubectl
 from settings import Settings
 from tools.entry import one_line_errors, project_settings
 

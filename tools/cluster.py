@@ -2,7 +2,7 @@
 `make stacks`, `make kubeconfig`, `make kuberay-crds`, `make wait-ready`, `make status`, `make verify-efa`.
 
 All but `make kubeconfig` (which writes your own kubeconfig) run kubectl against this cluster only,
-through a kubeconfig of their own (preflight.kube), whatever your current context is.
+through a kubeconfig of their own (preflight.cluster_access), whatever your current context is.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from typing import Any
 import yaml
 
 from k8s_constructs.ray_facts import NODE_TYPE_LABEL, WORKER_CONTAINER, selector
-from preflight.kube import ClusterUnreachable, Kubectl, cluster_kubectl
+from preflight.cluster_access import ClusterUnreachable, Kubectl, cluster_kubectl
 from preflight.redeploy import KUBERAY_CRD_LABEL
 from settings import SettingError, Settings, versions
 from settings.scheduling import GPU_NODE_LABELS

@@ -1,6 +1,6 @@
 """`make docs-tables`: rewrite the generated parts of the docs from the code, between their markers
 (`<!-- generated:NAME … -->` … `<!-- /generated:NAME -->`): the settings table (settings/loader.py), the
-change table (settings/changes.py), the preflight checks (preflight/registry.py), the Helm charts
+change table (settings/change_effects.py), the preflight checks (preflight/registry.py), the Helm charts
 (stacks/addons/) and the quota the defaults need. `--check` changes nothing and exits 1 when a page is stale (the tests run it)."""
 
 from __future__ import annotations
@@ -13,8 +13,9 @@ from pathlib import Path
 
 from preflight.registry import table_markdown as preflight_table_markdown
 from settings import load_settings
-from settings.changes import change_table_markdown
-from settings.loader import settings_table_markdown
+from settings.change_effects import change_table_markdown
+from settings.ci_access import ci_settings_table_markdown
+from settings.specs import settings_table_markdown
 from stacks.addons import chart_table_markdown
 
 DOCS = Path(__file__).resolve().parent.parent / "docs"
@@ -35,6 +36,7 @@ GENERATED: dict[str, dict[str, Callable[[], str]]] = {
     "day2.md": {"changes": change_table_markdown},
     "deploy.md": {"preflight": preflight_table_markdown, "default-quota": default_quota_markdown},
     "upgrading.md": {"charts": lambda: chart_table_markdown(load_settings({}, {}))},
+    "ci.md": {"ci-settings": ci_settings_table_markdown},
 }
 
 

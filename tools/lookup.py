@@ -9,10 +9,10 @@ import sys
 import boto3
 from botocore.exceptions import BotoCoreError, ClientError
 
+from preflight.lookups import look_up
 from settings import SettingError
 from settings.context_files import CDK_CONTEXT_JSON, read_project_context, write_cached_lookups
 from settings.loader import raw_values
-from settings.lookups import look_up
 
 
 def main() -> int:

@@ -19,7 +19,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from preflight.changes import ADD, MODIFY, PROTECTED_TYPES, REMOVE, REPLACE, ResourceChange, clashes_across_stacks, counts, plan
+from preflight.template_plan import ADD, MODIFY, PROTECTED_TYPES, REMOVE, REPLACE, ResourceChange, clashes_across_stacks, counts, plan
 
 REPO = Path(__file__).resolve().parent.parent
 CDK = REPO / "node_modules" / ".bin" / "cdk"

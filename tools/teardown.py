@@ -23,8 +23,8 @@ from typing import Any
 
 from botocore.exceptions import BotoCoreError, ClientError
 
+from preflight.cluster_access import ClusterUnreachable, Kubectl, cluster_kubectl
 from preflight.deployed import existing_stacks
-from preflight.kube import ClusterUnreachable, Kubectl, cluster_kubectl
 from preflight.reachability import RUNNER_FIX, hosted_runner_cannot_reach
 from settings import Settings
 from tools.entry import one_line_errors, project_settings
@@ -36,7 +36,7 @@ def _said(result: subprocess.CompletedProcess[str], done: str) -> str:
 
 def before(settings: Settings, kubectl: Kubectl) -> list[str]:
     """Delete this cluster's load balancer Services, Ingresses and the RayService. Returns what it did.
-    ``kubectl`` is bound to this cluster (preflight.kube), never to the user's current context."""
+    ``kubectl`` is bound to this cluster (preflight.cluster_access), never to the user's current context."""
     done: list[str] = []
     listed = kubectl(["get", "services", "--all-namespaces", "-o", "json"])
     if listed.returncode != 0:

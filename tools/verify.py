@@ -12,7 +12,7 @@ Then the time of each phase since `make deploy` started (.deploy-started): Cloud
 scheduled, image present, model loaded, first token — as a table and in the JSON result
 (VERIFY_RESULT, default verify-result.json).
 
-kubectl runs against this cluster only (preflight.kube). Names come from the same settings as the synth.
+kubectl runs against this cluster only (preflight.cluster_access). Names come from the same settings as the synth.
 """
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ from k8s_constructs.ray_facts import (
     selector,
 )
 from k8s_constructs.serve_config import Phase
-from preflight.kube import ClusterUnreachable, Kubectl, cluster_kubectl
+from preflight.cluster_access import ClusterUnreachable, Kubectl, cluster_kubectl
 from settings import Settings
 from settings.context_files import REPO
 from settings.scheduling import GPU_NODE_LABELS

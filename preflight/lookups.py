@@ -1,6 +1,7 @@
 """AWS look-ups whose answers are cached in cdk.context.json, so that synthesis stays offline.
 
-Run by `make lookup` (and before `make deploy`/`make diff`), never by the synth itself.
+Run by `make lookup` (and before `make deploy`/`make diff`), never by the synth itself; the settings read the
+cached answers by their context keys (settings/zones.py, images.py, instance_types.py, versions.py).
 """
 
 from __future__ import annotations
@@ -9,7 +10,7 @@ from typing import Any
 
 from settings.images import ecr_image, image_digest_context_key
 from settings.instance_types import BUILT_IN, InstanceFacts, instance_type_context_key
-from settings.versions import EKS_ADDON_VERSIONS
+from settings.versions import EKS_ADDON_VERSIONS, addon_versions_context_key
 from settings.zones import offerings_context_key, zones_context_key
 
 
@@ -33,10 +34,6 @@ def instance_facts(session: Any, region: str, instance_type: str) -> InstanceFac
     ec2 = session.client("ec2", region_name=region)
     (item,) = ec2.describe_instance_types(InstanceTypes=[instance_type])["InstanceTypes"]
     return InstanceFacts.from_describe_instance_types(item)
-
-
-def addon_versions_context_key(region: str, kubernetes_version: str) -> str:
-    return f"ray-llm:eks-addon-versions:region={region}:kubernetes={kubernetes_version}"
 
 
 def default_addon_versions(session: Any, region: str, kubernetes_version: str) -> dict[str, str]:

@@ -1,0 +1,102 @@
+"""The parsers every setting's value goes through: each returns the value or raises a SettingError naming the
+setting, the value and what is allowed (one line). Shared by the service settings (settings/loader.py) and
+the CI access settings (settings/ci_access.py)."""
+
+from __future__ import annotations
+
+import difflib
+import ipaddress
+import re
+from collections.abc import Callable
+from functools import cache
+
+from settings.errors import SettingError
+from settings.registries import eks_addon_registry
+
+DNS_LABEL = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
+
+
+@cache
+def known_instance_types() -> frozenset[str]:
+    import botocore.session  # the EC2 API model's InstanceType enum: every type AWS has, offline
+
+    model = botocore.session.get_session().get_service_model("ec2")
+    return frozenset(model.shape_for("InstanceType").enum)
+
+
+@cache
+def known_regions() -> tuple[str, ...]:
+    """The commercial partition's Regions, from botocore's endpoint data (offline; importing boto3 and
+    building a session would cost a quarter of a second on every synth)."""
+    import json
+    from pathlib import Path
+
+    import botocore
+
+    endpoints = json.loads((Path(botocore.__file__).parent / "data" / "endpoints.json").read_text())
+    (aws,) = [p for p in endpoints["partitions"] if p["partition"] == "aws"]
+    return tuple(sorted(aws["regions"]))
+
+
+def closest(value: str, choices: list[str] | tuple[str, ...]) -> str:
+    match = difflib.get_close_matches(value, choices, n=1)
+    return f" (did you mean {match[0]}?)" if match else ""
+
+
+def integer(env: str, raw: str, low: int, high: int) -> int:
+    text = raw.strip()
+    if not re.fullmatch(r"[+-]?\d+", text):
+        raise SettingError(env, raw, f"a whole number from {low} to {high}")
+    value = int(text)
+    if not low <= value <= high:
+        raise SettingError(env, raw, f"a whole number from {low} to {high}")
+    return value
+
+
+def dns_label(env: str, raw: str, max_len: int = 63) -> str:
+    if not DNS_LABEL.fullmatch(raw) or len(raw) > max_len:
+        raise SettingError(env, raw, f"a DNS label: lowercase letters, digits and '-', starting with a letter, at most {max_len} characters")
+    return raw
+
+
+def namespaces(env: str, raw: str) -> tuple[str, ...]:
+    names = csv(raw)
+    if any(not DNS_LABEL.fullmatch(n) or len(n) > 63 for n in names):
+        raise SettingError(env, raw, "comma-separated namespace names (each a DNS label: lowercase letters, digits and '-')")
+    return names
+
+
+def csv(raw: str) -> tuple[str, ...]:
+    return tuple(part.strip() for part in raw.split(",") if part.strip())
+
+
+def region_name(raw: str) -> str:
+    if raw not in known_regions():
+        raise SettingError("REGION", raw, f"an AWS Region{closest(raw, known_regions())}, one of {', '.join(known_regions())}")
+    if eks_addon_registry(raw) is None:
+        raise SettingError("REGION", raw, "a Region whose EKS add-on image registry settings/registries.py lists (add its row from the EKS user guide)")
+    return raw
+
+
+def cidr(env: str, raw: str, *, private: bool, prefix: tuple[int, int]) -> str:
+    try:
+        network = ipaddress.IPv4Network(raw, strict=True)
+    except ValueError:
+        raise SettingError(env, raw, f"an IPv4 CIDR such as 10.0.0.0/16 (prefix /{prefix[0]} to /{prefix[1]})") from None
+    if not prefix[0] <= network.prefixlen <= prefix[1] or (private and not network.is_private):
+        kind = "a private " if private else "an "
+        raise SettingError(env, raw, f"{kind}IPv4 CIDR with a prefix from /{prefix[0]} to /{prefix[1]}")
+    return str(network)
+
+
+def choice(env: str, raw: str, allowed: tuple[str, ...]) -> str:
+    if raw not in allowed:
+        raise SettingError(env, raw, " or ".join(allowed))
+    return raw
+
+
+def semver(env: str, raw: str, allowed: str, check: Callable[[tuple[int, int, int]], bool]) -> str:
+    match = re.fullmatch(r"(\d+)\.(\d+)\.(\d+)", raw)
+    if not match or not check((int(match[1]), int(match[2]), int(match[3]))):
+        raise SettingError(env, raw, allowed)
+    return raw
