@@ -23,10 +23,10 @@ from preflight.capacity import check_capacity_reservation, check_vpc_azs
 from preflight.checks import run_checks
 from preflight.principals import check_admin_principals
 from preflight.reachability import check_api_endpoint, hosted_runner_cannot_reach
-from tests import test_preflight
-from tests.test_preflight import ACCOUNT, INPUT, REGION, by_name, create_bootstrap_stack, default_quotas
+from tests import preflight_fakes
+from tests.preflight_fakes import ACCOUNT, INPUT, REGION, by_name, create_bootstrap_stack, default_quotas
 
-aws = test_preflight.aws  # fake credentials, everything served by moto
+aws = preflight_fakes.aws  # fake credentials, everything served by moto
 
 RESERVATION = "cr-0123456789abcdef0"
 EXECUTION_ROLE = f"arn:aws:iam::{ACCOUNT}:role/cdk-hnb659fds-cfn-exec-role-{ACCOUNT}-{REGION}"

@@ -3,7 +3,7 @@ rolling-update surge, a Kubernetes version skip, a leftover control-plane log gr
 Helm charts against a local chart repository.
 
 moto serves EC2 (instances with EKS's tags), EKS (DescribeCluster, ListNodegroups, DescribeNodegroup),
-CloudWatch Logs and STS. Two clients are botocore Stubbers instead, as in test_preflight.py:
+CloudWatch Logs and STS. Two clients are botocore Stubbers instead, as in tests/preflight_fakes.py:
 - service-quotas (moto has no EC2 quotas);
 - cloudformation: moto 5.2.5 cannot create a stack from our synthesized templates (it has no
   AWS::EKS::Cluster or AWS::EC2::PlacementGroup and fails on the CDK bootstrap parameter), so
@@ -28,12 +28,12 @@ from preflight.charts import check_helm_charts
 from preflight.checks import G_QUOTA_CODE, STANDARD_QUOTA_CODE, PreflightInput, run_checks
 from preflight.redeploy import Redeploy
 from settings.versions import HelmChartPin
-from tests import test_preflight
+from tests import preflight_fakes
+from tests.preflight_fakes import INPUT, REGION, by_name
 from tests.test_day2 import redeploy_of, synth
-from tests.test_preflight import INPUT, REGION, by_name
 
 CLUSTER = INPUT.cluster_name
-aws = test_preflight.aws  # the `aws` fixture (fake credentials, moto) of test_preflight.py, used here too
+aws = preflight_fakes.aws  # the `aws` fixture (fake credentials, moto) of tests/preflight_fakes.py
 
 
 def _launch(instance_type: str, count: int = 1, *, cluster: str | None = CLUSTER) -> None:

@@ -1,0 +1,62 @@
+"""What the day-2 tests share: each configuration synthesized once (no cdk-nag), its templates planned against
+another's, and a deployed state made of them."""
+
+from __future__ import annotations
+
+import tempfile
+from collections.abc import Mapping
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+from preflight.deployed import Deployed, DeployedNodegroup, DeployedStack
+from preflight.redeploy import (
+    Redeploy,
+)
+from preflight.template_plan import ResourceChange, plan
+from settings import Settings
+from stacks.application import build_stacks, new_app
+from tests.conftest import settings_for
+
+PARTS = ("network", "cluster", "system", "gpu", "serving")
+
+
+@cache
+def _synth(items: frozenset[tuple[str, str]]) -> tuple[Settings, dict[str, dict[str, Any]]]:
+    """One configuration's templates by part (no cdk-nag: only the templates matter here)."""
+    import json
+
+    settings = settings_for(dict(items))
+    outdir = Path(tempfile.mkdtemp(prefix="day2-"))
+    app = new_app(str(outdir))
+    build_stacks(app, settings)
+    app.synth()
+    return settings, {part: json.loads((outdir / f"{name}.template.json").read_text()) for part, name in settings.stack_names.items()}
+
+
+def synth(**env: str) -> tuple[Settings, dict[str, dict[str, Any]]]:
+    return _synth(frozenset(env.items()))
+
+
+def changes(part: str, after_env: Mapping[str, str], before_env: Mapping[str, str] | None = None) -> list[ResourceChange]:
+    return plan(synth(**(before_env or {}))[1][part], synth(**after_env)[1][part])
+
+
+def deployed_as(env: Mapping[str, str] | None = None, *, gpu_desired: int = 2, cluster_version: str = "1.35") -> Deployed:
+    settings, templates = synth(**(env or {}))
+    stacks = {settings.stack_names[p]: DeployedStack(settings.stack_names[p], "UPDATE_COMPLETE", {}, templates[p]) for p in PARTS}
+    nodegroups = {
+        settings.gpu_nodegroup_name: DeployedNodegroup(settings.gpu_nodegroup_name, cluster_version, gpu_desired, "ACTIVE"),
+        settings.system_nodegroup_name: DeployedNodegroup(settings.system_nodegroup_name, cluster_version, 1, "ACTIVE"),
+    }
+    return Deployed(stacks=stacks, cluster_version=cluster_version, nodegroups=nodegroups)
+
+
+def redeploy_of(**env: str) -> Redeploy:
+    settings, templates = synth(**env)
+    return Redeploy.of(settings, {settings.stack_names[p]: templates[p] for p in PARTS})
+
+
+def _only(found: list[ResourceChange], resource_type: str) -> ResourceChange:
+    (change,) = [c for c in found if c.resource_type == resource_type]
+    return change

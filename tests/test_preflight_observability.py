@@ -1,0 +1,125 @@
+"""The preflight's OBSERVABILITY=on checks against moto and Stubbers (tests/preflight_fakes.py), and the
+registry's declared AWS calls against every call a full run makes."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+from typing import Any
+
+import boto3  # type: ignore[import-untyped]
+import pytest
+from botocore.stub import Stubber  # type: ignore[import-untyped]
+
+from preflight.checks import (
+    run_checks,
+)
+from tests import preflight_fakes
+from tests.preflight_fakes import (
+    ACCOUNT,
+    INPUT,
+    OBSERVED,
+    REGION,
+    _scraper,
+    _SessionWithQuotas,
+    by_name,
+    create_bootstrap_stack,
+    default_quotas,
+    observed_session,
+)
+
+aws = preflight_fakes.aws  # fake credentials, everything served by moto
+
+
+def test_metrics_destination_ready(aws: None) -> None:
+    create_bootstrap_stack()
+    session, stubs = observed_session(scraper_pages=[[_scraper("ray-llm-multinode-ray"), _scraper("team-a")], [_scraper("old", "DELETING")]])
+    check = by_name(run_checks(OBSERVED, session))["metrics-destination"]
+    for stub in stubs:
+        stub.assert_no_pending_responses()
+    # Our own collector is held, not another; one being deleted counts for nothing.
+    assert (check.verdict, check.detail) == ("PASS", "dataset default ready; 1 other metrics collector(s) in sa-east-1")
+
+
+def test_metrics_destination_missing_in_the_region_fails_with_the_way_out(aws: None) -> None:
+    create_bootstrap_stack()
+    session, _ = observed_session(dataset_error="ResourceNotFoundException")
+    check = by_name(run_checks(OBSERVED, session))["metrics-destination"]
+    assert (check.verdict, check.detail) == ("FAIL", "CloudWatch's OpenTelemetry metrics (PromQL) answer ResourceNotFoundException in sa-east-1")
+    assert check.fix == "set OBSERVABILITY=off, or deploy in a Region that offers CloudWatch OpenTelemetry metrics"
+
+
+def test_metrics_collectors_at_the_default_quota_warn(aws: None) -> None:
+    create_bootstrap_stack()
+    session, _ = observed_session(scraper_pages=[[_scraper(f"team-{i}") for i in range(10)]])
+    check = by_name(run_checks(OBSERVED, session))["metrics-destination"]
+    assert check.verdict == "WARN" and check.detail.endswith("10 other metrics collector(s) in sa-east-1")
+    assert "default quota is 10 collectors per Region" in check.warning
+
+
+def test_a_region_outside_the_documented_ones_is_warned_about(aws: None, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The Region table is documentation read on a date: a Region added since is warned about, not refused."""
+    from preflight.observability_checks import METRICS_COLLECTOR_REGIONS
+
+    assert REGION in METRICS_COLLECTOR_REGIONS and "ap-southeast-6" not in METRICS_COLLECTOR_REGIONS and "me-central-1" not in METRICS_COLLECTOR_REGIONS
+    create_bootstrap_stack()
+    session, _ = observed_session()
+    monkeypatch.setattr("preflight.observability_checks.METRICS_COLLECTOR_REGIONS", frozenset({"us-east-1"}))
+    check = by_name(run_checks(OBSERVED, session))["metrics-destination"]
+    assert check.verdict == "WARN" and "sa-east-1 is not among the Regions AWS documented" in check.warning
+
+
+def test_a_deployed_stack_left_out_of_the_configuration_is_refused(aws: None) -> None:
+    """OBSERVABILITY back to off without destroying that stack first: the deploy would leave it running, blind."""
+    create_bootstrap_stack()
+    left_out = replace(INPUT, stacks_left_out=("ray-llm-multinode-observability",))
+    session, _ = default_quotas()
+    assert by_name(run_checks(left_out, session))["stacks-left-out"].detail == "none deployed"
+    template = {"Resources": {"Topic": {"Type": "AWS::SNS::Topic"}}}
+    boto3.client("cloudformation", region_name=REGION).create_stack(StackName="ray-llm-multinode-observability", TemplateBody=json.dumps(template))
+    session, _ = default_quotas()
+    check = by_name(run_checks(left_out, session))["stacks-left-out"]
+    assert check.verdict == "FAIL" and check.detail.startswith("ray-llm-multinode-observability deployed but not in this configuration")
+    assert check.fix == "OBSERVABILITY=on make destroy STACKS=ray-llm-multinode-observability first (or keep OBSERVABILITY=on)"
+
+
+@pytest.mark.parametrize(("code", "status"), [("ThrottlingException", 400), ("InternalFailure", 500)])
+def test_a_transient_dataset_answer_is_a_warning_not_a_wrong_region(aws: None, code: str, status: int) -> None:
+    create_bootstrap_stack()
+    quotas_session, _ = default_quotas()
+    cloudwatch = boto3.session.Session().client("cloudwatch", region_name=REGION)
+    stub = Stubber(cloudwatch)
+    stub.add_client_error("get_dataset", service_error_code=code, http_status_code=status, expected_params={"DatasetIdentifier": "default"})
+    stub.activate()
+    session = _SessionWithQuotas(quotas_session._stubbed["service-quotas"], {"cloudwatch": cloudwatch})
+    check = by_name(run_checks(OBSERVED, session))["metrics-destination"]
+    assert (check.verdict, check.warning) == ("WARN", "not checked: run the preflight again") and code in check.detail
+
+
+def test_every_aws_call_of_the_checks_is_declared_in_the_registry(aws: None, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The CI deploy role's read-only actions are derived from preflight/registry.py: every call a full run
+    makes (OBSERVABILITY=on, admin principals, a capacity reservation) must be among them."""
+    import botocore.client
+
+    from preflight.registry import read_only_actions
+
+    called: set[str] = set()
+    make_api_call = botocore.client.BaseClient._make_api_call
+
+    def recording(self: Any, operation_name: str, api_params: Any) -> Any:
+        prefix = self.meta.service_model.signing_name
+        called.add(f"{ {'monitoring': 'cloudwatch'}.get(prefix, prefix) }:{operation_name}")
+        return make_api_call(self, operation_name, api_params)
+
+    create_bootstrap_stack()
+    boto3.client("iam", region_name="us-east-1").create_role(RoleName="ci-deploy", AssumeRolePolicyDocument="{}")
+    monkeypatch.setattr(botocore.client.BaseClient, "_make_api_call", recording)
+    session, _ = observed_session()
+    session.events.register(
+        "before-call.ec2.DescribeCapacityReservations",
+        lambda **_: (botocore.awsrequest.AWSResponse("https://ec2", 200, {}, None), {"CapacityReservations": []}),
+    )
+    inp = replace(OBSERVED, admin_principal_arns=(f"arn:aws:iam::{ACCOUNT}:role/ci-deploy",), gpu_capacity_reservation_id="cr-0123456789abcdef0")
+    run_checks(inp, session)
+    assert {"sts:GetCallerIdentity", "iam:GetRole", "aps:ListScrapers", "cloudwatch:GetDataset", "servicequotas:GetServiceQuota"} <= called
+    assert called - set(read_only_actions()) == set()

@@ -1,0 +1,309 @@
+"""The workflows' steps that decide something, run with bash as the runner runs them: the destroy confirmation, the
+nightly park, the review comment, the settings export; and what the deploy, park and ci jobs run."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+import re
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.workflow_helpers import (
+    CLUSTER_QUEUE,
+    all_jobs,
+    aws_step,
+    environment_name,
+    jobs,
+    load,
+    outputs,
+    run_scripts,
+    run_step,
+    step_named,
+    triggers,
+    uses,
+)
+
+# --- Destroy: the confirmation ----------------------------------------------------------------------------------------
+
+
+CONFIRM_STEP = "The confirmation must equal CLUSTER_NAME"
+
+
+def test_destroy_asks_for_the_cluster_name_before_anything() -> None:
+    confirm_input = triggers(load("destroy"))["workflow_dispatch"]["inputs"]["confirm"]
+    assert confirm_input["required"] is True
+    assert confirm_input["type"] == "string"
+    destroy_jobs = jobs("destroy")
+    confirm = destroy_jobs["confirm"]
+    # The gate: no token, no environment (no reviewer asked), no actions, no AWS.
+    assert confirm["permissions"] == {}
+    assert environment_name(confirm) is None
+    assert [s for s in confirm["steps"] if "uses" in s] == []
+    # Every other job waits for it, and checks again before its first step that could touch anything.
+    for job_id, job in destroy_jobs.items():
+        if job_id == "confirm":
+            continue
+        needs = job["needs"] if isinstance(job["needs"], list) else [job["needs"]]
+        assert "confirm" in needs, job_id
+        assert job["steps"][0]["name"] == CONFIRM_STEP, f"{job_id}: the check comes first"
+        assert job["steps"][0] == step_named(confirm, CONFIRM_STEP)
+    step = step_named(confirm, CONFIRM_STEP)
+    assert step["env"] == {"CONFIRM": "${{ inputs.confirm }}", "CLUSTER_NAME": "${{ vars.CLUSTER_NAME }}"}
+
+
+@pytest.mark.parametrize(
+    ("confirm", "cluster", "passes"),
+    [
+        ("ray-llm-prod", "ray-llm-prod", True),
+        ("ray-llm-pro", "ray-llm-prod", False),
+        ("ray-llm-prod ", "ray-llm-prod", False),
+        ("RAY-LLM-PROD", "ray-llm-prod", False),
+        ("", "ray-llm-prod", False),
+        ("", "", False),  # CLUSTER_NAME not set: nothing to confirm against
+        ("yes", "", False),
+    ],
+)
+def test_the_destroy_confirmation_script(tmp_path: Path, confirm: str, cluster: str, passes: bool) -> None:
+    step = step_named(jobs("destroy")["confirm"], CONFIRM_STEP)
+    result = run_step(step, tmp_path, {"CONFIRM": confirm, "CLUSTER_NAME": cluster})
+    assert (result.returncode == 0) is passes, result.stdout + result.stderr
+
+
+def test_destroy_runs_make_destroy_with_force() -> None:
+    job = jobs("destroy")["destroy"]
+    scripts = run_scripts(job)
+    assert any('make destroy ARGS="--force"' in s for s in scripts)
+    kubeconfig = next(i for i, s in enumerate(scripts) if "make kubeconfig" in s)
+    destroy = next(i for i, s in enumerate(scripts) if "make destroy" in s)
+    assert kubeconfig < destroy, "kubectl must reach the cluster to remove what Kubernetes created"
+
+
+# --- Deploy and park ----------------------------------------------------------------------------------------------------
+
+
+FORBIDDEN_DEPLOY_FLAGS = re.compile(r"--no-rollback|--rollback[= ]false|(^|\s)-R(\s|$)|--express")
+
+
+@pytest.mark.parametrize("name", CLUSTER_QUEUE)
+def test_never_without_rollback(name: str) -> None:
+    for job in jobs(name).values():
+        for script in run_scripts(job):
+            assert not FORBIDDEN_DEPLOY_FLAGS.search(script), f"{name}: a failed replacement must roll back"
+
+
+def test_deploy_steps() -> None:
+    job = jobs("deploy")["deploy"]
+    scripts = run_scripts(job)
+    deploy = next(i for i, s in enumerate(scripts) if "make deploy" in s)
+    args = re.search(r'make deploy ARGS="([^"]*)"', scripts[deploy])
+    assert args, scripts[deploy]
+    assert "--require-approval never" in args.group(1)
+    assert "--progress events" in args.group(1)
+    assert "--outputs-file cdk-outputs.json" in args.group(1)
+    # The outputs file is kept, also when a later step fails.
+    upload = [s for s in job["steps"] if uses(s) == "actions/upload-artifact"]
+    assert [u["with"]["path"] for u in upload] == ["cdk-outputs.json", "verify-result.json"]
+    assert all("cancelled()" in u["if"] for u in upload)
+    # The post-deploy gate after the deploy: kubectl configured, then `make verify`.
+    kubeconfig = next(i for i, s in enumerate(scripts) if "make kubeconfig" in s)
+    gate = next(i for i, s in enumerate(scripts) if "make verify" in s)
+    assert deploy < kubeconfig < gate
+    assert "VERIFY_TIMEOUT=" in scripts[gate]
+
+
+def test_park_deploys_zero_gpus_only_for_an_existing_cluster() -> None:
+    job = jobs("park")["park"]
+    assert job["needs"] == "decide"
+    assert job["if"] == "needs.decide.outputs.park == 'true'"
+    park = [s for s in job["steps"] if "make park" in str(s.get("run", ""))]
+    assert len(park) == 1
+    assert "--require-approval never" in park[0]["run"]
+    assert park[0]["if"] == "steps.cluster.outputs.exists == 'true'", "a park after a destroy would build a new cluster"
+    decide = jobs("park")["decide"]
+    assert decide["permissions"] == {} and environment_name(decide) is None
+
+
+def today_plus(days: int) -> str:
+    return (dt.datetime.now(dt.UTC).date() + dt.timedelta(days=days)).isoformat()
+
+
+@pytest.mark.parametrize(
+    ("event", "keep_until", "parks"),
+    [
+        ("schedule", "", True),
+        ("schedule", today_plus(-1), True),
+        ("schedule", today_plus(0), False),  # kept through the named day (UTC)
+        ("schedule", today_plus(3), False),
+        ("schedule", "next friday", True),  # not a date: a typo must not keep the GPUs up
+        ("schedule", "2026-1-5", True),
+        ("workflow_dispatch", today_plus(3), True),  # asked by hand: park
+        ("workflow_dispatch", "", True),
+    ],
+)
+def test_the_park_decision(tmp_path: Path, event: str, keep_until: str, parks: bool) -> None:
+    step = step_named(jobs("park")["decide"], "Park tonight?")
+    assert step["env"] == {"KEEP_GPUS_UNTIL": "${{ vars.KEEP_GPUS_UNTIL }}", "EVENT_NAME": "${{ github.event_name }}"}
+    result = run_step(step, tmp_path, {"KEEP_GPUS_UNTIL": keep_until, "EVENT_NAME": event})
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert outputs(tmp_path) == {"park": "true" if parks else "false"}, result.stdout
+
+
+# --- ci: lint, test, checkov and the review ------------------------------------------------------------------------------
+
+
+def test_ci_runs_lint_test_and_checkov() -> None:
+    checks = jobs("ci")["checks"]
+    assert set(checks["strategy"]["matrix"]["target"]) == {"lint", "test", "checkov"}
+    assert checks["strategy"]["fail-fast"] is False
+    assert run_scripts(checks) == ['make "$TARGET"']
+    assert not [job_id for job_id, job in jobs("ci").items() if aws_step(job)], "no AWS credentials in ci"
+
+
+def test_the_review() -> None:
+    review = jobs("ci")["review"]
+    checkout = next(s for s in review["steps"] if uses(s) == "actions/checkout")
+    assert checkout["with"]["fetch-depth"] == 0, "make review needs the history for the merge base"
+    step = step_named(review, "make review")
+    assert "git merge-base" in step["run"]
+    assert "make review BASE=" in step["run"] and "REVIEW_FILE=review.md" in step["run"]
+    assert "GITHUB_STEP_SUMMARY" in step["run"]
+    assert step["env"]["ALLOWED"] == "${{ contains(github.event.pull_request.labels.*.name, 'allow-replacement') }}"
+    assert "export ALLOW_REPLACEMENT=1" in step["run"]
+    # The check fails after the report is published, not before.
+    assert review["steps"][-1]["name"] == "Protected replacements need the allow-replacement label"
+    comment = jobs("ci")["comment"]
+    assert comment["needs"] == "review"
+    assert "head.repo.full_name == github.repository" in comment["if"], "forks get a read-only token"
+    script = step_named(comment, "Create or update the review comment")["run"]
+    assert "--method PATCH" in script and "<!-- make-review -->" in script, "one comment, updated in place"
+    assert "limit=" in script and "job summary" in script, "too long: cut, with a link to the job summary"
+
+
+def test_the_review_script_fails_the_check_only_on_a_failed_review(tmp_path: Path) -> None:
+    step = step_named(jobs("ci")["review"], "Protected replacements need the allow-replacement label")
+    (tmp_path / "review-status").write_text("0\n")
+    assert run_step(step, tmp_path, {}).returncode == 0
+    (tmp_path / "review-status").write_text("2\n")
+    result = run_step(step, tmp_path, {})
+    assert result.returncode == 1 and "allow-replacement" in result.stdout
+
+
+GH_STUB = """#!/usr/bin/env bash
+# Stands in for `gh api`: lists the comments in $COMMENTS_JSON (through the caller's --jq, as gh does), records writes.
+set -euo pipefail
+args=("$@")
+if [[ " $* " == *" --paginate "* ]]; then
+  for i in "${!args[@]}"; do [ "${args[$i]}" = --jq ] && filter="${args[$((i + 1))]}"; done
+  jq -r "$filter" "$COMMENTS_JSON"
+  exit 0
+fi
+for i in "${!args[@]}"; do [ "${args[$i]}" = --method ] && method="${args[$((i + 1))]}"; done
+echo "$method ${args[-3]}" >> "$GH_CALLS"
+cat > "$GH_BODY"
+"""
+
+
+@pytest.mark.parametrize(
+    ("existing", "expected_call"),
+    [
+        ([], "POST repos/o/r/issues/7/comments"),
+        (
+            [
+                {"id": 1, "user": {"login": "someone"}, "body": "<!-- make-review --> quoted by a person"},
+                {"id": 2, "user": {"login": "github-actions[bot]"}, "body": "another bot comment"},
+                {"id": 3, "user": {"login": "github-actions[bot]"}, "body": "<!-- make-review -->\\nold report"},
+            ],
+            "PATCH repos/o/r/issues/comments/3",
+        ),
+    ],
+)
+def test_one_review_comment_updated_in_place(tmp_path: Path, existing: list[dict[str, Any]], expected_call: str) -> None:
+    if not shutil.which("jq"):
+        pytest.skip("jq (on every GitHub-hosted runner) is not installed here")
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "gh").write_text(GH_STUB)
+    (bin_dir / "gh").chmod(0o755)
+    (tmp_path / "comments.json").write_text(json.dumps(existing))
+    # Longer than a comment may be, with a code block open at the cut.
+    (tmp_path / "review.md").write_text("# Review\n\n```diff\n" + "".join(f"+ line {i}\n" for i in range(20000)) + "```\n")
+    step = step_named(jobs("ci")["comment"], "Create or update the review comment")
+    env = {
+        "PATH": f"{bin_dir}:{os.environ['PATH']}",
+        "COMMENTS_JSON": str(tmp_path / "comments.json"),
+        "GH_CALLS": str(tmp_path / "calls"),
+        "GH_BODY": str(tmp_path / "body.json"),
+        "GITHUB_SERVER_URL": "https://github.com",
+        "GITHUB_REPOSITORY": "o/r",
+        "GITHUB_RUN_ID": "99",
+        "GITHUB_RUN_ATTEMPT": "1",
+        "PR_NUMBER": "7",
+        "HEAD_SHA": "a" * 40,
+        "GH_TOKEN": "unused",
+    }
+    result = run_step(step, tmp_path, env)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert (tmp_path / "calls").read_text().splitlines() == [expected_call]
+    body = json.loads((tmp_path / "body.json").read_text())["body"]
+    assert body.startswith("<!-- make-review -->\n# Review")
+    assert len(body) <= 65536, "GitHub's limit for a comment"
+    assert "[job summary](https://github.com/o/r/actions/runs/99/attempts/1)" in body
+    assert body.count("```") % 2 == 0, "the code block cut open is closed"
+
+
+# --- Settings from repository variables ----------------------------------------------------------------------------------
+
+
+SETTINGS_STEP = "Settings from repository variables"
+
+
+def settings_steps() -> list[tuple[str, dict[str, Any]]]:
+    found = []
+    for name, job_id, job in all_jobs():
+        for step in job.get("steps", []):
+            if step.get("name") == SETTINGS_STEP:
+                found.append((f"{name}.{job_id}", step))
+    return found
+
+
+def test_every_job_that_synthesizes_the_deployed_app_reads_the_same_settings() -> None:
+    found = dict(settings_steps())
+    assert set(found) == {"ci.review", "diff.diff", "deploy.deploy", "park.park", "destroy.destroy"}
+    first = next(iter(found.values()))
+    for where, step in found.items():
+        assert step == first, f"{where}: the settings step differs"
+    assert set(first["env"]) >= {"CLUSTER_NAME", "REGION", "ADMIN_PRINCIPAL_ARNS", "GPU_AZ"}
+    for variable, value in first["env"].items():
+        assert value == f"${{{{ vars.{variable} }}}}"
+        assert variable in first["run"], f"{variable} is not exported"
+
+
+def test_the_settings_step_exports_only_what_is_set(tmp_path: Path) -> None:
+    step = settings_steps()[0][1]
+    env = dict.fromkeys(step["env"], "")
+    env.update(CLUSTER_NAME="ray-llm-prod", REGION="us-east-2")
+    result = run_step(step, tmp_path, env)
+    assert result.returncode == 0, result.stderr
+    assert (tmp_path / "github_env").read_text().splitlines() == ["CLUSTER_NAME=ray-llm-prod", "REGION=us-east-2"]
+    # A line break would smuggle another variable into the job's environment.
+    env["GPU_AZ"] = "us-east-2a\nLD_PRELOAD=/tmp/x.so"
+    result = run_step(step, tmp_path, env)
+    assert result.returncode != 0
+    assert "LD_PRELOAD" not in (tmp_path / "github_env").read_text()
+
+
+def test_required_variables_are_checked_before_deploying(tmp_path: Path) -> None:
+    for name, job_id in [("deploy", "deploy"), ("park", "park"), ("destroy", "destroy")]:
+        job = jobs(name)[job_id]
+        step = step_named(job, "Required repository variables")
+        credentials = aws_step(job)
+        assert credentials and job["steps"].index(step) < credentials[0]
+        good = {"CLUSTER_NAME": "c", "REGION": "us-east-2", "AWS_DEPLOY_ROLE_ARN": "arn:aws:iam::1:role/d", "ADMIN_PRINCIPAL_ARNS": "arn:aws:iam::1:role/d"}
+        assert run_step(step, tmp_path, good).returncode == 0
+        for missing in ("CLUSTER_NAME", "REGION", "AWS_DEPLOY_ROLE_ARN"):
+            assert run_step(step, tmp_path, {**good, missing: ""}).returncode == 1, f"{name}: {missing}"
