@@ -8,13 +8,16 @@ import json
 import os
 import re
 import shutil
+import subprocess
 from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from tests.workflow_helpers import (
     CLUSTER_QUEUE,
+    REPO,
     all_jobs,
     aws_step,
     environment_name,
@@ -271,30 +274,50 @@ def settings_steps() -> list[tuple[str, dict[str, Any]]]:
     return found
 
 
+SETTINGS_ACTION = REPO / ".github" / "actions" / "settings-from-variables"
+
+
 def test_every_job_that_synthesizes_the_deployed_app_reads_the_same_settings() -> None:
+    """One composite action, the same in every job, after the checkout (a local action needs the repository)."""
     found = dict(settings_steps())
     assert set(found) == {"ci.review", "diff.diff", "deploy.deploy", "park.park", "destroy.destroy"}
-    first = next(iter(found.values()))
     for where, step in found.items():
-        assert step == first, f"{where}: the settings step differs"
-    assert set(first["env"]) >= {"CLUSTER_NAME", "REGION", "ADMIN_PRINCIPAL_ARNS", "GPU_AZ"}
-    for variable, value in first["env"].items():
-        assert value == f"${{{{ vars.{variable} }}}}"
-        assert variable in first["run"], f"{variable} is not exported"
+        assert step == {"name": SETTINGS_STEP, "uses": "./.github/actions/settings-from-variables", "with": {"variables": "${{ toJSON(vars) }}"}}, where
+    for name, job_id, job in all_jobs():
+        names = [s.get("name") for s in job.get("steps", [])]
+        if SETTINGS_STEP in names:
+            checkout = next(i for i, s in enumerate(job["steps"]) if uses(s) == "actions/checkout")
+            assert checkout < names.index(SETTINGS_STEP), f"{name}.{job_id}"
+    action = yaml.safe_load((SETTINGS_ACTION / "action.yml").read_text())
+    assert action["runs"]["using"] == "composite" and action["inputs"]["variables"]["required"] is True
+
+
+def _export(tmp_path: Path, variables: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    env = {"PATH": os.environ["PATH"], "VARIABLES": json.dumps(variables), "GITHUB_ENV": str(tmp_path / "github_env")}
+    (tmp_path / "github_env").write_text("")
+    return subprocess.run(["python3", str(SETTINGS_ACTION / "export_settings.py")], env=env, capture_output=True, text=True, timeout=30)
 
 
 def test_the_settings_step_exports_only_what_is_set(tmp_path: Path) -> None:
-    step = settings_steps()[0][1]
-    env = dict.fromkeys(step["env"], "")
-    env.update(CLUSTER_NAME="ray-llm-prod", REGION="us-east-2")
-    result = run_step(step, tmp_path, env)
+    result = _export(tmp_path, {"CLUSTER_NAME": "ray-llm-prod", "REGION": "us-east-2", "GPU_AZ": "", "AWS_DEPLOY_ROLE_ARN": "arn:aws:iam::1:role/x"})
     assert result.returncode == 0, result.stderr
+    # Not a setting (the role ARN) and empty (GPU_AZ): not passed.
     assert (tmp_path / "github_env").read_text().splitlines() == ["CLUSTER_NAME=ray-llm-prod", "REGION=us-east-2"]
     # A line break would smuggle another variable into the job's environment.
-    env["GPU_AZ"] = "us-east-2a\nLD_PRELOAD=/tmp/x.so"
-    result = run_step(step, tmp_path, env)
-    assert result.returncode != 0
+    result = _export(tmp_path, {"GPU_AZ": "us-east-2a\nLD_PRELOAD=/tmp/x.so"})
+    assert result.returncode != 0 and "holds a line break" in result.stdout
     assert "LD_PRELOAD" not in (tmp_path / "github_env").read_text()
+
+
+def test_the_exported_settings_are_settings_of_the_app() -> None:
+    import ast
+
+    from settings.specs import SPECS
+
+    tree = ast.parse((SETTINGS_ACTION / "export_settings.py").read_text())
+    (names,) = [n.value for n in ast.walk(tree) if isinstance(n, ast.Assign) and getattr(n.targets[0], "id", "") == "SETTINGS"]
+    exported = {e.value for e in names.elts}  # type: ignore[attr-defined]
+    assert exported <= {s.env for s in SPECS} and {"CLUSTER_NAME", "REGION", "ADMIN_PRINCIPAL_ARNS", "ENDPOINT_ACCESS"} <= exported
 
 
 def test_required_variables_are_checked_before_deploying(tmp_path: Path) -> None:

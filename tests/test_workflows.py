@@ -52,6 +52,10 @@ def test_github_workflow_schema() -> None:
     files = sorted(str(p) for p in WORKFLOWS.glob("*.yml"))
     result = subprocess.run([tool("check-jsonschema"), "--builtin-schema", "vendor.github-workflows", *files], capture_output=True, text=True, check=False)
     assert result.returncode == 0, result.stdout + result.stderr
+    actions = sorted(str(p) for p in (REPO / ".github" / "actions").glob("*/action.yml"))
+    assert actions
+    result = subprocess.run([tool("check-jsonschema"), "--builtin-schema", "vendor.github-actions", *actions], capture_output=True, text=True, check=False)
+    assert result.returncode == 0, result.stdout + result.stderr
 
 
 @pytest.mark.parametrize("persona", ["regular", "pedantic"])
@@ -59,7 +63,11 @@ def test_zizmor_has_no_findings(persona: str) -> None:
     # Offline: no GitHub token, no online audits.
     env = {k: v for k, v in os.environ.items() if k not in {"GH_TOKEN", "GITHUB_TOKEN", "ZIZMOR_GITHUB_TOKEN"}}
     result = subprocess.run(
-        [tool("zizmor"), "--offline", "--persona", persona, "--no-progress", str(WORKFLOWS)], capture_output=True, text=True, env=env, check=False
+        [tool("zizmor"), "--offline", "--persona", persona, "--no-progress", str(WORKFLOWS), str(REPO / ".github" / "actions")],
+        capture_output=True,
+        text=True,
+        env=env,
+        check=False,
     )
     assert result.returncode == 0, result.stdout + result.stderr
     assert "No findings to report" in result.stdout, result.stdout + result.stderr
@@ -225,7 +233,7 @@ def test_actions_are_pinned_to_full_commit_shas_with_the_version_in_a_comment() 
     shas: dict[str, set[str]] = {}
     for path in sorted(WORKFLOWS.glob("*.yml")):
         for number, line in enumerate(path.read_text().splitlines(), 1):
-            if re.match(r"^\s*(?:-\s+)?uses:", line):
+            if re.match(r"^\s*(?:-\s+)?uses:", line) and not re.match(r"^\s*(?:-\s+)?uses:\s*\./", line):  # ./: this repository's own
                 match = PINNED.match(line)
                 assert match, f"{path.name}:{number}: pin to a 40-hex commit SHA with `# vX.Y.Z`: {line.strip()}"
                 shas.setdefault(match["action"], set()).add(match["sha"])
@@ -237,7 +245,7 @@ def test_actions_are_pinned_to_full_commit_shas_with_the_version_in_a_comment() 
         assert "uses" not in job, f"{name}.{job_id}: reusable workflows are not expected here"
         for step in job.get("steps", []):
             if "uses" in step:
-                assert re.fullmatch(r"[\w.-]+/[\w./-]+@[0-9a-f]{40}", step["uses"]), step["uses"]
+                assert re.fullmatch(r"[\w.-]+/[\w./-]+@[0-9a-f]{40}|\./\.github/actions/[\w-]+", step["uses"]), step["uses"]
 
 
 def test_checkouts_do_not_persist_credentials() -> None:

@@ -1,0 +1,41 @@
+"""Append `NAME=value` to $GITHUB_ENV for each repository variable (JSON in $VARIABLES) that names a setting
+the workflows pass and is set. A value with a line break is refused: it would smuggle another variable into
+the job's environment. Only the standard library: it runs before the project is installed."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+# The settings a repository variable may set (tests/test_workflow_steps.py keeps them among the app's).
+SETTINGS = (
+    "CLUSTER_NAME",
+    "REGION",
+    "ADMIN_PRINCIPAL_ARNS",
+    "GPU_AZ",
+    "PUBLIC_ACCESS_CIDRS",
+    "ENDPOINT_ACCESS",
+    "HF_TOKEN_SECRET_NAME",
+    "OBSERVABILITY",
+)
+
+
+def main() -> int:
+    variables = json.loads(os.environ.get("VARIABLES") or "{}")
+    lines = []
+    for name in SETTINGS:
+        value = str(variables.get(name) or "")
+        if not value:
+            continue
+        if "\n" in value or "\r" in value:
+            print(f"::error::repository variable {name} holds a line break")
+            return 1
+        lines.append(f"{name}={value}\n")
+    with open(os.environ["GITHUB_ENV"], "a", encoding="utf-8") as env:
+        env.writelines(lines)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
