@@ -15,7 +15,7 @@ from typing import Any
 
 from settings.errors import SettingError
 from settings.loader import raw_values
-from settings.parsers import dns_label, integer, region_name
+from settings.parsers import Integer, region_name
 from settings.specs import SPECS, SettingSpec
 
 DEFAULT_CDK_QUALIFIER = "hnb659fds"  # `cdk bootstrap`'s default qualifier
@@ -48,8 +48,11 @@ CI_SPECS: tuple[SettingSpec, ...] = (
         f"Qualifier of the CDK bootstrap the service stacks deploy with (default: cdk.json's {BOOTSTRAP_QUALIFIER_CONTEXT_KEY}, else {DEFAULT_CDK_QUALIFIER})",
         "lowercase letters and digits, at most 10 characters",
     ),
-    SettingSpec("CI_SESSION_HOURS", "2", "MaxSessionDuration of the deploy role (role-duration-seconds up to this)", "integer 1-12"),
+    SettingSpec("CI_SESSION_HOURS", "2", "MaxSessionDuration of the deploy role (role-duration-seconds up to this)", parser=Integer(1, 12)),
 )
+
+
+_CI_SPECS_BY_ENV = {spec.env: spec for spec in CI_SPECS}
 
 
 @dataclass(frozen=True)
@@ -126,7 +129,7 @@ def load_ci_access_settings(environ: Mapping[str, str], context: Mapping[str, An
     """
     main_raw = raw_values(environ, context)
     region = region_name(main_raw["REGION"])
-    cluster_name = dns_label("CLUSTER_NAME", main_raw["CLUSTER_NAME"], max_len=40)
+    cluster_name = _MAIN_SPECS["CLUSTER_NAME"].parse(main_raw["CLUSTER_NAME"])
     default_qualifier = str(context.get(BOOTSTRAP_QUALIFIER_CONTEXT_KEY, DEFAULT_CDK_QUALIFIER))
     settings = CiAccessSettings(
         github_repository=_github_repository(environ.get("GITHUB_REPOSITORY", "").strip()),
@@ -134,7 +137,7 @@ def load_ci_access_settings(environ: Mapping[str, str], context: Mapping[str, An
         cluster_name=cluster_name,
         github_oidc_provider_arn=_oidc_provider_arn(environ.get("GITHUB_OIDC_PROVIDER_ARN", "").strip()),
         cdk_qualifier=_qualifier(environ.get("CDK_QUALIFIER", default_qualifier).strip()),
-        session_hours=integer("CI_SESSION_HOURS", environ.get("CI_SESSION_HOURS", "2"), 1, 12),
+        session_hours=_CI_SPECS_BY_ENV["CI_SESSION_HOURS"].parse(environ.get("CI_SESSION_HOURS", "2")),
     )
     longest = max(settings.deploy_role_name, settings.diff_role_name, key=len)
     if len(longest) > IAM_ROLE_NAME_MAX:
@@ -153,5 +156,5 @@ def ci_settings_table_markdown() -> str:
         shared = spec.env in _MAIN_SPECS
         default = "as the main app" if shared else f"`{spec.default}`" if spec.default else "(empty)"
         meaning = f"{spec.meaning}; read as the main app reads it (environment, `-c`, cdk.json), so both apps agree" if shared else spec.meaning
-        rows.append(f"| `{spec.env}` | {default} | {meaning} | {spec.allowed} |")
+        rows.append(f"| `{spec.env}` | {default} | {meaning} | {spec.allowed_text} |")
     return "\n".join(rows)

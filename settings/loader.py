@@ -23,7 +23,7 @@ from settings.instance_types import (
     instance_type_context_key,
 )
 from settings.model import Settings
-from settings.parsers import choice, cidr, closest, csv, dns_label, integer, known_instance_types, namespaces, region_name, semver
+from settings.parsers import cidr, closest, csv, integer, known_instance_types, namespaces, region_name, semver
 from settings.sizing import check_engine_cpus, check_head_fits, gpu_worker_resources
 from settings.specs import SPECS, SPECS_BY_CONTEXT_KEY
 from settings.zones import choose_zones
@@ -36,6 +36,14 @@ DLC_OPT_IN_REGIONS = frozenset(
         "me-central-1", "me-south-1", "mx-central-1",
     }
 )  # fmt: skip
+
+
+SPECS_BY_ENV = {spec.env: spec for spec in SPECS}
+
+
+def _parse(raw: Mapping[str, str], env: str) -> Any:
+    """A setting that needs no other: its spec's parser (settings/specs.py) checks it."""
+    return SPECS_BY_ENV[env].parse(raw[env])
 
 
 def check_context_keys(context: Mapping[str, Any]) -> None:
@@ -127,7 +135,7 @@ def _capacity(raw: Mapping[str, str]) -> tuple[str, str, str]:
     reservation = raw["GPU_CAPACITY_RESERVATION_ID"].strip()
     if reservation and not re.fullmatch(r"cr-[0-9a-f]{17}", reservation):
         raise SettingError("GPU_CAPACITY_RESERVATION_ID", reservation, "empty or a capacity reservation ID: cr- and 17 hexadecimal digits")
-    kind = choice("GPU_CAPACITY_RESERVATION_TYPE", raw["GPU_CAPACITY_RESERVATION_TYPE"], ("on-demand", "capacity-block"))
+    kind = _parse(raw, "GPU_CAPACITY_RESERVATION_TYPE")
     if kind == "capacity-block" and not reservation:
         raise SettingError("GPU_CAPACITY_RESERVATION_TYPE", kind, "on-demand unless GPU_CAPACITY_RESERVATION_ID names the Capacity Block")
     group = raw["GPU_PLACEMENT_GROUP"].strip()
@@ -201,15 +209,13 @@ def load_settings(environ: Mapping[str, str], context: Mapping[str, Any]) -> Set
             raw["K8S_VERSION"],
             ", ".join(versions.SUPPORTED_KUBERNETES_VERSIONS) + f" (the kubectl {versions.KUBECTL_LAYER_KUBERNETES_MINOR} layer's skew)",
         )
-    endpoint_access = raw["ENDPOINT_ACCESS"]
-    if endpoint_access not in ("public-and-private", "private", "public"):
-        raise SettingError("ENDPOINT_ACCESS", endpoint_access, "public-and-private, private or public")
+    endpoint_access = _parse(raw, "ENDPOINT_ACCESS")
     public_cidrs = tuple(cidr("PUBLIC_ACCESS_CIDRS", c, private=False, prefix=(0, 32)) for c in csv(raw["PUBLIC_ACCESS_CIDRS"]))
     if public_cidrs and endpoint_access != "public-and-private":
         # EKS keeps a private endpoint for the nodes whenever the public one is restricted.
         raise SettingError("PUBLIC_ACCESS_CIDRS", raw["PUBLIC_ACCESS_CIDRS"], f"empty unless ENDPOINT_ACCESS=public-and-private (it is {endpoint_access})")
 
-    observability = choice("OBSERVABILITY", raw["OBSERVABILITY"], ("on", "off")) == "on"
+    observability = _parse(raw, "OBSERVABILITY") == "on"
     if observability and endpoint_access == "public":
         # The managed Prometheus collector reads the pod list from inside the VPC.
         raise SettingError("OBSERVABILITY", "on", "off while ENDPOINT_ACCESS=public (the metrics collector needs the private endpoint)")
@@ -232,43 +238,43 @@ def load_settings(environ: Mapping[str, str], context: Mapping[str, Any]) -> Set
         raise SettingError("HF_TOKEN_SECRET_NAME", secret, "a Secrets Manager secret name (letters, digits and /_+=.@-)")
 
     settings = Settings(
-        cluster_name=dns_label("CLUSTER_NAME", raw["CLUSTER_NAME"], max_len=40),
+        cluster_name=_parse(raw, "CLUSTER_NAME"),
         region=region,
         kubernetes_version=raw["K8S_VERSION"],
-        namespace=dns_label("NAMESPACE", raw["NAMESPACE"]),
+        namespace=_parse(raw, "NAMESPACE"),
         vpc_cidr=cidr("VPC_CIDR", raw["VPC_CIDR"], private=True, prefix=(16, 17)),
         availability_zones=zones.vpc_azs,
         endpoint_access=endpoint_access,
         public_access_cidrs=public_cidrs,
         admin_principal_arns=_principal_arns(raw["ADMIN_PRINCIPAL_ARNS"]),
-        system_nodegroup_name=dns_label("SYSTEM_NODEGROUP_NAME", raw["SYSTEM_NODEGROUP_NAME"]),
+        system_nodegroup_name=_parse(raw, "SYSTEM_NODEGROUP_NAME"),
         system_node=_system_facts(raw["SYSTEM_NODE_TYPE"], context),
-        system_node_count=integer("SYSTEM_NODE_COUNT", raw["SYSTEM_NODE_COUNT"], 1, 10),
-        system_root_volume_gib=integer("SYSTEM_ROOT_VOLUME_GIB", raw["SYSTEM_ROOT_VOLUME_GIB"], 80, 1000),
-        gpu_nodegroup_name=dns_label("GPU_NODEGROUP_NAME", raw["GPU_NODEGROUP_NAME"]),
+        system_node_count=_parse(raw, "SYSTEM_NODE_COUNT"),
+        system_root_volume_gib=_parse(raw, "SYSTEM_ROOT_VOLUME_GIB"),
+        gpu_nodegroup_name=_parse(raw, "GPU_NODEGROUP_NAME"),
         gpu_node=gpu_node,
         gpu_node_count=-1 if not raw["GPU_NODE_COUNT"].strip() else integer("GPU_NODE_COUNT", raw["GPU_NODE_COUNT"], 0, 64),
-        gpu_update_strategy=choice("GPU_UPDATE_STRATEGY", raw["GPU_UPDATE_STRATEGY"], ("minimal", "default")),
-        gpu_root_volume_gib=integer("GPU_ROOT_VOLUME_GIB", raw["GPU_ROOT_VOLUME_GIB"], 100, 2000),
+        gpu_update_strategy=_parse(raw, "GPU_UPDATE_STRATEGY"),
+        gpu_root_volume_gib=_parse(raw, "GPU_ROOT_VOLUME_GIB"),
         gpu_az=zones.gpu_az,
         gpu_az_source=zones.source,
         dlc_image=pinned_image(_image(raw["DLC_IMAGE"], region), context)[0],
         dlc_image_source=pinned_image(_image(raw["DLC_IMAGE"], region), context)[1],
         kuberay_version=_kuberay_version(raw["KUBERAY_VERSION"]),
-        kuberay_namespace=dns_label("KUBERAY_NAMESPACE", raw["KUBERAY_NAMESPACE"]),
+        kuberay_namespace=_parse(raw, "KUBERAY_NAMESPACE"),
         ray_version=semver(
             "RAY_VERSION", raw["RAY_VERSION"], "X.Y.Z, at least 2.52.0 (Ray's token authentication, which the RayCluster turns on)", lambda v: v >= (2, 52, 0)
         ),
-        ray_service_name=dns_label("RAY_SERVICE_NAME", raw["RAY_SERVICE_NAME"], max_len=53),
+        ray_service_name=_parse(raw, "RAY_SERVICE_NAME"),
         model_id=model_id,
         model_source=model_source,
-        prefill_replicas=integer("PREFILL_REPLICAS", raw["PREFILL_REPLICAS"], 1, 64),
-        decode_replicas=integer("DECODE_REPLICAS", raw["DECODE_REPLICAS"], 1, 64),
+        prefill_replicas=_parse(raw, "PREFILL_REPLICAS"),
+        decode_replicas=_parse(raw, "DECODE_REPLICAS"),
         tensor_parallel_size=_tensor_parallel_size(raw["TENSOR_PARALLEL_SIZE"], gpu_node),
-        max_model_len=integer("MAX_MODEL_LEN", raw["MAX_MODEL_LEN"], 256, 1048576),
+        max_model_len=_parse(raw, "MAX_MODEL_LEN"),
         hf_token_secret_name=secret,
         serve_client_namespaces=namespaces("SERVE_CLIENT_NAMESPACES", raw["SERVE_CLIENT_NAMESPACES"]) or (raw["NAMESPACE"],),
-        metrics_namespace=dns_label("METRICS_NAMESPACE", raw["METRICS_NAMESPACE"]),
+        metrics_namespace=_parse(raw, "METRICS_NAMESPACE"),
         observability=observability,
         eks_addon_versions=_addon_versions(region, raw["K8S_VERSION"], context),
         gpu_placement_group=placement_group,

@@ -8,6 +8,7 @@ import difflib
 import ipaddress
 import re
 from collections.abc import Callable
+from dataclasses import dataclass
 from functools import cache
 
 from settings.errors import SettingError
@@ -100,3 +101,48 @@ def semver(env: str, raw: str, allowed: str, check: Callable[[tuple[int, int, in
     if not match or not check((int(match[1]), int(match[2]), int(match[3]))):
         raise SettingError(env, raw, allowed)
     return raw
+
+
+# --- parsers a SettingSpec carries: the check and the "Allowed" text from the same numbers -------------
+
+
+@dataclass(frozen=True)
+class Integer:
+    low: int
+    high: int
+
+    @property
+    def allowed(self) -> str:
+        return f"integer {self.low}-{self.high}"
+
+    def __call__(self, env: str, raw: str) -> int:
+        return integer(env, raw, self.low, self.high)
+
+
+@dataclass(frozen=True)
+class DnsLabel:
+    max_len: int = 63
+
+    @property
+    def allowed(self) -> str:
+        return f"DNS label: lowercase letters, digits and '-', starting with a letter, at most {self.max_len} characters"
+
+    def __call__(self, env: str, raw: str) -> str:
+        return dns_label(env, raw, self.max_len)
+
+
+@dataclass(frozen=True)
+class Choice:
+    values: tuple[str, ...]
+
+    @property
+    def allowed(self) -> str:
+        return ", ".join(self.values[:-1]) + f" or {self.values[-1]}" if len(self.values) > 1 else self.values[0]
+
+    def __call__(self, env: str, raw: str) -> str:
+        if raw not in self.values:
+            raise SettingError(env, raw, self.allowed)
+        return raw
+
+
+Parser = Integer | DnsLabel | Choice

@@ -8,10 +8,11 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Final
+from typing import Any, Final
 
 from settings import versions
 from settings.instance_types import BUILT_IN_GPU_TYPES
+from settings.parsers import Choice, DnsLabel, Integer, Parser
 
 # What a change does to a deployed stack.
 IN_PLACE = "in place"
@@ -28,10 +29,24 @@ class SettingSpec:
     env: str
     default: str
     meaning: str
-    allowed: str
+    allowed: str = ""  # what is allowed, beyond what the parser says (or all of it, without a parser)
     # (effect, what happens or how to apply it) on a deployed stack: the docs' change table (tests/test_day2.py
     # checks the effects on pairs of real synths; the preflight enforces the refusals). None: not a service setting.
     change: tuple[str, str] | None = None
+    # The parser of a value that needs no other setting: it checks it and says what is allowed (the "Allowed"
+    # column starts with its text), from the same numbers. None: settings/loader.py parses it with the others.
+    parser: Parser | None = None
+
+    @property
+    def allowed_text(self) -> str:
+        if self.parser is None:
+            return self.allowed
+        return f"{self.parser.allowed}; {self.allowed}" if self.allowed else self.parser.allowed
+
+    def parse(self, raw: str) -> Any:
+        if self.parser is None:
+            raise TypeError(f"{self.env} is parsed with the settings it depends on, in settings/loader.py")
+        return self.parser(self.env, raw)
 
     @property
     def context_key(self) -> str:
@@ -43,7 +58,8 @@ SPECS: tuple[SettingSpec, ...] = (
         "CLUSTER_NAME",
         "ray-llm-multinode",
         "EKS cluster name; also the prefix of the stack names",
-        "DNS label, starts with a letter, at most 40 characters",
+        "",
+        parser=DnsLabel(40),
         change=(NEW, "new stack names: a second deployment beside the first. `make destroy` the old one (with the old name) first"),
     ),
     SettingSpec(
@@ -68,7 +84,8 @@ SPECS: tuple[SettingSpec, ...] = (
         "NAMESPACE",
         "inference",
         "Namespace of the RayService",
-        "DNS label, at most 63 characters",
+        "",
+        parser=DnsLabel(),
         change=(REPLACEMENT, "new Namespace and RayService applied, then the old ones deleted; the model restarts (up to 30 minutes)"),
     ),
     SettingSpec(
@@ -82,7 +99,8 @@ SPECS: tuple[SettingSpec, ...] = (
         "ENDPOINT_ACCESS",
         "public-and-private",
         "Where the Kubernetes API endpoint is reachable from",
-        "public-and-private, private, public",
+        "",
+        parser=Choice(("public-and-private", "private", "public")),
         change=(
             IN_PLACE,
             "EKS updates the endpoint; to or from `public` the kubectl provider's Lambdas move out of or into the VPC (with their own security group whenever they are in it)",
@@ -106,7 +124,8 @@ SPECS: tuple[SettingSpec, ...] = (
         "SYSTEM_NODEGROUP_NAME",
         "system-nodes",
         "Name of the CPU system nodegroup",
-        "DNS label, at most 63 characters",
+        "",
+        parser=DnsLabel(),
         change=(
             REPLACEMENT,
             "the new nodegroup starts beside the old one (its nodes count against the Standard quota meanwhile), then the old one goes",
@@ -119,19 +138,21 @@ SPECS: tuple[SettingSpec, ...] = (
         "an x86_64 EC2 type with at least 4 vCPU and 16 GiB",
         change=(ROLLING, "a new launch template version: nodes replaced one at a time (up to two extra per AZ first)"),
     ),
-    SettingSpec("SYSTEM_NODE_COUNT", "1", "Number of system nodes", "integer 1-10", change=(IN_PLACE, "nodegroup scaling")),
+    SettingSpec("SYSTEM_NODE_COUNT", "1", "Number of system nodes", "", parser=Integer(1, 10), change=(IN_PLACE, "nodegroup scaling")),
     SettingSpec(
         "SYSTEM_ROOT_VOLUME_GIB",
         "100",
         "Encrypted gp3 root volume of each system node (the Ray head pulls the ~20 GB image)",
-        "integer 80-1000",
+        "",
+        parser=Integer(80, 1000),
         change=(ROLLING, "a new launch template version"),
     ),
     SettingSpec(
         "GPU_NODEGROUP_NAME",
         "gpu-workers",
         "Name of the EFA GPU nodegroup",
-        "DNS label, at most 63 characters",
+        "",
+        parser=DnsLabel(),
         change=(REFUSED, "unless parked: `GPU_NODE_COUNT=0 make deploy`, then rename with GPU_NODE_COUNT=0, then unpark"),
     ),
     SettingSpec(
@@ -157,13 +178,15 @@ SPECS: tuple[SettingSpec, ...] = (
         "minimal",
         "How EKS replaces GPU nodes on a rolling update (new launch template, AMI or Kubernetes version)",
         "minimal (terminate, then launch: no extra GPU quota or placement-group room), default (launch 2 extra nodes first)",
+        parser=Choice(("minimal", "default")),
         change=(IN_PLACE, "the nodegroup's update configuration"),
     ),
     SettingSpec(
         "GPU_ROOT_VOLUME_GIB",
         "200",
         "Encrypted gp3 root volume of each GPU node (image ~20 GB, weights ~18 GiB)",
-        "integer 100-2000",
+        "",
+        parser=Integer(100, 2000),
         change=(ROLLING, "a new launch template version (GPU_UPDATE_STRATEGY)"),
     ),
     SettingSpec(
@@ -204,7 +227,8 @@ SPECS: tuple[SettingSpec, ...] = (
         "GPU_CAPACITY_RESERVATION_TYPE",
         "on-demand",
         "What GPU_CAPACITY_RESERVATION_ID is: on-demand (a Capacity Reservation) or capacity-block (a Capacity Block for ML: the nodegroup's capacity type CAPACITY_BLOCK)",
-        "on-demand or capacity-block (needs GPU_CAPACITY_RESERVATION_ID)",
+        "needs GPU_CAPACITY_RESERVATION_ID for capacity-block",
+        parser=Choice(("on-demand", "capacity-block")),
         change=(
             REFUSED,
             "the nodegroup's capacity type is create-only and its name fixed: unless parked, `GPU_NODE_COUNT=0 make deploy`, then change it "
@@ -233,7 +257,8 @@ SPECS: tuple[SettingSpec, ...] = (
         "KUBERAY_NAMESPACE",
         "kuberay-operator",
         "Namespace of the KubeRay operator release",
-        "DNS label, at most 63 characters",
+        "",
+        parser=DnsLabel(),
         change=(
             REFUSED,
             "the chart's cluster-scoped objects have fixed names, so two releases cannot coexist: `make destroy STACKS=CLUSTER_NAME-system` "
@@ -251,7 +276,8 @@ SPECS: tuple[SettingSpec, ...] = (
         "RAY_SERVICE_NAME",
         "ray-llm",
         "RayService name; the endpoint Service is NAME-serve-svc",
-        "DNS label, at most 53 characters",
+        "",
+        parser=DnsLabel(53),
         change=(
             REPLACEMENT,
             "new RayService applied, then the old one deleted (it would otherwise keep the GPU nodes). With HF_TOKEN_SECRET_NAME set the "
@@ -276,14 +302,16 @@ SPECS: tuple[SettingSpec, ...] = (
         "PREFILL_REPLICAS",
         "1",
         "Prefill replicas (one vLLM engine of TENSOR_PARALLEL_SIZE GPUs each)",
-        "integer 1-64",
+        "",
+        parser=Integer(1, 64),
         change=(IN_PLACE, "serveConfigV2, and KubeRay scales the prefill worker group (the GPU nodegroup follows when GPU_NODE_COUNT is empty)"),
     ),
     SettingSpec(
         "DECODE_REPLICAS",
         "1",
         "Decode replicas (one vLLM engine of TENSOR_PARALLEL_SIZE GPUs each)",
-        "integer 1-64",
+        "",
+        parser=Integer(1, 64),
         change=(IN_PLACE, "serveConfigV2, and KubeRay scales the decode worker group (the GPU nodegroup follows when GPU_NODE_COUNT is empty)"),
     ),
     SettingSpec(
@@ -297,7 +325,8 @@ SPECS: tuple[SettingSpec, ...] = (
         "MAX_MODEL_LEN",
         "4096",
         "vLLM max_model_len: sized to the KV cache that fits on the GPU",
-        "integer 256-1048576",
+        "",
+        parser=Integer(256, 1048576),
         change=(IN_PLACE, "serveConfigV2: Ray Serve redeploys the application"),
     ),
     SettingSpec(
@@ -311,14 +340,16 @@ SPECS: tuple[SettingSpec, ...] = (
         "METRICS_NAMESPACE",
         "monitoring",
         "Namespace of an in-cluster metrics collector (your Prometheus) allowed to scrape the Ray pods' port 8080; OBSERVABILITY's managed collector is let in by address",
-        "a namespace name",
+        "",
+        parser=DnsLabel(),
         change=(IN_PLACE, "the NetworkPolicy of the metrics port"),
     ),
     SettingSpec(
         "OBSERVABILITY",
         "off",
         "CloudWatch metrics (Container Insights with GPU and EFA; the Ray pods' Prometheus metrics through a managed collector, queried with PromQL), a dashboard and alarms; costs money while idle",
-        "on or off",
+        "",
+        parser=Choice(("on", "off")),
         change=(
             RECREATE,
             "`on` adds the CLUSTER_NAME-observability stack and lets the managed collector's subnets reach the Ray pods' metrics port (NetworkPolicy); "
@@ -346,7 +377,7 @@ def settings_table_markdown() -> str:
     rows = ["| Environment variable | Context key (`-c`) | Default | Meaning | Allowed |", "|---|---|---|---|---|"]
     for spec in SPECS:
         default = f"`{spec.default}`" if spec.default else "(empty)"
-        rows.append(f"| `{spec.env}` | `{spec.context_key}` | {default} | {spec.meaning} | {spec.allowed} |")
+        rows.append(f"| `{spec.env}` | `{spec.context_key}` | {default} | {spec.meaning} | {spec.allowed_text} |")
     return "\n".join(rows)
 
 

@@ -239,3 +239,20 @@ def test_app_prints_one_line_and_exits_2_on_a_bad_setting() -> None:
     lines = [line for line in result.stderr.splitlines() if line.strip()]
     assert lines == [lines[0]] and lines[0].startswith("error: GPU_NODE_TYPE='m7i.xlarge' is not allowed: "), result.stderr
     assert "Traceback" not in result.stderr and "jsii" not in result.stderr.lower()
+
+
+def test_a_parser_says_what_it_allows_with_the_numbers_it_checks() -> None:
+    """The "Allowed" column and the check come from the same parser: one place for each constraint."""
+    from settings.specs import SPECS
+
+    by_env = {s.env: s for s in SPECS}
+    replicas = by_env["PREFILL_REPLICAS"]
+    assert replicas.allowed_text == "integer 1-64"
+    assert replicas.parse("64") == 64
+    with pytest.raises(SettingError, match="whole number from 1 to 64"):
+        replicas.parse("65")
+    assert by_env["RAY_SERVICE_NAME"].allowed_text.endswith("at most 53 characters")
+    assert by_env["OBSERVABILITY"].allowed_text == "on or off"
+    # Settings that depend on others are parsed together in the loader, and say so if asked alone.
+    with pytest.raises(TypeError):
+        by_env["GPU_NODE_COUNT"].parse("2")
