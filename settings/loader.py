@@ -39,6 +39,9 @@ DLC_OPT_IN_REGIONS = frozenset(
 
 
 SPECS_BY_ENV = {spec.env: spec for spec in SPECS}
+# Settings with a parser that load_settings still hands over itself: they are converted (on/off to a bool)
+# or checked against others first.
+_PARSED_HERE = frozenset({"endpoint_access", "observability", "gpu_capacity_reservation_type"})
 
 
 def _parse(raw: Mapping[str, str], env: str) -> Any:
@@ -237,44 +240,33 @@ def load_settings(environ: Mapping[str, str], context: Mapping[str, Any]) -> Set
     if secret and not re.fullmatch(r"[A-Za-z0-9/_+=.@-]{1,512}", secret):
         raise SettingError("HF_TOKEN_SECRET_NAME", secret, "a Secrets Manager secret name (letters, digits and /_+=.@-)")
 
+    # Each setting whose value needs no other is parsed by its spec and handed over under its own name (the
+    # Settings field is the context key): a new one of those is its spec and its field, nothing here.
     settings = Settings(
-        cluster_name=_parse(raw, "CLUSTER_NAME"),
+        **{spec.context_key: spec.parse(raw[spec.env]) for spec in SPECS if spec.parser is not None and spec.context_key not in _PARSED_HERE},
         region=region,
         kubernetes_version=raw["K8S_VERSION"],
-        namespace=_parse(raw, "NAMESPACE"),
         vpc_cidr=cidr("VPC_CIDR", raw["VPC_CIDR"], private=True, prefix=(16, 17)),
         availability_zones=zones.vpc_azs,
         endpoint_access=endpoint_access,
         public_access_cidrs=public_cidrs,
         admin_principal_arns=_principal_arns(raw["ADMIN_PRINCIPAL_ARNS"]),
-        system_nodegroup_name=_parse(raw, "SYSTEM_NODEGROUP_NAME"),
         system_node=_system_facts(raw["SYSTEM_NODE_TYPE"], context),
-        system_node_count=_parse(raw, "SYSTEM_NODE_COUNT"),
-        system_root_volume_gib=_parse(raw, "SYSTEM_ROOT_VOLUME_GIB"),
-        gpu_nodegroup_name=_parse(raw, "GPU_NODEGROUP_NAME"),
         gpu_node=gpu_node,
         gpu_node_count=-1 if not raw["GPU_NODE_COUNT"].strip() else integer("GPU_NODE_COUNT", raw["GPU_NODE_COUNT"], 0, 64),
-        gpu_update_strategy=_parse(raw, "GPU_UPDATE_STRATEGY"),
-        gpu_root_volume_gib=_parse(raw, "GPU_ROOT_VOLUME_GIB"),
         gpu_az=zones.gpu_az,
         gpu_az_source=zones.source,
         dlc_image=pinned_image(_image(raw["DLC_IMAGE"], region), context)[0],
         dlc_image_source=pinned_image(_image(raw["DLC_IMAGE"], region), context)[1],
         kuberay_version=_kuberay_version(raw["KUBERAY_VERSION"]),
-        kuberay_namespace=_parse(raw, "KUBERAY_NAMESPACE"),
         ray_version=semver(
             "RAY_VERSION", raw["RAY_VERSION"], "X.Y.Z, at least 2.52.0 (Ray's token authentication, which the RayCluster turns on)", lambda v: v >= (2, 52, 0)
         ),
-        ray_service_name=_parse(raw, "RAY_SERVICE_NAME"),
         model_id=model_id,
         model_source=model_source,
-        prefill_replicas=_parse(raw, "PREFILL_REPLICAS"),
-        decode_replicas=_parse(raw, "DECODE_REPLICAS"),
         tensor_parallel_size=_tensor_parallel_size(raw["TENSOR_PARALLEL_SIZE"], gpu_node),
-        max_model_len=_parse(raw, "MAX_MODEL_LEN"),
         hf_token_secret_name=secret,
         serve_client_namespaces=namespaces("SERVE_CLIENT_NAMESPACES", raw["SERVE_CLIENT_NAMESPACES"]) or (raw["NAMESPACE"],),
-        metrics_namespace=_parse(raw, "METRICS_NAMESPACE"),
         observability=observability,
         eks_addon_versions=_addon_versions(region, raw["K8S_VERSION"], context),
         gpu_placement_group=placement_group,

@@ -1,8 +1,6 @@
-"""`make preflight`: check the AWS account, and what is deployed, before a deploy: credentials, region,
-GPU offering, EFA, the state of the deployed stacks, the Kubernetes version step, changes that cannot
-be applied as they are, KubeRay's CRDs, a leftover control-plane log group, vCPU quotas (this cluster's
-own nodes counted as held), the CDK bootstrap and the pinned Helm charts. Prints a table; exits 1 when
-a check fails.
+"""`make preflight`: check the AWS account, and what is deployed, before a deploy: every check of
+preflight/registry.py, in its order (the table of docs/deploy.md lists them). Prints a table; exits 1 when a
+check fails.
 
 It compares the deployed stacks with the synthesized assembly (`cdk.out/`, written by `make synth`),
 which `make deploy` then deploys unchanged.
