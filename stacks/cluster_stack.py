@@ -16,6 +16,7 @@ from constructs import Construct
 
 from settings import Settings
 from stacks import nag
+from stacks.addons.managed import install_managed
 
 _ENDPOINT_ACCESS = {
     "public-and-private": eks.EndpointAccess.PUBLIC_AND_PRIVATE,
@@ -24,37 +25,13 @@ _ENDPOINT_ACCESS = {
 }
 
 KMS_PENDING_WINDOW_DAYS = 7  # the shortest KMS allows
-# The VPC CNI's network policy agent enforces the serving namespace's NetworkPolicies (none would be
-# enforced without it: EKS ships the agent off).
-ADDON_CONFIGURATION: dict[str, dict[str, object]] = {"vpc-cni": {"enableNetworkPolicy": "true"}}
-
 # Managed node policies every EKS node needs (kubelet registration, ENI management, image pulls).
 NODE_MANAGED_POLICIES = ("AmazonEKSWorkerNodePolicy", "AmazonEKS_CNI_Policy", "AmazonEC2ContainerRegistryReadOnly")
-
-
-# Managed add-ons the nodes need before they turn Ready; the others (CoreDNS) need nodes themselves.
-NODE_ADDONS = ("vpc-cni", "kube-proxy", "eks-pod-identity-agent")
 
 
 def kubectl_provider_in_vpc(endpoint_access: str) -> bool:
     """Whether aws-cdk-lib runs the kubectl provider's Lambdas in the VPC: whenever the endpoint has private access."""
     return endpoint_access != "public"
-
-
-def managed_addon(scope: Construct, *, cluster: eks.ICluster, name: str, version: str | None) -> eks.Addon:
-    addon = eks.Addon(
-        scope,
-        f"Addon-{name}",
-        cluster=cluster,
-        addon_name=name,
-        addon_version=version,
-        preserve_on_delete=False,
-        configuration_values=ADDON_CONFIGURATION.get(name),
-    )
-    # A version bump overwrites fields changed by hand instead of failing on the conflict: the stack is
-    # the source of truth for the add-ons' configuration.
-    cast(eks.CfnAddon, addon.node.default_child).add_property_override("ResolveConflicts", "OVERWRITE")
-    return addon
 
 
 def node_role(scope: Construct, construct_id: str) -> iam.Role:
@@ -165,11 +142,7 @@ class ClusterStack(Stack):
         # The add-ons a node needs to join and turn Ready (network, kube-proxy, Pod Identity): DaemonSets,
         # ACTIVE without nodes, so both nodegroups (system and GPU stacks) can start as soon as this stack
         # is done. CoreDNS is a Deployment and needs nodes to run on: it is in the system stack.
-        self.addons: dict[str, eks.Addon] = {
-            name: managed_addon(self, cluster=self.cluster_ref, name=name, version=version)
-            for name, version in settings.eks_addon_versions
-            if name in NODE_ADDONS
-        }
+        self.addons: dict[str, eks.Addon] = install_managed(self, "cluster", cluster=self.cluster_ref, settings=settings)
         CfnOutput(self, "ClusterName", value=self.cluster.cluster_name)
         CfnOutput(self, "Region", value=settings.region)
         CfnOutput(

@@ -40,9 +40,9 @@ from k8s_constructs.ray_facts import (
 )
 from settings import Settings
 from stacks import nag
+from stacks.addons.managed import install_managed
 from stacks.pod_identity import pod_identity_role
 
-ADDON = "amazon-cloudwatch-observability"
 # Where the add-on runs its agent (fixed by the add-on): the Pod Identity association's target.
 AGENT_NAMESPACE, AGENT_SERVICE_ACCOUNT = "amazon-cloudwatch", "cloudwatch-agent"
 CONTAINER_INSIGHTS = "ContainerInsights"
@@ -73,11 +73,6 @@ def ray_scrape_configuration(settings: Settings) -> dict[str, Any]:
             }
         ],
     }
-
-
-def addon_configuration() -> dict[str, Any]:
-    """The add-on's values: Container Insights with its default node agent (GPU via DCGM, EFA)."""
-    return {"containerInsights": {"enabled": True}}
 
 
 @dataclass(frozen=True)
@@ -181,7 +176,7 @@ class ObservabilityStack(Stack):
     ) -> None:
         super().__init__(scope, construct_id, env=env, description=f"{settings.cluster_name}: CloudWatch metrics, dashboard and alarms")
         cluster_name = settings.cluster_name
-        self._container_insights(cluster)
+        self._container_insights(cluster, settings)
         # As CoreDNS: the add-on's controller tolerates every taint, so without system nodes to go to it
         # would land on a GPU node and take the room the Ray worker was sized for.
         self.addon.node.add_dependency(system_nodegroup)
@@ -320,7 +315,7 @@ class ObservabilityStack(Stack):
         for rule in ingress_rules:  # it reaches the API and the pods from its first scrape
             self.scraper.node.add_dependency(rule)
 
-    def _container_insights(self, cluster: eks.ICluster) -> None:
+    def _container_insights(self, cluster: eks.ICluster, settings: Settings) -> None:
         role, association = pod_identity_role(
             self,
             "CloudWatchAgentRole",
@@ -337,7 +332,5 @@ class ObservabilityStack(Stack):
             "The CloudWatch agent's AWS managed policy: what the amazon-cloudwatch-observability add-on documents for its agent.",
             applies_to=["Policy::arn:<AWS::Partition>:iam::aws:policy/CloudWatchAgentServerPolicy"],
         )
-        self.addon = eks.Addon(
-            self, "CloudWatchObservability", cluster=cluster, addon_name=ADDON, configuration_values=addon_configuration(), preserve_on_delete=False
-        )
+        (self.addon,) = install_managed(self, "observability", cluster=cluster, settings=settings).values()
         self.addon.node.add_dependency(association)

@@ -14,7 +14,8 @@ from constructs import Construct
 from settings import Settings
 from settings.scheduling import SYSTEM_NODE_LABELS
 from stacks import addons
-from stacks.cluster_stack import managed_addon, node_role
+from stacks.addons.managed import install_managed
+from stacks.cluster_stack import node_role
 from stacks.node_launch_template import metadata_options, pin_kubernetes_version, rolling_update, root_volume
 
 
@@ -53,8 +54,7 @@ class SystemStack(Stack):
         rolling_update(self.system_nodegroup, "default")
 
         # CoreDNS is a Deployment: it waits for the system nodes to have somewhere to run.
-        (coredns_version,) = [version for name, version in settings.eks_addon_versions if name == "coredns"]
-        self.coredns = managed_addon(self, cluster=cluster, name="coredns", version=coredns_version)
+        (self.coredns,) = install_managed(self, "system", cluster=cluster, settings=settings).values()
         self.coredns.node.add_dependency(self.system_nodegroup)
 
         # The operator runs on the system nodes: installed once they exist, beside CoreDNS. A

@@ -58,3 +58,23 @@ def test_every_add_on_says_what_it_is_for_and_keeps_its_construct_id() -> None:
         "secrets-store-csi-driver-provider-aws": "SecretsStoreCsiProvider",
     }
     assert all(a.purpose for a in HELM_ADDONS)
+
+
+def test_each_managed_add_on_is_installed_by_its_stack(default_synth: Synth, observed_synth: Synth) -> None:
+    from stacks.addons.managed import MANAGED_ADDONS
+
+    for synth in (default_synth, observed_synth):
+        installed = {
+            r["Properties"]["AddonName"]: (stack, r["Properties"])
+            for stack, template in synth.templates.items()
+            for r in template["Resources"].values()
+            if r["Type"] == "AWS::EKS::Addon"
+        }
+        expected = {a.name: a for a in MANAGED_ADDONS if a.stack in synth.templates}
+        assert set(installed) == set(expected)
+        for name, (stack, props) in installed.items():
+            addon = expected[name]
+            assert stack == addon.stack
+            assert props.get("ResolveConflicts") == ("OVERWRITE" if addon.follows_kubernetes_version else None)
+            configuration = addon.configuration(synth.settings)
+            assert (json.loads(props["ConfigurationValues"]) if "ConfigurationValues" in props else None) == configuration

@@ -17,6 +17,7 @@ from settings.change_effects import change_table_markdown
 from settings.ci_access import ci_settings_table_markdown
 from settings.specs import settings_table_markdown
 from stacks.addons import chart_table_markdown
+from stacks.addons.managed import managed_table_markdown
 
 DOCS = Path(__file__).resolve().parent.parent / "docs"
 
@@ -35,7 +36,7 @@ GENERATED: dict[str, dict[str, Callable[[], str]]] = {
     "settings.md": {"settings": settings_table_markdown},
     "day2.md": {"changes": change_table_markdown},
     "deploy.md": {"preflight": preflight_table_markdown, "default-quota": default_quota_markdown},
-    "upgrading.md": {"charts": lambda: chart_table_markdown(load_settings({}, {}))},
+    "upgrading.md": {"charts": lambda: chart_table_markdown(load_settings({}, {})), "managed-addons": lambda: managed_table_markdown(load_settings({}, {}))},
     "ci.md": {"ci-settings": ci_settings_table_markdown},
 }
 
