@@ -26,6 +26,7 @@ from tests.workflow_helpers import (
     outputs,
     run_scripts,
     run_step,
+    script_of,
     step_named,
     triggers,
     uses,
@@ -125,7 +126,7 @@ def test_park_deploys_zero_gpus_only_for_an_existing_cluster() -> None:
     assert job["if"] == "needs.decide.outputs.park == 'true'"
     park = [s for s in job["steps"] if "make park" in str(s.get("run", ""))]
     assert len(park) == 1
-    assert "--require-approval never" in park[0]["run"]
+    assert "--require-approval never" in script_of(park[0])
     assert park[0]["if"] == "steps.cluster.outputs.exists == 'true'", "a park after a destroy would build a new cluster"
     decide = jobs("park")["decide"]
     assert decide["permissions"] == {} and environment_name(decide) is None
@@ -172,11 +173,12 @@ def test_the_review() -> None:
     checkout = next(s for s in review["steps"] if uses(s) == "actions/checkout")
     assert checkout["with"]["fetch-depth"] == 0, "make review needs the history for the merge base"
     step = step_named(review, "make review")
-    assert "git merge-base" in step["run"]
-    assert "make review BASE=" in step["run"] and "REVIEW_FILE=review.md" in step["run"]
-    assert "GITHUB_STEP_SUMMARY" in step["run"]
+    script = script_of(step)
+    assert "git merge-base" in script
+    assert "make review BASE=" in script and "REVIEW_FILE=review.md" in script
+    assert "GITHUB_STEP_SUMMARY" in script
     assert step["env"]["ALLOWED"] == "${{ contains(github.event.pull_request.labels.*.name, 'allow-replacement') }}"
-    assert "export ALLOW_REPLACEMENT=1" in step["run"]
+    assert "export ALLOW_REPLACEMENT=1" in script
     # The check fails after the report is published, not before.
     assert review["steps"][-1]["name"] == "Protected replacements need the allow-replacement label"
     comment = jobs("ci")["comment"]

@@ -266,10 +266,29 @@ def test_no_expression_inside_a_run_script() -> None:
     for name, job_id, job in all_jobs():
         for script in run_scripts(job):
             assert "${{" not in script, f"{name}.{job_id}: pass the value through env: {script[:80]!r}"
-    for path in WORKFLOWS.glob("*.yml"):
+    for path in [*WORKFLOWS.glob("*.yml"), *(REPO / ".github" / "scripts").glob("*.sh")]:
         text = path.read_text()
+        assert path.suffix != ".sh" or "${{" not in text, path.name  # GitHub does not expand a file: a mistake
         for untrusted in ("github.head_ref", "github.event.pull_request.title", "github.event.pull_request.body", "github.event.head_commit"):
             assert untrusted not in text, f"{path.name}: {untrusted}"
+
+
+def test_every_script_file_is_run_by_a_step_and_stops_on_the_first_error() -> None:
+    """The scripts in .github/scripts/ run as the runner runs an inline one (bash -eo pipefail), each used."""
+    from tests.workflow_helpers import SCRIPT_CALL, SCRIPTS
+
+    called = {m["file"] for _, _, job in all_jobs() for s in job.get("steps", []) if "run" in s and (m := SCRIPT_CALL.fullmatch(str(s["run"]).strip()))}
+    files = {p.name for p in SCRIPTS.glob("*.sh")}
+    assert files and called == files
+    for name in files:
+        lines = (SCRIPTS / name).read_text().splitlines()
+        assert lines[0] == "#!/usr/bin/env bash" and "set -eo pipefail" in lines[:4], name
+    # A script file runs from the checkout: only in jobs that check the repository out first.
+    for name, job_id, job in all_jobs():
+        steps = job.get("steps", [])
+        for index, step in enumerate(steps):
+            if "run" in step and SCRIPT_CALL.fullmatch(str(step["run"]).strip()):
+                assert any(uses(s) == "actions/checkout" for s in steps[:index]), f"{name}.{job_id}"
 
 
 def test_every_make_target_the_workflows_call_exists() -> None:

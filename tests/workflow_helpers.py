@@ -73,8 +73,19 @@ def environment_name(job: dict[str, Any]) -> str | None:
     return None if environment is None else str(environment)
 
 
+SCRIPTS = REPO / ".github" / "scripts"
+SCRIPT_CALL = re.compile(r"^bash \.github/scripts/(?P<file>[\w.-]+\.sh)$")
+
+
+def script_of(step: dict[str, Any]) -> str:
+    """What a step runs: its `run:` text, or the text of the .github/scripts/ file it runs."""
+    run = str(step["run"]).strip()
+    match = SCRIPT_CALL.fullmatch(run)
+    return (SCRIPTS / match["file"]).read_text() if match else str(step["run"])
+
+
 def run_scripts(job: dict[str, Any]) -> list[str]:
-    return [str(s["run"]) for s in job.get("steps", []) if "run" in s]
+    return [script_of(s) for s in job.get("steps", []) if "run" in s]
 
 
 def make_calls(script: str) -> list[str]:
@@ -90,7 +101,7 @@ def step_named(job: dict[str, Any], name: str) -> dict[str, Any]:
 def run_step(step: dict[str, Any], tmp_path: Path, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
     """Run a step's script with bash as the runner does, its `env:` replaced by `env`, GITHUB_* files in tmp_path."""
     script = tmp_path / "step.sh"
-    script.write_text(str(step["run"]))
+    script.write_text(script_of(step))
     base = {k: v for k, v in os.environ.items() if k in {"PATH", "HOME", "LANG", "LC_ALL", "TZ"}}
     files = {name: tmp_path / name.lower() for name in ("GITHUB_OUTPUT", "GITHUB_ENV", "GITHUB_STEP_SUMMARY")}
     for path in files.values():
