@@ -35,6 +35,12 @@ def main() -> int:
             "EKS picks its default at create time, and a later K8S_VERSION change would not move them; run `make lookup` with AWS credentials",
             file=sys.stderr,
         )
+    if settings.model_facts is None:
+        print(
+            f"notice: MODEL_SOURCE={settings.model_source} is neither built in nor looked up: whether vLLM 0.26 serves it and whether "
+            "it fits the GPUs is not checked; run `make lookup` (the Hub's config.json and safetensors index)",
+            file=sys.stderr,
+        )
     return synthesize_or_say_why(app, lambda app: build_stacks(app, settings))
 
 

@@ -12,6 +12,7 @@ from typing import Any, Literal
 import yaml
 
 from settings import Settings
+from settings.model_fit import GPU_MEMORY_UTILIZATION
 from settings.sizing import CPUS_PER_GPU_BUNDLE
 
 PD_APP_IMPORT_PATH = "ray.serve.llm:build_pd_openai_app"
@@ -56,8 +57,10 @@ class EngineKwargs:
     max_model_len: int = 4096
     tensor_parallel_size: int = 1
     dtype: str = "bfloat16"
-    gpu_memory_utilization: float = 0.90
+    gpu_memory_utilization: float = GPU_MEMORY_UTILIZATION  # what the fit check counts with
     enforce_eager: bool = True  # skip CUDA graph capture: lower peak GPU memory
+    # A multimodal model served as a text-only endpoint: vLLM 0.26 loads no vision tower (more room on an L4).
+    language_model_only: bool = False
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -66,6 +69,7 @@ class EngineKwargs:
             "gpu_memory_utilization": self.gpu_memory_utilization,
             "enforce_eager": self.enforce_eager,
             "tensor_parallel_size": self.tensor_parallel_size,
+            **({"language_model_only": True} if self.language_model_only else {}),
             "kv_transfer_config": self.kv_transfer.to_dict(),
         }
 
@@ -149,6 +153,7 @@ def pd_application(settings: Settings) -> PdApplication:
                 kv_transfer=KvTransferConfig(engine_id=engine_id),
                 max_model_len=settings.max_model_len,
                 tensor_parallel_size=settings.tensor_parallel_size,
+                language_model_only=settings.text_only_multimodal,
             ),
             num_replicas=replicas,
             placement=PlacementConfig(phase_resource=PHASE_RESOURCES[engine_id]),

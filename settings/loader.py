@@ -23,6 +23,8 @@ from settings.instance_types import (
     instance_type_context_key,
 )
 from settings.model import Settings
+from settings.model_facts import model_facts, vllm_architectures
+from settings.model_fit import fit, misfit
 from settings.parsers import cidr, closest, csv, integer, known_instance_types, namespaces, region_name, semver
 from settings.sizing import check_engine_cpus, check_head_fits, gpu_worker_resources
 from settings.specs import SPECS, SPECS_BY_CONTEXT_KEY
@@ -41,7 +43,7 @@ DLC_OPT_IN_REGIONS = frozenset(
 SPECS_BY_ENV = {spec.env: spec for spec in SPECS}
 # Settings with a parser that load_settings still hands over itself: they are converted (on/off to a bool)
 # or checked against others first.
-_PARSED_HERE = frozenset({"endpoint_access", "observability", "gpu_capacity_reservation_type"})
+_PARSED_HERE = frozenset({"endpoint_access", "observability", "gpu_capacity_reservation_type", "model_images"})
 
 
 def _parse(raw: Mapping[str, str], env: str) -> Any:
@@ -200,6 +202,28 @@ def _addon_versions(region: str, kubernetes_version: str, context: Mapping[str, 
     return tuple((name, pinned or (str(resolved[name]) if name in resolved else None)) for name, pinned in versions.EKS_ADDON_VERSIONS.items())
 
 
+def _check_model(settings: Settings, raw: Mapping[str, str]) -> None:
+    """With the model's facts: an architecture vLLM 0.26 serves, a context within the model's, and one
+    sequence of it fitting each GPU (settings/model_fit.py)."""
+    facts = settings.model_facts
+    if facts is None:
+        return
+    served = [a for a in facts.architectures if a in vllm_architectures()]
+    if not served:
+        raise SettingError(
+            "MODEL_SOURCE", settings.model_source, f"a model whose architecture vLLM 0.26 serves ({', '.join(facts.architectures)} is not in its registry)"
+        )
+    if settings.max_model_len > facts.native_context:
+        raise SettingError("MAX_MODEL_LEN", raw["MAX_MODEL_LEN"], f"at most {facts.native_context}, {settings.model_source}'s native context")
+    text_only = settings.text_only_multimodal
+    why = misfit(facts, settings.gpu_node, settings.tensor_parallel_size, settings.max_model_len, text_only=text_only)
+    if why:
+        # A shorter context that fits is the fix the user most likely wants: name that setting then.
+        shorter = fit(facts, settings.gpu_node, settings.tensor_parallel_size, text_only=text_only).largest_context >= 256
+        env, value = ("MAX_MODEL_LEN", raw["MAX_MODEL_LEN"]) if shorter else ("MODEL_SOURCE", settings.model_source)
+        raise SettingError(env, value, f"a model, context and GPUs that fit: {why}")
+
+
 def load_settings(environ: Mapping[str, str], context: Mapping[str, Any]) -> Settings:
     """Parse and check every setting; raise SettingError on the first bad one."""
     check_context_keys(context)
@@ -272,7 +296,10 @@ def load_settings(environ: Mapping[str, str], context: Mapping[str, Any]) -> Set
         gpu_placement_group=placement_group,
         gpu_capacity_reservation_id=reservation,
         gpu_capacity_reservation_type=reservation_type,
+        model_images=_parse(raw, "MODEL_IMAGES") == "on",
     )
+    facts, facts_source = model_facts(model_source, context)
+    settings = replace(settings, model_facts=facts, model_facts_source=facts_source)
     if settings.gpu_node_count == -1:  # empty: what the replicas need
         settings = replace(settings, gpu_node_count=settings.gpu_nodes_needed)
     elif settings.gpu_node_count not in (0, settings.gpu_nodes_needed):
@@ -283,6 +310,7 @@ def load_settings(environ: Mapping[str, str], context: Mapping[str, Any]) -> Set
             f"{settings.decode_nodes} decode node(s) of {gpu_node.name} ({gpu_node.gpus} GPU(s) each, {settings.engines_per_node} "
             f"engine(s) of TENSOR_PARALLEL_SIZE={settings.tensor_parallel_size} per node; the phases never share a node)",
         )
+    _check_model(settings, raw)
     check_head_fits(settings.system_node, observability=settings.observability)
     gpu_worker_resources(settings.gpu_node, observability=settings.observability)
     check_engine_cpus(settings.gpu_node, settings.engines_per_node, settings.tensor_parallel_size, observability=settings.observability)

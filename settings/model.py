@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 from settings.addressing import collector_subnet_cidrs
 from settings.instance_types import InstanceFacts
+from settings.model_facts import ModelFacts
 from settings.registries import eks_addon_registry
 
 # The deployable units, in deploy order, and those only some configurations contain.
@@ -60,6 +61,14 @@ class Settings:
     gpu_placement_group: str = "on"  # "on" (the GPU stack's own cluster group), "off", or an existing group's name
     gpu_capacity_reservation_id: str = ""  # "" = none
     gpu_capacity_reservation_type: str = "on-demand"  # "on-demand" (ODCR) | "capacity-block"
+    model_facts: ModelFacts | None = None  # None: an unknown model (no look-up, not built in): not checked
+    model_facts_source: str = ""  # "cached look-up" | "built-in table" | "unknown model"
+    model_images: bool = False  # MODEL_IMAGES: a multimodal model keeps its vision tower
+
+    @property
+    def text_only_multimodal(self) -> bool:
+        """A multimodal model served as a text-only endpoint: vLLM's language_model_only skips its vision tower."""
+        return self.model_facts is not None and self.model_facts.multimodal and not self.model_images
 
     @property
     def eks_addon_registry(self) -> str:

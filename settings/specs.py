@@ -295,7 +295,7 @@ SPECS: tuple[SettingSpec, ...] = (
         "MODEL_SOURCE",
         "Qwen/Qwen3.5-9B",
         "Hugging Face repository of the weights",
-        "ORG/NAME",
+        "ORG/NAME of an architecture vLLM 0.26 serves, fitting the GPUs (checked at synth when its facts are known: built in, or `make lookup`)",
         change=(IN_PLACE, "serveConfigV2: Ray Serve redeploys the application (new weights are downloaded)"),
     ),
     SettingSpec(
@@ -325,8 +325,16 @@ SPECS: tuple[SettingSpec, ...] = (
         "MAX_MODEL_LEN",
         "4096",
         "vLLM max_model_len: sized to the KV cache that fits on the GPU",
-        "",
+        "at most the model's native context, and one sequence of it must fit the GPU (checked at synth; docs/models.md)",
         parser=Integer(256, 1048576),
+        change=(IN_PLACE, "serveConfigV2: Ray Serve redeploys the application"),
+    ),
+    SettingSpec(
+        "MODEL_IMAGES",
+        "off",
+        "off: a multimodal model (Qwen3.5) serves text only and vLLM loads no vision tower (language_model_only), which leaves more of an L4 to the KV cache; on: it keeps it",
+        "",
+        parser=Choice(("on", "off")),
         change=(IN_PLACE, "serveConfigV2: Ray Serve redeploys the application"),
     ),
     SettingSpec(

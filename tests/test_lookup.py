@@ -12,7 +12,7 @@ from botocore.stub import Stubber
 from moto import mock_aws
 
 from preflight.lookups import look_up
-from settings import load_settings
+from settings import SettingError, load_settings
 from settings.context_files import write_cached_lookups
 from settings.instance_types import instance_type_context_key
 from settings.versions import addon_versions_context_key
@@ -87,7 +87,11 @@ def test_looked_up_gpu_type_outside_the_table_becomes_usable(aws: boto3.session.
     entries = look_up(aws, region="us-east-1", gpu_node_type="g4dn.8xlarge", system_node_type="m7i.xlarge", kubernetes_version="1.35")
     facts = entries[instance_type_context_key("g4dn.8xlarge")]
     assert facts["gpus"] == 1 and facts["efa_supported"] is True
-    settings = load_settings({"REGION": "us-east-1", "GPU_NODE_TYPE": "g4dn.8xlarge"}, entries)
+    # A T4 (16 GB) cannot hold Qwen3.5-9B: the fit check says so, with the type's looked-up facts.
+    with pytest.raises(SettingError, match=r"g4dn.8xlarge \(T4, TP 1\) needs"):
+        load_settings({"REGION": "us-east-1", "GPU_NODE_TYPE": "g4dn.8xlarge"}, entries)
+    # A model without facts is not checked (the synth says so): the type's facts are what is used.
+    settings = load_settings({"REGION": "us-east-1", "GPU_NODE_TYPE": "g4dn.8xlarge", "MODEL_SOURCE": "acme/tiny-model"}, entries)
     assert settings.gpu_node.gpu_model == facts["gpu_model"]
 
 

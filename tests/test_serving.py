@@ -140,6 +140,8 @@ def test_serve_config_has_every_setting_of_the_reference(default_synth: Synth) -
             "gpu_memory_utilization": 0.9,
             "enforce_eager": True,
             "tensor_parallel_size": 1,
+            # Qwen3.5-9B is vision-language; the endpoint is text only (MODEL_IMAGES=off): no vision tower.
+            "language_model_only": True,
             "kv_transfer_config": {
                 "kv_connector": "NixlConnector",
                 "kv_role": "kv_both",

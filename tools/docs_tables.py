@@ -15,6 +15,8 @@ from preflight.registry import table_markdown as preflight_table_markdown
 from settings import load_settings
 from settings.change_effects import change_table_markdown
 from settings.ci_access import ci_settings_table_markdown
+from settings.model_facts import BUILT_IN_MODELS
+from settings.model_fit import fit_table_markdown
 from settings.specs import settings_table_markdown
 from stacks.addons import chart_table_markdown
 from stacks.addons.managed import managed_table_markdown
@@ -38,6 +40,7 @@ GENERATED: dict[str, dict[str, Callable[[], str]]] = {
     "deploy.md": {"preflight": preflight_table_markdown, "default-quota": default_quota_markdown},
     "upgrading.md": {"charts": lambda: chart_table_markdown(load_settings({}, {})), "managed-addons": lambda: managed_table_markdown(load_settings({}, {}))},
     "ci.md": {"ci-settings": ci_settings_table_markdown},
+    "models.md": {"model-fit": lambda: fit_table_markdown(BUILT_IN_MODELS.values())},
 }
 
 

@@ -1,5 +1,7 @@
 """`make lookup`: ask AWS what the synth needs (AZs, where GPU_NODE_TYPE is offered, facts of types
-outside the built-in table) and cache the answers in cdk.context.json. Needs AWS credentials."""
+outside the built-in table, the image digest, add-on versions) and the Hugging Face Hub for MODEL_SOURCE's
+config.json and safetensors index (with the token of HF_TOKEN_SECRET_NAME for a gated model), and cache the
+answers in cdk.context.json. Needs AWS credentials."""
 
 from __future__ import annotations
 
@@ -9,10 +11,20 @@ import sys
 import boto3
 from botocore.exceptions import BotoCoreError, ClientError
 
+from preflight.hub import HubError, hub_model_facts
 from preflight.lookups import look_up
 from settings import SettingError
 from settings.context_files import CDK_CONTEXT_JSON, read_project_context, write_cached_lookups
 from settings.loader import raw_values
+from settings.model_facts import model_facts_context_key
+
+
+def _hub_token(secret_name: str, region: str) -> str:
+    """The Hugging Face token of HF_TOKEN_SECRET_NAME, for a gated model ("" without one)."""
+    if not secret_name:
+        return ""
+    secret = boto3.session.Session().client("secretsmanager", region_name=region).get_secret_value(SecretId=secret_name)
+    return str(secret.get("SecretString", "")).strip()
 
 
 def main() -> int:
@@ -24,6 +36,13 @@ def main() -> int:
     except (BotoCoreError, ClientError, LookupError) as error:
         print(f"error: the look-up in {region} failed: {error}", file=sys.stderr)
         return 1
+    try:
+        facts = hub_model_facts(raw["MODEL_SOURCE"], token=_hub_token(raw["HF_TOKEN_SECRET_NAME"], region))
+    except (HubError, BotoCoreError, ClientError) as error:
+        write_cached_lookups(entries)
+        print(f"error: the model's facts: {error}", file=sys.stderr)
+        return 1
+    entries[model_facts_context_key(raw["MODEL_SOURCE"])] = facts.to_context()
     write_cached_lookups(entries)
     for key, value in sorted(entries.items()):
         print(f"cached {key} = {value if not isinstance(value, dict) else value.get('name')}")

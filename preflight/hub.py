@@ -1,0 +1,91 @@
+"""The Hugging Face Hub, read: a model's config.json and safetensors index, turned into the facts the synth's
+fit check uses (settings/model_facts.py). HF_ENDPOINT points elsewhere (the tests: a server on 127.0.0.1)."""
+
+from __future__ import annotations
+
+import json
+import os
+import urllib.error
+import urllib.request
+from typing import Any
+
+from settings.model_facts import DTYPE_BYTES, ModelFacts
+
+DEFAULT_ENDPOINT = "https://huggingface.co"
+TIMEOUT_SECONDS = 20
+
+
+class HubError(Exception):
+    """One line: what the Hub answered, and the fix."""
+
+    def __init__(self, message: str, *, status: int = 0) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+def endpoint() -> str:
+    return os.environ.get("HF_ENDPOINT", DEFAULT_ENDPOINT).rstrip("/")
+
+
+def hub_json(repo: str, filename: str, *, token: str = "", base: str | None = None) -> dict[str, Any]:
+    """A JSON file of the repository's main revision; gated, missing and failing answers as HubError."""
+    url = f"{base or endpoint()}/{repo}/resolve/main/{filename}"
+    request = urllib.request.Request(url, headers={"Authorization": f"Bearer {token}"} if token else {})
+    try:
+        with urllib.request.urlopen(request, timeout=TIMEOUT_SECONDS) as answer:  # noqa: S310 (https, or a test's loopback)
+            data: dict[str, Any] = json.loads(answer.read())
+            return data
+    except urllib.error.HTTPError as error:
+        if error.code in (401, 403):
+            fix = "the token cannot read it: accept the model's licence on the Hub with that account" if token else (
+                "it is gated or private: put a Hugging Face token that may read it in Secrets Manager and set HF_TOKEN_SECRET_NAME"
+            )
+            raise HubError(f"{repo}: the Hub answered {error.code} for {filename}: {fix}", status=error.code) from None
+        if error.code == 404:
+            raise HubError(f"{repo}: no {filename} on the Hub (a misspelt MODEL_SOURCE, or not a Hugging Face model repository)", status=404) from None
+        raise HubError(f"{repo}: the Hub answered {error.code} for {filename}", status=error.code) from None
+    except (urllib.error.URLError, OSError, ValueError) as error:
+        raise HubError(f"{repo}: cannot read {filename} from {base or endpoint()}: {error}") from None
+
+
+def facts_from_files(repo: str, config: dict[str, Any], index: dict[str, Any]) -> ModelFacts:
+    """config.json and model.safetensors.index.json as ModelFacts (a vision-language config's text part for the LLM)."""
+    text = config.get("text_config", config)
+    layers = int(text["num_hidden_layers"])
+    layer_types = text.get("layer_types") or []
+    attention_layers = sum(1 for t in layer_types if t == "full_attention") if layer_types else layers
+    heads = int(text["num_attention_heads"])
+    kv_heads = int(text.get("num_key_value_heads") or heads)
+    head_dim = int(text.get("head_dim") or int(text["hidden_size"]) // heads)
+    dtype = str(config.get("torch_dtype") or config.get("dtype") or text.get("torch_dtype") or text.get("dtype") or "bfloat16")
+    state = 0
+    if "linear_attention" in layer_types:
+        # Gated DeltaNet, as vLLM 0.26 sizes its state (mamba_utils.py), twice for prefix caching's "align" mode.
+        k_heads, v_heads = int(text["linear_num_key_heads"]), int(text["linear_num_value_heads"])
+        k_dim, v_dim, kernel = int(text["linear_key_head_dim"]), int(text["linear_value_head_dim"]), int(text["linear_conv_kernel_dim"])
+        conv = (k_dim * k_heads * 2 + v_dim * v_heads) * (kernel - 1) * DTYPE_BYTES.get(dtype, 2)
+        temporal = v_heads * v_dim * k_dim * DTYPE_BYTES.get(str(text.get("mamba_ssm_dtype", "float32")), 4)
+        state = 2 * (conv + temporal)
+    total = int(index.get("metadata", {}).get("total_size", 0))
+    if not total:
+        raise HubError(f"{repo}: model.safetensors.index.json has no metadata.total_size")
+    return ModelFacts(
+        source=repo,
+        architectures=tuple(str(a) for a in config.get("architectures", [])),
+        dtype=dtype,
+        weight_bytes=total,
+        layers=layers,
+        attention_layers=attention_layers,
+        kv_heads=kv_heads,
+        head_dim=head_dim,
+        native_context=int(text.get("max_position_embeddings", 0)),
+        multimodal="vision_config" in config,
+        linear_state_bytes_per_layer=state,
+        where=f"config.json and model.safetensors.index.json of {repo} (make lookup)",
+    )
+
+
+def hub_model_facts(repo: str, *, token: str = "", base: str | None = None) -> ModelFacts:
+    config = hub_json(repo, "config.json", token=token, base=base)
+    index = hub_json(repo, "model.safetensors.index.json", token=token, base=base)
+    return facts_from_files(repo, config, index)

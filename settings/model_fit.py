@@ -1,0 +1,126 @@
+"""Does the model fit the GPUs? vLLM 0.26's own arithmetic, at synth, before anything is deployed.
+
+vLLM 0.26 (v1/worker/gpu_worker.py, determine_available_memory; v1/worker/utils.py, request_memory) gives the
+KV cache what is left of `total GPU memory x gpu_memory_utilization` after the weights, the activation peak of
+a profile run and the memory outside torch (CUDA allocations, NCCL, cuBLAS); the CUDA context is paid from
+the (1 - utilization) headroom, and with enforce_eager there is no CUDA graph estimate. An engine refuses to
+start unless one sequence of max_model_len fits: its full-attention KV cache, and for hybrid models the fixed
+state of every linear-attention layer.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from settings.instance_types import BUILT_IN, BUILT_IN_GPU_TYPES, InstanceFacts
+from settings.model_facts import ModelFacts
+
+GIB = 1024**3
+# The serve config's (k8s_constructs/serve_config.py reads it from here).
+GPU_MEMORY_UTILIZATION = 0.90
+# What CUDA reports as a GPU's total memory (torch.cuda.mem_get_info, nvidia-smi's memory.total): less than
+# the nominal size EC2 lists. Other GPUs: 94% of EC2's figure.
+CUDA_TOTAL_MIB = {"L4": 23_034, "A10G": 23_028, "L40S": 46_068, "A100": 40_960, "H100": 81_559}
+# The activation peak of vLLM's profile run and the non-torch increase, with enforce_eager, per GPU: vLLM's
+# own logs put them at 1.26 GiB and 0.16 GiB for an 8B model (vllm-project/vllm #10511, #12126); rounded up,
+# and grown with the model's share on the GPU, since the peak follows the hidden size.
+OVERHEAD_BASE_BYTES = int(1.5 * GIB)
+OVERHEAD_PER_WEIGHT_BYTE = 0.02
+TENSOR_PARALLEL_SIZES = (1, 2, 4, 8)
+
+
+@dataclass(frozen=True)
+class Fit:
+    budget: int  # bytes vLLM may use on one GPU
+    weights: int
+    overhead: int
+    kv_per_token: int
+    state: int  # hybrid layers' state for one sequence
+
+    @property
+    def needed_without_kv(self) -> int:
+        return self.weights + self.overhead + self.state
+
+    def needed(self, max_model_len: int) -> int:
+        return self.needed_without_kv + self.kv_per_token * max_model_len
+
+    def fits(self, max_model_len: int) -> bool:
+        return self.needed(max_model_len) <= self.budget
+
+    @property
+    def largest_context(self) -> int:
+        """The largest max_model_len one sequence of which fits (0: not even the weights)."""
+        room = self.budget - self.needed_without_kv
+        return max(0, room // self.kv_per_token) if self.kv_per_token else 0
+
+
+def gpu_budget(gpu: InstanceFacts) -> int:
+    total_mib = CUDA_TOTAL_MIB.get(gpu.gpu_model, int(gpu.gpu_memory_mib * 0.94))
+    return int(total_mib * 1024 * 1024 * GPU_MEMORY_UTILIZATION)
+
+
+def fit(model: ModelFacts, gpu: InstanceFacts, tensor_parallel_size: int, *, text_only: bool) -> Fit:
+    weights = (model.weight_bytes - (model.text_only_skipped_bytes if text_only else 0)) // tensor_parallel_size
+    state = model.linear_layers * model.linear_state_bytes_per_layer // tensor_parallel_size
+    return Fit(
+        budget=gpu_budget(gpu),
+        weights=weights,
+        overhead=OVERHEAD_BASE_BYTES + int(OVERHEAD_PER_WEIGHT_BYTE * weights),
+        kv_per_token=model.kv_bytes_per_token(tensor_parallel_size),
+        state=state,
+    )
+
+
+def _gib(value: int) -> str:
+    return f"{value / GIB:.1f} GiB"
+
+
+def misfit(model: ModelFacts, gpu: InstanceFacts, tensor_parallel_size: int, max_model_len: int, *, text_only: bool) -> str:
+    """ "" when one sequence of max_model_len fits each GPU; else one line: the model, the GPU, needed and
+    available, and what would fit (the largest context, the smallest tensor-parallel size, other GPU types)."""
+    this = fit(model, gpu, tensor_parallel_size, text_only=text_only)
+    if this.fits(max_model_len):
+        return ""
+    ways = []
+    if this.largest_context >= 256:
+        ways.append(f"MAX_MODEL_LEN up to {min(this.largest_context, model.native_context)}")
+    tp = next((t for t in TENSOR_PARALLEL_SIZES if t <= gpu.gpus and fit(model, gpu, t, text_only=text_only).fits(max_model_len)), None)
+    if tp is not None and tp != tensor_parallel_size:
+        ways.append(f"TENSOR_PARALLEL_SIZE={tp}")
+    others = sorted(_fitting_types(model, max_model_len, text_only=text_only), key=lambda found: (found[1], BUILT_IN[found[0]].gpus, found[0]))
+    if others:
+        ways.append("GPU_NODE_TYPE " + ", ".join(f"{name} (TP {t})" for name, t in others[:4]))
+    return (
+        f"{model.source} on {gpu.name} ({gpu.gpu_model}, TP {tensor_parallel_size}) needs {_gib(this.needed(max_model_len))} per GPU "
+        f"(weights {_gib(this.weights)}, KV cache of one {max_model_len}-token sequence {_gib(this.kv_per_token * max_model_len)}"
+        f"{f', hybrid state {_gib(this.state)}' if this.state else ''}, vLLM's overhead {_gib(this.overhead)}) of {_gib(this.budget)} available; "
+        + ("fits with: " + "; ".join(ways) if ways else "no built-in GPU type fits it")
+    )
+
+
+# The GPU types of the docs' table: each GPU model with one GPU per node and with most GPUs per node.
+TABLE_GPU_TYPES = ("g6.8xlarge", "g6.48xlarge", "g6e.8xlarge", "g6e.48xlarge", "p4d.24xlarge", "p5.48xlarge")
+
+
+def fit_table_markdown(models: Iterable[ModelFacts]) -> str:
+    """The largest MAX_MODEL_LEN that fits (capped at the model's native context), per model, GPU type and
+    tensor-parallel size, text only: the docs' table (docs/models.md)."""
+    rows = ["| Model | GPU type | TP 1 | TP 2 | TP 4 | TP 8 |", "|---|---|---|---|---|---|"]
+    for model in models:
+        for name in TABLE_GPU_TYPES:
+            gpu = BUILT_IN[name]
+            cells = []
+            for tp in TENSOR_PARALLEL_SIZES:
+                largest = min(fit(model, gpu, tp, text_only=True).largest_context, model.native_context) if tp <= gpu.gpus else -1
+                cells.append("—" if largest < 0 else "no fit" if largest < 256 else f"{largest:,}")
+            rows.append(f"| `{model.source}` | {name} ({gpu.gpus} × {gpu.gpu_model}) | " + " | ".join(cells) + " |")
+    return "\n".join(rows)
+
+
+def _fitting_types(model: ModelFacts, max_model_len: int, *, text_only: bool) -> Iterable[tuple[str, int]]:
+    for name in BUILT_IN_GPU_TYPES:
+        gpu = BUILT_IN[name]
+        tp = next((t for t in TENSOR_PARALLEL_SIZES if t <= gpu.gpus and fit(model, gpu, t, text_only=text_only).fits(max_model_len)), None)
+        if tp is not None:
+            yield name, tp

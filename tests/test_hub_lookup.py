@@ -1,0 +1,138 @@
+"""`make lookup`'s model facts from the Hugging Face Hub, on recorded answers served from 127.0.0.1 (HF_ENDPOINT):
+a public model, a gated one (401 without the token, 200 with it) and a missing one (404)."""
+
+from __future__ import annotations
+
+import http.server
+import json
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from preflight.hub import HubError, facts_from_files, hub_model_facts
+from settings import load_settings
+from settings.model_facts import BUILT_IN_MODELS, model_facts_context_key
+
+# Qwen3.5-9B's config.json (its text part as published; vision config abridged) and index metadata.
+QWEN35_CONFIG: dict[str, Any] = {
+    "architectures": ["Qwen3_5ForConditionalGeneration"],
+    "model_type": "qwen3_5",
+    "text_config": {
+        "num_hidden_layers": 32,
+        "layer_types": (["linear_attention"] * 3 + ["full_attention"]) * 8,
+        "num_attention_heads": 16,
+        "num_key_value_heads": 4,
+        "head_dim": 256,
+        "hidden_size": 4096,
+        "max_position_embeddings": 262144,
+        "linear_num_key_heads": 16,
+        "linear_num_value_heads": 32,
+        "linear_key_head_dim": 128,
+        "linear_value_head_dim": 128,
+        "linear_conv_kernel_dim": 4,
+        "mamba_ssm_dtype": "float32",
+        "dtype": "bfloat16",
+    },
+    "vision_config": {"depth": 27, "hidden_size": 1152},
+}
+LLAMA_CONFIG: dict[str, Any] = {
+    "architectures": ["LlamaForCausalLM"],
+    "torch_dtype": "bfloat16",
+    "num_hidden_layers": 32,
+    "num_attention_heads": 32,
+    "num_key_value_heads": 8,
+    "hidden_size": 4096,
+    "max_position_embeddings": 131072,
+}
+TOKEN = "hf_test_token"
+
+
+def _index(total: int) -> dict[str, Any]:
+    return {"metadata": {"total_size": total}, "weight_map": {}}
+
+
+FILES = {
+    "Qwen/Qwen3.5-9B": {"config.json": QWEN35_CONFIG, "model.safetensors.index.json": _index(19_306_216_416)},
+    "meta-llama/Llama-3.1-8B-Instruct": {"config.json": LLAMA_CONFIG, "model.safetensors.index.json": _index(16_060_522_496)},
+}
+GATED = {"meta-llama/Llama-3.1-8B-Instruct"}
+
+
+@pytest.fixture(scope="module")
+def hub() -> Iterator[str]:
+    class Hub(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            repo, _, rest = self.path.lstrip("/").partition("/resolve/main/")
+            if repo in GATED and self.headers.get("Authorization") != f"Bearer {TOKEN}":
+                self.send_response(401)
+                self.end_headers()
+                return
+            body = FILES.get(repo, {}).get(rest)
+            if body is None:
+                self.send_response(404)
+                self.end_headers()
+                return
+            data = json.dumps(body).encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        def log_message(self, format: str, *args: Any) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Hub)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+
+
+def test_a_public_hybrid_model_gives_the_built_in_figures(hub: str) -> None:
+    facts = hub_model_facts("Qwen/Qwen3.5-9B", base=hub)
+    built_in = BUILT_IN_MODELS["Qwen/Qwen3.5-9B"]
+    same = (
+        "architectures",
+        "dtype",
+        "weight_bytes",
+        "layers",
+        "attention_layers",
+        "kv_heads",
+        "head_dim",
+        "native_context",
+        "multimodal",
+        "linear_state_bytes_per_layer",
+    )
+    assert {k: getattr(facts, k) for k in same} == {k: getattr(built_in, k) for k in same}
+
+
+def test_a_gated_model_needs_the_token(hub: str) -> None:
+    with pytest.raises(HubError) as caught:
+        hub_model_facts("meta-llama/Llama-3.1-8B-Instruct", base=hub)
+    assert caught.value.status == 401 and "set HF_TOKEN_SECRET_NAME" in str(caught.value)
+    facts = hub_model_facts("meta-llama/Llama-3.1-8B-Instruct", token=TOKEN, base=hub)
+    assert (facts.kv_heads, facts.head_dim, facts.attention_layers, facts.multimodal) == (8, 128, 32, False)  # head_dim from hidden / heads
+    with pytest.raises(HubError, match="the token cannot read it"):
+        hub_model_facts("meta-llama/Llama-3.1-8B-Instruct", token="hf_wrong", base=hub)
+
+
+def test_a_missing_model_is_one_line(hub: str) -> None:
+    with pytest.raises(HubError) as caught:
+        hub_model_facts("Qwen/Qwen3.5-9b-typo", base=hub)
+    assert caught.value.status == 404 and "misspelt MODEL_SOURCE" in str(caught.value) and "\n" not in str(caught.value)
+
+
+def test_an_index_without_its_size_is_refused() -> None:
+    with pytest.raises(HubError, match=r"no metadata\.total_size"):
+        facts_from_files("acme/x", LLAMA_CONFIG, {"weight_map": {}})
+
+
+def test_the_cached_facts_drive_the_fit_check(hub: str) -> None:
+    facts = hub_model_facts("Qwen/Qwen3.5-9B", base=hub)
+    context = {model_facts_context_key("Qwen/Qwen3.5-9B"): json.loads(json.dumps(facts.to_context()))}  # as cdk.context.json holds it
+    settings = load_settings({}, context)
+    assert settings.model_facts == facts and settings.model_facts_source == "cached look-up"
