@@ -7,8 +7,10 @@ import json
 import os
 import urllib.error
 import urllib.request
+from collections.abc import Callable
 from typing import Any
 
+from preflight.results import CheckResult, fail, ok, warn
 from settings.model_facts import DTYPE_BYTES, ModelFacts
 
 DEFAULT_ENDPOINT = "https://huggingface.co"
@@ -32,13 +34,15 @@ def hub_json(repo: str, filename: str, *, token: str = "", base: str | None = No
     url = f"{base or endpoint()}/{repo}/resolve/main/{filename}"
     request = urllib.request.Request(url, headers={"Authorization": f"Bearer {token}"} if token else {})
     try:
-        with urllib.request.urlopen(request, timeout=TIMEOUT_SECONDS) as answer:  # noqa: S310 (https, or a test's loopback)
+        with urllib.request.urlopen(request, timeout=TIMEOUT_SECONDS) as answer:
             data: dict[str, Any] = json.loads(answer.read())
             return data
     except urllib.error.HTTPError as error:
         if error.code in (401, 403):
-            fix = "the token cannot read it: accept the model's licence on the Hub with that account" if token else (
-                "it is gated or private: put a Hugging Face token that may read it in Secrets Manager and set HF_TOKEN_SECRET_NAME"
+            fix = (
+                "the token cannot read it: accept the model's licence on the Hub with that account"
+                if token
+                else ("it is gated or private: put a Hugging Face token that may read it in Secrets Manager and set HF_TOKEN_SECRET_NAME")
             )
             raise HubError(f"{repo}: the Hub answered {error.code} for {filename}: {fix}", status=error.code) from None
         if error.code == 404:
@@ -89,3 +93,24 @@ def hub_model_facts(repo: str, *, token: str = "", base: str | None = None) -> M
     config = hub_json(repo, "config.json", token=token, base=base)
     index = hub_json(repo, "model.safetensors.index.json", token=token, base=base)
     return facts_from_files(repo, config, index)
+
+
+def check_model_source(model_source: str, *, token: Callable[[], str] | None) -> CheckResult:
+    """The model's repository exists on the Hub and can be read: anonymously, or (gated) with the token of
+    HF_TOKEN_SECRET_NAME (`token` reads it, only then; None: no secret configured)."""
+    name = "model-source"
+    try:
+        hub_json(model_source, "config.json")
+    except HubError as error:
+        if error.status in (401, 403):
+            if token is None:
+                return fail(name, str(error), "put a Hugging Face token that may read the model in Secrets Manager and set HF_TOKEN_SECRET_NAME")
+            try:
+                hub_json(model_source, "config.json", token=token())
+            except HubError as with_token:
+                return fail(name, str(with_token), "use a token whose account has accepted the model's licence on the Hub")
+            return ok(name, f"{model_source} is gated: readable with the token of HF_TOKEN_SECRET_NAME")
+        if error.status == 404:
+            return fail(name, str(error), "set MODEL_SOURCE to an existing Hugging Face repository ORG/NAME")
+        return warn(name, str(error), "not checked: the Hub did not answer; run the preflight again")
+    return ok(name, f"{model_source} readable on the Hub")

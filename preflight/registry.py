@@ -17,6 +17,8 @@ from preflight import redeploy as day2
 from preflight.charts import check_helm_charts
 from preflight.context import CheckFunction, Context
 from preflight.deployed import Deployed
+from preflight.hub import check_model_source
+from preflight.image_checks import check_image
 from preflight.redeploy import Redeploy
 from preflight.results import CheckResult, ok
 
@@ -46,6 +48,14 @@ def _check_log_group(ctx: Context) -> CheckResult:
 
 def _check_charts(ctx: Context) -> CheckResult:
     return check_helm_charts(ctx.inp.helm_charts)
+
+
+def _hub_token(ctx: Context) -> Callable[[], str] | None:
+    """Reads the token of HF_TOKEN_SECRET_NAME only if the model turns out to be gated."""
+    name = ctx.inp.hf_token_secret_name
+    if not name:
+        return None
+    return lambda: str(ctx.client("secretsmanager").get_secret_value(SecretId=name).get("SecretString", "")).strip()
 
 
 # What reading the deployed stacks costs (preflight.deployed.read_deployed, once per run).
@@ -142,6 +152,19 @@ CHECKS: tuple[Check, ...] = (
         "`ENDPOINT_ACCESS=private` on a GitHub-hosted runner (`RUNNER_ENVIRONMENT=github-hosted`): the deploy would work, then `make "
         "kubeconfig`, `wait-ready`, `verify` and the teardown could not reach the API (fix: a self-hosted runner in the VPC); warns for "
         "`private` elsewhere (run the post-deploy tools from inside the VPC) and for a public endpoint open to 0.0.0.0/0",
+    ),
+    Check(
+        "model-source",
+        lambda ctx: check_model_source(ctx.inp.model_source, token=_hub_token(ctx)) if ctx.inp.model_source else ok("model-source", "not set"),
+        "MODEL_SOURCE is not a repository of the Hugging Face Hub (404), or it is gated (401/403) and no HF_TOKEN_SECRET_NAME is set or "
+        "its token cannot read it; warns when the Hub does not answer",
+        ("secretsmanager:GetSecretValue",),
+    ),
+    Check(
+        "dlc-image",
+        lambda ctx: check_image(ctx.client("ecr"), ctx.inp.dlc_image, ctx.inp.region) if ctx.inp.dlc_image else ok("dlc-image", "not set"),
+        "DLC_IMAGE (its tag, or its digest once `make lookup` pinned it) does not exist in the Region's registry, or is another Region's",
+        ("ecr:BatchGetImage",),
     ),
     Check(
         "helm-charts",

@@ -36,6 +36,7 @@ CI_SPECS: tuple[SettingSpec, ...] = (
     SettingSpec("GITHUB_REPOSITORY", "", "GitHub repository whose workflows may assume the CI roles (required)", "OWNER/NAME, e.g. octo-org/ray-llm"),
     _MAIN_SPECS["REGION"],
     _MAIN_SPECS["CLUSTER_NAME"],
+    _MAIN_SPECS["HF_TOKEN_SECRET_NAME"],
     SettingSpec(
         "GITHUB_OIDC_PROVIDER_ARN",
         "",
@@ -65,6 +66,7 @@ class CiAccessSettings:
     github_oidc_provider_arn: str  # "" = create the provider
     cdk_qualifier: str
     session_hours: int
+    hf_token_secret_name: str = ""  # the preflight may read this one secret (a gated model's Hub check)
 
     @property
     def stack_name(self) -> str:
@@ -124,7 +126,7 @@ def _qualifier(raw: str) -> str:
 def load_ci_access_settings(environ: Mapping[str, str], context: Mapping[str, Any]) -> CiAccessSettings:
     """Parse and check the CI access settings; raise SettingError on the first bad one.
 
-    CLUSTER_NAME and REGION come from where the main app reads them (environment, `-c`, cdk.json, default)
+    CLUSTER_NAME, REGION and HF_TOKEN_SECRET_NAME come from where the main app reads them (environment, `-c`, cdk.json, default)
     so both apps agree on the cluster; the CI-only settings come from the environment.
     """
     main_raw = raw_values(environ, context)
@@ -138,6 +140,7 @@ def load_ci_access_settings(environ: Mapping[str, str], context: Mapping[str, An
         github_oidc_provider_arn=_oidc_provider_arn(environ.get("GITHUB_OIDC_PROVIDER_ARN", "").strip()),
         cdk_qualifier=_qualifier(environ.get("CDK_QUALIFIER", default_qualifier).strip()),
         session_hours=_CI_SPECS_BY_ENV["CI_SESSION_HOURS"].parse(environ.get("CI_SESSION_HOURS", "2")),
+        hf_token_secret_name=main_raw["HF_TOKEN_SECRET_NAME"].strip(),
     )
     longest = max(settings.deploy_role_name, settings.diff_role_name, key=len)
     if len(longest) > IAM_ROLE_NAME_MAX:

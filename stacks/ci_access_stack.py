@@ -44,6 +44,8 @@ SCOPED_READS = frozenset(
         "cloudwatch:GetDataset",
         "iam:GetRole",
         "iam:GetUser",
+        "ecr:BatchGetImage",
+        "secretsmanager:GetSecretValue",
     }
 )
 DEPLOY_READ_ONLY_UNSCOPED = tuple(a for a in read_only_actions() if a not in SCOPED_READS)
@@ -153,6 +155,20 @@ class CiAccessStack(Stack):
                 # The preflight checks that each ADMIN_PRINCIPAL_ARNS entry exists before EKS is asked for its access entry.
                 iam.PolicyStatement(sid="ReadAdminRoles", actions=["iam:GetRole"], resources=[self._arn("iam", "", "role/*")]),
                 iam.PolicyStatement(sid="ReadAdminUsers", actions=["iam:GetUser"], resources=[self._arn("iam", "", "user/*")]),
+                # The preflight's dlc-image check: the pull the pods make, on the deploy Region's repositories.
+                iam.PolicyStatement(sid="ReadTheImage", actions=["ecr:BatchGetImage"], resources=[f"arn:aws:ecr:{settings.region}:*:repository/*"]),
+                # The preflight's model-source check of a gated model: the one Hugging Face token secret.
+                *(
+                    [
+                        iam.PolicyStatement(
+                            sid="ReadTheHubToken",
+                            actions=["secretsmanager:GetSecretValue"],
+                            resources=[self._arn("secretsmanager", settings.region, f"secret:{settings.hf_token_secret_name}-??????")],
+                        )
+                    ]
+                    if settings.hf_token_secret_name
+                    else []
+                ),
                 # OBSERVABILITY=on: CloudWatch's OpenTelemetry metrics store, the account's implicit dataset,
                 # which the preflight reads.
                 iam.PolicyStatement(
@@ -171,7 +187,8 @@ class CiAccessStack(Stack):
             "AwsSolutions-IAM5",
             "Read-only calls of make preflight and the destroy leftovers check: EC2, ELB, tag, log-group and default-quota "
             "Describe/Get calls support no resource-level permission; the EC2 quotas, and the nodegroups and stacks of this cluster by name prefix; "
-            "GetRole/GetUser on the account's roles and users, whose names ADMIN_PRINCIPAL_ARNS gives (not known to this stack).",
+            "GetRole/GetUser on the account's roles and users, whose names ADMIN_PRINCIPAL_ARNS gives (not known to this stack); "
+            "BatchGetImage (a pull's read) on the Region's repositories of any account: the DLC image is in AWS's account.",
             applies_to=[
                 "Resource::*",
                 self._nag_resource(self._eks_arn("nodegroup", f"{settings.cluster_name}/*/*", account=_NAG_ACCOUNT)),
@@ -180,6 +197,7 @@ class CiAccessStack(Stack):
                 self._nag_resource(self._ec2_quotas_arn(account=_NAG_ACCOUNT)),
                 self._nag_resource(self._arn("iam", "", "role/*", account=_NAG_ACCOUNT)),
                 self._nag_resource(self._arn("iam", "", "user/*", account=_NAG_ACCOUNT)),
+                f"Resource::arn:aws:ecr:{settings.region}:*:repository/*",
             ],
         )
 

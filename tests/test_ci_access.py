@@ -187,11 +187,12 @@ def test_diff_role_may_assume_exactly_the_lookup_role(ci: CiSynth) -> None:
 def test_deploy_role_has_exactly_the_read_only_calls_it_needs(ci: CiSynth) -> None:
     statements = ci.statements_of(ci.settings.deploy_role_name)
     actions = {a for s in statements for a in _as_list(s["Action"])}
-    scoped = set(SCOPED_READS)
+    # Without HF_TOKEN_SECRET_NAME there is no secret for the preflight to read.
+    scoped = set(SCOPED_READS) - {"secretsmanager:GetSecretValue"}
     assert actions - set(PROMQL_QUERY_ACTIONS) == {"sts:AssumeRole", *DEPLOY_READ_ONLY_UNSCOPED, *scoped} and set(PROMQL_QUERY_ACTIONS) <= actions
     # Exactly what the preflight checks and the leftovers check declare they call (preflight/registry.py).
-    assert set(read_only_actions()) == set(DEPLOY_READ_ONLY_UNSCOPED) | scoped
-    assert all(a.split(":")[1].startswith(("Describe", "Get", "List")) for a in actions - {"sts:AssumeRole"})
+    assert set(read_only_actions()) == set(DEPLOY_READ_ONLY_UNSCOPED) | set(SCOPED_READS)
+    assert all(a.split(":")[1].startswith(("Describe", "Get", "List", "BatchGet")) for a in actions - {"sts:AssumeRole"})
     # The scoped ones name this cluster and these stacks, not "*".
     by_action = {a: {_render(r) for r in _as_list(s["Resource"])} for s in statements for a in _as_list(s["Action"]) if a in scoped}
     assert by_action["eks:DescribeCluster"] == {f"arn:aws:eks:sa-east-1:{ACCOUNT}:cluster/ray-llm-multinode"}
@@ -380,3 +381,13 @@ def test_each_bad_setting_names_itself(env: dict[str, str], setting: str) -> Non
         load_ci_access_settings({"GITHUB_REPOSITORY": REPOSITORY} | env, {})
     assert caught.value.env_name == setting
     assert "\n" not in str(caught.value)
+
+
+def test_with_a_hub_token_the_deploy_role_may_read_that_one_secret(tmp_path: Path) -> None:
+    """The preflight's model-source check of a gated model reads the token: only that secret, by its name."""
+    ci = _synthesize({"GITHUB_REPOSITORY": REPOSITORY, "HF_TOKEN_SECRET_NAME": "prod/hf-token"}, tmp_path)
+    statements = [s for s in ci.statements_of(ci.settings.deploy_role_name) if "secretsmanager:GetSecretValue" in _as_list(s["Action"])]
+    (statement,) = statements
+    assert _as_list(statement["Action"]) == ["secretsmanager:GetSecretValue"]
+    (resource,) = _as_list(statement["Resource"])
+    assert _render(resource) == "arn:aws:secretsmanager:sa-east-1:${AWS::AccountId}:secret:prod/hf-token-??????"

@@ -69,6 +69,8 @@ def test_all_checks_pass(aws: None, capsys: pytest.CaptureFixture[str]) -> None:
         ("cdk-bootstrap", True, "stack CDKToolkit is CREATE_COMPLETE, bootstrap version 28", ""),
         ("admin-principals", True, "none listed (only the CloudFormation execution role and the kubectl provider will be admins)", ""),
         ("api-endpoint", True, "public-and-private, public side open to 0.0.0.0/0 (IAM authentication still applies)", ""),
+        ("model-source", True, "not set", ""),
+        ("dlc-image", True, "not set", ""),
         ("helm-charts", True, "no Helm chart to install", ""),
         ("metrics-destination", True, "OBSERVABILITY=off: nothing to check", ""),
         ("stacks-left-out", True, "this configuration contains every stack", ""),
