@@ -58,6 +58,7 @@ FILES = {
     "meta-llama/Llama-3.1-8B-Instruct": {"config.json": LLAMA_CONFIG, "model.safetensors.index.json": _index(16_060_522_496)},
 }
 GATED = {"meta-llama/Llama-3.1-8B-Instruct"}
+FORBIDDEN = {"meta-llama/Llama-3.3-70B-Instruct"}  # gated, and this account has not accepted the licence
 
 
 @pytest.fixture(scope="module")
@@ -65,6 +66,10 @@ def hub() -> Iterator[str]:
     class Hub(http.server.BaseHTTPRequestHandler):
         def do_GET(self) -> None:
             repo, _, rest = self.path.lstrip("/").partition("/resolve/main/")
+            if repo in FORBIDDEN:
+                self.send_response(403)
+                self.end_headers()
+                return
             if repo in GATED and self.headers.get("Authorization") != f"Bearer {TOKEN}":
                 self.send_response(401)
                 self.end_headers()
@@ -136,3 +141,33 @@ def test_the_cached_facts_drive_the_fit_check(hub: str) -> None:
     context = {model_facts_context_key("Qwen/Qwen3.5-9B"): json.loads(json.dumps(facts.to_context()))}  # as cdk.context.json holds it
     settings = load_settings({}, context)
     assert settings.model_facts == facts and settings.model_facts_source == "cached look-up"
+
+
+def test_a_gated_model_whose_licence_is_not_accepted_is_403(hub: str) -> None:
+    with pytest.raises(HubError) as caught:
+        hub_model_facts("meta-llama/Llama-3.3-70B-Instruct", token=TOKEN, base=hub)
+    assert caught.value.status == 403 and "accept the model's licence" in str(caught.value)
+
+
+def test_make_lookup_caches_the_models_facts(hub: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """tools/lookup.py: the AWS answers (stubbed out here: tests/test_lookup.py has them on moto) and the
+    Hub's, with the token of HF_TOKEN_SECRET_NAME for a gated model, into cdk.context.json."""
+    from tools import lookup
+
+    written: dict[str, Any] = {}
+    monkeypatch.setenv("HF_ENDPOINT", hub)
+    monkeypatch.setenv("MODEL_SOURCE", "meta-llama/Llama-3.1-8B-Instruct")
+    monkeypatch.setenv("MODEL_ID", "llama-3.1-8b")
+    monkeypatch.setenv("HF_TOKEN_SECRET_NAME", "prod/hf-token")
+    monkeypatch.setattr(lookup, "look_up", lambda session, **kwargs: {})
+    monkeypatch.setattr(lookup, "write_cached_lookups", written.update)
+    monkeypatch.setattr(lookup, "_hub_token", lambda name, region: TOKEN if name == "prod/hf-token" else "")
+    monkeypatch.setattr(lookup.boto3.session, "Session", lambda *a, **k: None)
+    monkeypatch.setattr(lookup, "read_project_context", lambda: dict(written))
+    assert lookup.main() == 0, capsys.readouterr().err
+    cached = written[model_facts_context_key("meta-llama/Llama-3.1-8B-Instruct")]
+    assert cached["weight_bytes"] == 16_060_522_496 and cached["architectures"] == ["LlamaForCausalLM"]
+    # Without the token the gated model is one line and exit 1 (the AWS answers are still cached).
+    monkeypatch.setattr(lookup, "_hub_token", lambda name, region: "")
+    assert lookup.main() == 1
+    assert "set HF_TOKEN_SECRET_NAME" in capsys.readouterr().err
