@@ -89,9 +89,40 @@ def facts_from_files(repo: str, config: dict[str, Any], index: dict[str, Any]) -
     )
 
 
+class _NoRedirect(urllib.request.HTTPRedirectHandler):
+    def redirect_request(self, *args: Any, **kwargs: Any) -> None:
+        return None  # the Hub's answer itself carries the size; the CDN it points at is not asked
+
+
+def hub_file_size(repo: str, filename: str, *, token: str = "", base: str | None = None) -> int:
+    """A file's size from the Hub's HEAD answer (X-Linked-Size for a file stored in LFS, else Content-Length)."""
+    url = f"{base or endpoint()}/{repo}/resolve/main/{filename}"
+    request = urllib.request.Request(url, method="HEAD", headers={"Authorization": f"Bearer {token}"} if token else {})
+    opener = urllib.request.build_opener(_NoRedirect)
+    try:
+        answer = opener.open(request, timeout=TIMEOUT_SECONDS)
+        headers = answer.headers
+    except urllib.error.HTTPError as error:
+        if error.code not in (301, 302, 303, 307, 308):
+            raise HubError(f"{repo}: the Hub answered {error.code} for {filename}", status=error.code) from None
+        headers = error.headers
+    except (urllib.error.URLError, OSError) as error:
+        raise HubError(f"{repo}: cannot read {filename} from {base or endpoint()}: {error}") from None
+    size = headers.get("X-Linked-Size") or headers.get("Content-Length")
+    if not size:
+        raise HubError(f"{repo}: the Hub gave no size for {filename}")
+    return int(size)
+
+
 def hub_model_facts(repo: str, *, token: str = "", base: str | None = None) -> ModelFacts:
     config = hub_json(repo, "config.json", token=token, base=base)
-    index = hub_json(repo, "model.safetensors.index.json", token=token, base=base)
+    try:
+        index = hub_json(repo, "model.safetensors.index.json", token=token, base=base)
+    except HubError as error:
+        if error.status != 404:
+            raise
+        # A checkpoint small enough for one file has no index: its one file's size is the total.
+        index = {"metadata": {"total_size": hub_file_size(repo, "model.safetensors", token=token, base=base)}}
     return facts_from_files(repo, config, index)
 
 

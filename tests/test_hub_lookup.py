@@ -56,7 +56,9 @@ def _index(total: int) -> dict[str, Any]:
 FILES = {
     "Qwen/Qwen3.5-9B": {"config.json": QWEN35_CONFIG, "model.safetensors.index.json": _index(19_306_216_416)},
     "meta-llama/Llama-3.1-8B-Instruct": {"config.json": LLAMA_CONFIG, "model.safetensors.index.json": _index(16_060_522_496)},
+    "acme/small-llama": {"config.json": LLAMA_CONFIG},  # one model.safetensors, no index
 }
+SINGLE_FILE_SIZE = 2_471_645_608
 GATED = {"meta-llama/Llama-3.1-8B-Instruct"}
 FORBIDDEN = {"meta-llama/Llama-3.3-70B-Instruct"}  # gated, and this account has not accepted the licence
 
@@ -85,6 +87,17 @@ def hub() -> Iterator[str]:
             self.send_header("Content-Length", str(len(data)))
             self.end_headers()
             self.wfile.write(data)
+
+        def do_HEAD(self) -> None:
+            # As the Hub answers a file in LFS: a redirect to its CDN, the size in X-Linked-Size.
+            if self.path == "/acme/small-llama/resolve/main/model.safetensors":
+                self.send_response(302)
+                self.send_header("Location", "http://127.0.0.1:9/cdn/never-asked")
+                self.send_header("X-Linked-Size", str(SINGLE_FILE_SIZE))
+                self.end_headers()
+                return
+            self.send_response(404)
+            self.end_headers()
 
         def log_message(self, format: str, *args: Any) -> None:
             pass
@@ -171,3 +184,8 @@ def test_make_lookup_caches_the_models_facts(hub: str, monkeypatch: pytest.Monke
     monkeypatch.setattr(lookup, "_hub_token", lambda name, region: "")
     assert lookup.main() == 1
     assert "set HF_TOKEN_SECRET_NAME" in capsys.readouterr().err
+
+
+def test_a_single_file_checkpoint_takes_its_size_from_the_hubs_head_answer(hub: str) -> None:
+    facts = hub_model_facts("acme/small-llama", base=hub)
+    assert facts.weight_bytes == SINGLE_FILE_SIZE and facts.architectures == ("LlamaForCausalLM",)
