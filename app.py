@@ -35,6 +35,12 @@ def main() -> int:
             "EKS picks its default at create time, and a later K8S_VERSION change would not move them; run `make lookup` with AWS credentials",
             file=sys.stderr,
         )
+    if settings.model_images and settings.model_facts is not None and settings.model_facts.multimodal:
+        print(
+            "notice: MODEL_IMAGES=on: the fit check counts the vision tower's weights, not the peak of vLLM's profile run through "
+            "the vision encoder (a maximum-size image batch), which can take several GiB more: leave room below MAX_MODEL_LEN's limit",
+            file=sys.stderr,
+        )
     if settings.model_facts is None:
         print(
             f"notice: MODEL_SOURCE={settings.model_source} is neither built in nor looked up: whether vLLM 0.26 serves it and whether "

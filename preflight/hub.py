@@ -17,6 +17,11 @@ DEFAULT_ENDPOINT = "https://huggingface.co"
 TIMEOUT_SECONDS = 20
 
 
+class ShapeNotUnderstood(Exception):
+    """A config this parser cannot size faithfully (other attention kinds, MLA, sliding windows, unknown keys):
+    better no facts, and no check, than a wrong refusal."""
+
+
 class HubError(Exception):
     """One line: what the Hub answered, and the fix."""
 
@@ -38,6 +43,11 @@ def hub_json(repo: str, filename: str, *, token: str = "", base: str | None = No
             data: dict[str, Any] = json.loads(answer.read())
             return data
     except urllib.error.HTTPError as error:
+        # The Hub answers a missing or private repository with 401 to an anonymous caller; its X-Error-Code
+        # says which (RepoNotFound, GatedRepo, EntryNotFound).
+        reason = str(error.headers.get("X-Error-Code", "")) if error.headers else ""
+        if reason in ("RepoNotFound", "EntryNotFound") or error.code == 404:
+            raise HubError(f"{repo}: no {filename} on the Hub (a misspelt MODEL_SOURCE, a private repository, or not a model repository)", status=404) from None
         if error.code in (401, 403):
             fix = (
                 "the token cannot read it: accept the model's licence on the Hub with that account"
@@ -45,8 +55,6 @@ def hub_json(repo: str, filename: str, *, token: str = "", base: str | None = No
                 else ("it is gated or private: put a Hugging Face token that may read it in Secrets Manager and set HF_TOKEN_SECRET_NAME")
             )
             raise HubError(f"{repo}: the Hub answered {error.code} for {filename}: {fix}", status=error.code) from None
-        if error.code == 404:
-            raise HubError(f"{repo}: no {filename} on the Hub (a misspelt MODEL_SOURCE, or not a Hugging Face model repository)", status=404) from None
         raise HubError(f"{repo}: the Hub answered {error.code} for {filename}", status=error.code) from None
     except (urllib.error.URLError, OSError, ValueError) as error:
         raise HubError(f"{repo}: cannot read {filename} from {base or endpoint()}: {error}") from None
@@ -55,12 +63,23 @@ def hub_json(repo: str, filename: str, *, token: str = "", base: str | None = No
 def facts_from_files(repo: str, config: dict[str, Any], index: dict[str, Any]) -> ModelFacts:
     """config.json and model.safetensors.index.json as ModelFacts (a vision-language config's text part for the LLM)."""
     text = config.get("text_config", config)
+    needed = ("num_hidden_layers", "num_attention_heads", "max_position_embeddings")
+    if any(k not in text for k in needed) or not config.get("architectures"):
+        raise ShapeNotUnderstood(f"{repo}: config.json lacks {', '.join(k for k in needed if k not in text) or 'architectures'}")
+    if text.get("kv_lora_rank") or (text.get("sliding_window") and text.get("use_sliding_window", True)):
+        raise ShapeNotUnderstood(f"{repo}: multi-head latent attention or sliding-window layers, which this check does not size")
     layers = int(text["num_hidden_layers"])
-    layer_types = text.get("layer_types") or []
+    layer_types = list(text.get("layer_types") or [])
+    if set(layer_types) - {"full_attention", "linear_attention"}:
+        raise ShapeNotUnderstood(f"{repo}: layer kinds {sorted(set(layer_types) - {'full_attention', 'linear_attention'})}")
     attention_layers = sum(1 for t in layer_types if t == "full_attention") if layer_types else layers
     heads = int(text["num_attention_heads"])
     kv_heads = int(text.get("num_key_value_heads") or heads)
     head_dim = int(text.get("head_dim") or int(text["hidden_size"]) // heads)
+    native = int(text["max_position_embeddings"])
+    scaling = text.get("rope_scaling") or {}
+    if isinstance(scaling, dict) and scaling.get("rope_type", scaling.get("type")) in ("yarn", "linear", "dynamic"):
+        native = int(native * float(scaling.get("factor", 1)))  # vLLM derives the longer context (config/model.py)
     dtype = str(config.get("torch_dtype") or config.get("dtype") or text.get("torch_dtype") or text.get("dtype") or "bfloat16")
     state = 0
     if "linear_attention" in layer_types:
@@ -82,7 +101,7 @@ def facts_from_files(repo: str, config: dict[str, Any], index: dict[str, Any]) -
         attention_layers=attention_layers,
         kv_heads=kv_heads,
         head_dim=head_dim,
-        native_context=int(text.get("max_position_embeddings", 0)),
+        native_context=native,
         multimodal="vision_config" in config,
         linear_state_bytes_per_layer=state,
         where=f"config.json and model.safetensors.index.json of {repo} (make lookup)",

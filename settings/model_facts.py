@@ -9,13 +9,14 @@ cached in cdk.context.json); else the built-in table below, from the models' pub
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from functools import cache
 from pathlib import Path
 from typing import Any
 
 VLLM_ARCHITECTURES_FILE = Path(__file__).resolve().parent / "data" / "vllm_0_26_architectures.txt"
 DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4}
+ENGINE_DTYPE_BYTES = 2  # the serve config's dtype: bfloat16
 
 
 @dataclass(frozen=True)
@@ -43,7 +44,8 @@ class ModelFacts:
     def kv_bytes_per_token(self, tensor_parallel_size: int) -> int:
         """Full-attention KV cache per token on one GPU: K and V, the GPU's share of the KV heads, every attention layer."""
         heads = max(1, self.kv_heads // tensor_parallel_size)
-        return 2 * heads * self.head_dim * DTYPE_BYTES.get(self.dtype, 2) * self.attention_layers
+        # The engines run dtype bfloat16 (the serve config), whatever the checkpoint's: the cache is bf16 too.
+        return 2 * heads * self.head_dim * ENGINE_DTYPE_BYTES * self.attention_layers
 
     def to_context(self) -> dict[str, Any]:
         return {k: list(v) if isinstance(v, tuple) else v for k, v in asdict(self).items()}
@@ -131,7 +133,11 @@ def model_facts(source: str, context: Mapping[str, Any]) -> tuple[ModelFacts | N
     """(facts, where they came from): the cached look-up, the built-in table, or (None, why)."""
     cached = context.get(model_facts_context_key(source))
     if isinstance(cached, Mapping):
-        return ModelFacts.from_context(cached), "cached look-up"
+        facts = ModelFacts.from_context(cached)
+        if source in BUILT_IN_MODELS and not facts.text_only_skipped_bytes:
+            # The Hub's index has no per-tensor sizes: what vLLM skips of a built-in model comes from the table.
+            facts = replace(facts, text_only_skipped_bytes=BUILT_IN_MODELS[source].text_only_skipped_bytes)
+        return facts, "cached look-up"
     if source in BUILT_IN_MODELS:
         return BUILT_IN_MODELS[source], "built-in table"
     return None, "unknown model"

@@ -14,7 +14,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from settings.instance_types import BUILT_IN, BUILT_IN_GPU_TYPES, InstanceFacts
-from settings.model_facts import ModelFacts
+from settings.model_facts import DTYPE_BYTES, ENGINE_DTYPE_BYTES, ModelFacts
 
 GIB = 1024**3
 # The serve config's (k8s_constructs/serve_config.py reads it from here).
@@ -55,13 +55,21 @@ class Fit:
         return max(0, room // self.kv_per_token) if self.kv_per_token else 0
 
 
+# torch reports a little less than nvidia-smi (H100: 79.22 GiB against 81,559 MiB in vLLM #10511's log; L40S
+# 44.53 GiB against 46,068 MiB): 1% off, so a configuration at the edge is not passed wrongly.
+TORCH_SHARE = 0.99
+
+
 def gpu_budget(gpu: InstanceFacts) -> int:
-    total_mib = CUDA_TOTAL_MIB.get(gpu.gpu_model, int(gpu.gpu_memory_mib * 0.94))
+    total_mib = CUDA_TOTAL_MIB.get(gpu.gpu_model, int(gpu.gpu_memory_mib * 0.94)) * TORCH_SHARE
     return int(total_mib * 1024 * 1024 * GPU_MEMORY_UTILIZATION)
 
 
 def fit(model: ModelFacts, gpu: InstanceFacts, tensor_parallel_size: int, *, text_only: bool) -> Fit:
-    weights = (model.weight_bytes - (model.text_only_skipped_bytes if text_only else 0)) // tensor_parallel_size
+    checkpoint = model.weight_bytes - (model.text_only_skipped_bytes if text_only else 0)
+    # Loaded as bfloat16 (the serve config's dtype): a float32 checkpoint takes half its size on the GPU.
+    loaded = checkpoint * ENGINE_DTYPE_BYTES // DTYPE_BYTES.get(model.dtype, ENGINE_DTYPE_BYTES)
+    weights = loaded // tensor_parallel_size
     state = model.linear_layers * model.linear_state_bytes_per_layer // tensor_parallel_size
     return Fit(
         budget=gpu_budget(gpu),

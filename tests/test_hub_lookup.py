@@ -7,12 +7,13 @@ import http.server
 import json
 import threading
 from collections.abc import Iterator
+from dataclasses import replace
 from typing import Any
 
 import pytest
 
-from preflight.hub import HubError, facts_from_files, hub_model_facts
-from settings import load_settings
+from preflight.hub import HubError, ShapeNotUnderstood, facts_from_files, hub_model_facts
+from settings import SettingError, load_settings
 from settings.model_facts import BUILT_IN_MODELS, model_facts_context_key
 
 # Qwen3.5-9B's config.json (its text part as published; vision config abridged) and index metadata.
@@ -78,7 +79,9 @@ def hub() -> Iterator[str]:
                 return
             body = FILES.get(repo, {}).get(rest)
             if body is None:
-                self.send_response(404)
+                # As the Hub does: a repository it does not know is 401 to anyone, with X-Error-Code.
+                self.send_response(401 if repo not in FILES else 404)
+                self.send_header("X-Error-Code", "RepoNotFound" if repo not in FILES else "EntryNotFound")
                 self.end_headers()
                 return
             data = json.dumps(body).encode()
@@ -153,7 +156,41 @@ def test_the_cached_facts_drive_the_fit_check(hub: str) -> None:
     facts = hub_model_facts("Qwen/Qwen3.5-9B", base=hub)
     context = {model_facts_context_key("Qwen/Qwen3.5-9B"): json.loads(json.dumps(facts.to_context()))}  # as cdk.context.json holds it
     settings = load_settings({}, context)
-    assert settings.model_facts == facts and settings.model_facts_source == "cached look-up"
+    # What vLLM skips of a built-in model comes from the table (the index has no per-tensor sizes).
+    assert settings.model_facts == replace(facts, text_only_skipped_bytes=BUILT_IN_MODELS["Qwen/Qwen3.5-9B"].text_only_skipped_bytes)
+    assert settings.model_facts_source == "cached look-up"
+    # And they decide: the same context fits as with the built-in facts, one past the largest does not.
+    from settings.model_fit import fit
+
+    largest = fit(BUILT_IN_MODELS["Qwen/Qwen3.5-9B"], settings.gpu_node, 1, text_only=True).largest_context
+    assert load_settings({"MAX_MODEL_LEN": str(largest)}, context).max_model_len == largest
+    with pytest.raises(SettingError, match="MAX_MODEL_LEN up to"):
+        load_settings({"MAX_MODEL_LEN": str(largest + 1)}, context)
+
+
+@pytest.mark.parametrize(
+    ("change", "fragment"),
+    [
+        ({"layer_types": ["attention", "mamba"] * 16}, "layer kinds"),
+        ({"sliding_window": 4096}, "sliding-window"),
+        ({"kv_lora_rank": 512}, "latent attention"),
+        ({"max_position_embeddings": None}, "lacks max_position_embeddings"),
+    ],
+)
+def test_a_shape_the_check_cannot_size_gives_no_facts(change: dict[str, Any], fragment: str) -> None:
+    """Better unchecked than wrongly refused: Granite-style layer kinds, sliding windows, MLA, unknown keys."""
+    config = {**LLAMA_CONFIG, **{k: v for k, v in change.items() if v is not None}}
+    for key in [k for k, v in change.items() if v is None]:
+        config.pop(key)
+    with pytest.raises(ShapeNotUnderstood, match=fragment):
+        facts_from_files("acme/x", config, _index(1))
+
+
+def test_rope_scaling_lengthens_the_native_context_as_vllm_does() -> None:
+    config = {**LLAMA_CONFIG, "max_position_embeddings": 32768, "rope_scaling": {"rope_type": "yarn", "factor": 4.0}}
+    assert facts_from_files("acme/x", config, _index(1)).native_context == 131072
+    llama3 = {**LLAMA_CONFIG, "rope_scaling": {"rope_type": "llama3", "factor": 8.0}}  # already the long context
+    assert facts_from_files("acme/x", llama3, _index(1)).native_context == 131072
 
 
 def test_a_gated_model_whose_licence_is_not_accepted_is_403(hub: str) -> None:

@@ -26,8 +26,9 @@ P5 = BUILT_IN["p5.48xlarge"]
 def test_the_default_at_4096_fits_an_l4_as_the_design_says() -> None:
     this = fit(QWEN35, L4, 1, text_only=True)
     assert this.fits(4096)
-    # vLLM's budget on an L4: 23,034 MiB x 0.90; the weights without the vision tower and the MTP head.
-    assert gpu_budget(L4) == int(23_034 * 1024 * 1024 * 0.90)
+    # vLLM's budget on an L4: what torch reports (1% under nvidia-smi's 23,034 MiB) x 0.90; the weights
+    # without the vision tower and the MTP head.
+    assert gpu_budget(L4) == int(23_034 * 0.99 * 1024 * 1024 * 0.90)
     assert 16 * GIB < this.weights < 17 * GIB
     # Qwen3.5: 8 full-attention layers x 2 x 4 KV heads x 256 x 2 bytes per token; 24 Gated DeltaNet layers' state.
     assert this.kv_per_token == 8 * 2 * 4 * 256 * 2 == 32_768
@@ -63,7 +64,7 @@ def test_the_vision_tower_counts_unless_the_endpoint_is_text_only() -> None:
         (
             {"MODEL_SOURCE": "meta-llama/Llama-3.3-70B-Instruct", "MODEL_ID": "llama-3.3-70b"},
             "MODEL_SOURCE",
-            ["needs 136.8 GiB per GPU", "of 20.2 GiB available", "p5.48xlarge (TP 2)"],
+            ["needs 136.8 GiB per GPU", "of 20.0 GiB available", "p5.48xlarge (TP 2)"],
         ),
         ({"MAX_MODEL_LEN": "1048576"}, "MAX_MODEL_LEN", ["at most 262144"]),
         ({"MAX_MODEL_LEN": "131072"}, "MAX_MODEL_LEN", ["MAX_MODEL_LEN up to", "GPU_NODE_TYPE"]),
@@ -112,7 +113,8 @@ def _serve_engine(settings_env: dict[str, str]) -> dict[str, object]:
 
 def test_a_multimodal_model_serves_text_only_unless_images_are_asked_for() -> None:
     assert _serve_engine({})["language_model_only"] is True
-    assert "language_model_only" not in _serve_engine({"MODEL_IMAGES": "on"})
+    # With the vision tower an L4 holds a shorter context: 2048 still fits.
+    assert "language_model_only" not in _serve_engine({"MODEL_IMAGES": "on", "MAX_MODEL_LEN": "2048"})
     assert "language_model_only" not in _serve_engine({"MODEL_SOURCE": "meta-llama/Llama-3.1-8B-Instruct", "MODEL_ID": "llama-3.1-8b"})
 
 

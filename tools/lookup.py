@@ -11,7 +11,7 @@ import sys
 import boto3
 from botocore.exceptions import BotoCoreError, ClientError
 
-from preflight.hub import HubError, hub_model_facts
+from preflight.hub import HubError, ShapeNotUnderstood, hub_model_facts
 from preflight.lookups import look_up
 from settings import SettingError
 from settings.context_files import CDK_CONTEXT_JSON, read_project_context, write_cached_lookups
@@ -38,11 +38,14 @@ def main() -> int:
         return 1
     try:
         facts = hub_model_facts(raw["MODEL_SOURCE"], token=_hub_token(raw["HF_TOKEN_SECRET_NAME"], region))
+    except ShapeNotUnderstood as unknown:
+        print(f"notice: {unknown}: the model is not fit-checked (no facts cached)", file=sys.stderr)
     except (HubError, BotoCoreError, ClientError) as error:
         write_cached_lookups(entries)
         print(f"error: the model's facts: {error}", file=sys.stderr)
         return 1
-    entries[model_facts_context_key(raw["MODEL_SOURCE"])] = facts.to_context()
+    else:
+        entries[model_facts_context_key(raw["MODEL_SOURCE"])] = facts.to_context()
     write_cached_lookups(entries)
     for key, value in sorted(entries.items()):
         print(f"cached {key} = {value if not isinstance(value, dict) else value.get('name')}")
