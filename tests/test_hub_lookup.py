@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import http.server
 import json
-import threading
 from collections.abc import Iterator
 from dataclasses import replace
 from typing import Any
@@ -15,6 +14,7 @@ import pytest
 from preflight.hub import HubError, ShapeNotUnderstood, facts_from_files, hub_model_facts
 from settings import SettingError, load_settings
 from settings.model_facts import BUILT_IN_MODELS, model_facts_context_key
+from tests.loopback import serving
 
 # Qwen3.5-9B's config.json (its text part as published; vision config abridged) and index metadata.
 QWEN35_CONFIG: dict[str, Any] = {
@@ -105,12 +105,8 @@ def hub() -> Iterator[str]:
         def log_message(self, format: str, *args: Any) -> None:
             pass
 
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Hub)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}"
-    finally:
-        server.shutdown()
+    with serving(Hub) as base:
+        yield base
 
 
 def test_a_public_hybrid_model_gives_the_built_in_figures(hub: str) -> None:

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import http.server
 import json
-import threading
 from collections.abc import Iterator, Mapping
 from dataclasses import replace
 from typing import Any
@@ -29,6 +28,7 @@ from preflight.checks import G_QUOTA_CODE, STANDARD_QUOTA_CODE, PreflightInput, 
 from preflight.redeploy import Redeploy
 from settings.versions import HelmChartPin
 from tests import preflight_fakes
+from tests.loopback import serving
 from tests.preflight_fakes import INPUT, REGION, by_name
 from tests.test_day2 import redeploy_of, synth
 
@@ -235,14 +235,8 @@ def chart_repository() -> Iterator[str]:
         def log_message(self, format: str, *args: Any) -> None:
             pass
 
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}"
-    finally:
-        server.shutdown()
-        thread.join(timeout=5)
+    with serving(Handler) as base:
+        yield base
 
 
 def test_pinned_charts_found_in_the_index(chart_repository: str) -> None:

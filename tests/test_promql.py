@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import http.server
 import json
-import threading
 import urllib.parse
 from collections.abc import Iterator
 from typing import Any
@@ -13,6 +12,7 @@ from typing import Any
 import pytest
 from botocore.credentials import Credentials  # type: ignore[import-untyped]
 
+from tests.loopback import serving
 from tools.promql import PromQLError, endpoint_of, instant_query
 
 VECTOR = {"status": "success", "data": {"resultType": "vector", "result": [{"metric": {"ray_group": "decode"}, "value": [1780000000.0, "1"]}]}}
@@ -38,12 +38,8 @@ def server() -> Iterator[tuple[str, list[dict[str, Any]], list[tuple[int, Any]]]
         def log_message(self, *args: Any) -> None:
             pass
 
-    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    threading.Thread(target=httpd.serve_forever, daemon=True).start()
-    try:
-        yield f"http://127.0.0.1:{httpd.server_address[1]}/api/v1/query", received, replies
-    finally:
-        httpd.shutdown()
+    with serving(Handler) as base:
+        yield f"{base}/api/v1/query", received, replies
 
 
 CREDENTIALS = Credentials("AKIDEXAMPLE", "secret", "session-token")

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import http.server
 import shutil
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from settings import versions
+from tests.loopback import serving
 from tools import vendor_kuberay
 
 PIN = versions.KUBERAY_OPERATOR.version
@@ -37,12 +37,8 @@ def kuberay_tags(tmp_path: Path) -> Iterator[str]:
         def log_message(self, format: str, *args: object) -> None:
             pass
 
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Quiet)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}"
-    finally:
-        server.shutdown()
+    with serving(Quiet) as base:
+        yield base
 
 
 def _copy(tmp_path: Path) -> tuple[Path, Path]:
