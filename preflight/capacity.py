@@ -14,7 +14,9 @@ from typing import Any
 
 from botocore.exceptions import ClientError
 
+from preflight import redeploy as day2
 from preflight.context import Context
+from preflight.quota_checks import planned_nodegroup_change
 from preflight.results import CheckResult, fail, ok, warn
 
 AZ_NAME = "vpc-azs"
@@ -170,9 +172,6 @@ def check_availability_zones(ctx: Context) -> CheckResult:
 
 
 def check_reservation(ctx: Context) -> CheckResult:
-    from preflight import redeploy as day2
-    from preflight.quota_checks import planned_nodegroup_change
-
     inp = ctx.inp
     if not inp.gpu_capacity_reservation_id:
         return ok(RESERVATION_NAME, "none: On-Demand capacity (InsufficientInstanceCapacity possible)")

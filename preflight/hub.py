@@ -34,10 +34,15 @@ def endpoint() -> str:
     return os.environ.get("HF_ENDPOINT", DEFAULT_ENDPOINT).rstrip("/")
 
 
+def _request(repo: str, filename: str, *, token: str, base: str | None, method: str = "GET") -> urllib.request.Request:
+    """A file of the repository's main revision, with the token when there is one."""
+    url = f"{base or endpoint()}/{repo}/resolve/main/{filename}"
+    return urllib.request.Request(url, method=method, headers={"Authorization": f"Bearer {token}"} if token else {})
+
+
 def hub_json(repo: str, filename: str, *, token: str = "", base: str | None = None) -> dict[str, Any]:
     """A JSON file of the repository's main revision; gated, missing and failing answers as HubError."""
-    url = f"{base or endpoint()}/{repo}/resolve/main/{filename}"
-    request = urllib.request.Request(url, headers={"Authorization": f"Bearer {token}"} if token else {})
+    request = _request(repo, filename, token=token, base=base)
     try:
         with urllib.request.urlopen(request, timeout=TIMEOUT_SECONDS) as answer:
             data: dict[str, Any] = json.loads(answer.read())
@@ -115,8 +120,7 @@ class _NoRedirect(urllib.request.HTTPRedirectHandler):
 
 def hub_file_size(repo: str, filename: str, *, token: str = "", base: str | None = None) -> int:
     """A file's size from the Hub's HEAD answer (X-Linked-Size for a file stored in LFS, else Content-Length)."""
-    url = f"{base or endpoint()}/{repo}/resolve/main/{filename}"
-    request = urllib.request.Request(url, method="HEAD", headers={"Authorization": f"Bearer {token}"} if token else {})
+    request = _request(repo, filename, token=token, base=base, method="HEAD")
     opener = urllib.request.build_opener(_NoRedirect)
     try:
         answer = opener.open(request, timeout=TIMEOUT_SECONDS)

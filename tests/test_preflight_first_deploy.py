@@ -311,12 +311,12 @@ def test_a_roll_of_a_capacity_block_nodegroup_with_nodes_in_it_is_refused(monkey
     before the reservation is even read; with nothing running in it, it is checked as usual."""
     from types import SimpleNamespace
 
-    from preflight import capacity, quota_checks
+    from preflight import capacity
     from preflight import redeploy as day2
 
     rolling = day2.ResourceChange(logical_id="GpuNodesNodegroup", resource_type="AWS::EKS::Nodegroup", action=day2.MODIFY, properties=("LaunchTemplate",))
     assert day2.rolls(rolling)
-    monkeypatch.setattr(quota_checks, "planned_nodegroup_change", lambda ctx, name: rolling)
+    monkeypatch.setattr(capacity, "planned_nodegroup_change", lambda ctx, name: rolling)
     inp = replace(INPUT, gpu_capacity_reservation_id=RESERVATION, gpu_capacity_reservation_type="capacity-block", gpu_placement_group="off")
     inp = replace(inp, redeploy=SimpleNamespace(gpu_nodegroup_name="gpu-workers"))  # type: ignore[arg-type]
 

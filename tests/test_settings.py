@@ -217,7 +217,7 @@ def test_the_docs_settings_table_is_generated_from_the_specs() -> None:
 
 
 def test_the_docs_say_what_changing_each_setting_does() -> None:
-    from settings.change_effects import CHANGE_EFFECTS, change_table_markdown
+    from settings.specs import CHANGE_EFFECTS, change_table_markdown
 
     assert list(CHANGE_EFFECTS) == [s.env for s in SPECS], "one row per setting, in the settings table's order"
     assert change_table_markdown() in (REPO / "docs" / "day2.md").read_text(), "docs/day2.md's change table is stale: run `make docs-tables`"

@@ -1,6 +1,6 @@
 """`make docs-tables`: rewrite the generated parts of the docs from the code, between their markers
 (`<!-- generated:NAME … -->` … `<!-- /generated:NAME -->`): the settings table (settings/loader.py), the
-change table (settings/change_effects.py), the preflight checks (preflight/registry.py), the Helm charts
+change table (settings/specs.py), the preflight checks (preflight/registry.py), the Helm charts
 (stacks/addons/) and the quota the defaults need. `--check` changes nothing and exits 1 when a page is stale (the tests run it)."""
 
 from __future__ import annotations
@@ -13,11 +13,10 @@ from pathlib import Path
 
 from preflight.registry import table_markdown as preflight_table_markdown
 from settings import load_settings
-from settings.change_effects import change_table_markdown
 from settings.ci_access import ci_settings_table_markdown
 from settings.model_facts import BUILT_IN_MODELS
 from settings.model_fit import fit_table_markdown
-from settings.specs import settings_table_markdown
+from settings.specs import change_table_markdown, settings_table_markdown
 from stacks.addons import chart_table_markdown
 from stacks.addons.managed import managed_table_markdown
 
