@@ -1,0 +1,47 @@
+"""What a setting's declaration holds (SettingSpec) and what a change does to a deployed stack: the vocabulary of
+settings/specs.py and settings/specs_infra.py."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from settings.parsers import Parser
+
+# What a change does to a deployed stack.
+IN_PLACE = "in place"
+ROLLING = "rolling update"
+REPLACEMENT = "replacement"
+RECREATE = "RayCluster re-created"
+REFUSED = "refused"
+NEW = "new deployment"
+_RECREATE_HOW = "`make diff` shows `RayClusterConfigFingerprint` changing; `make destroy STACKS=CLUSTER_NAME-serving && make deploy` (GPU nodes stay)"
+
+
+@dataclass(frozen=True)
+class SettingSpec:
+    env: str
+    default: str
+    meaning: str
+    allowed: str = ""  # what is allowed, beyond what the parser says (or all of it, without a parser)
+    # (effect, what happens or how to apply it) on a deployed stack: the docs' change table (tests/test_day2.py
+    # checks the effects on pairs of real synths; the preflight enforces the refusals). None: not a service setting.
+    change: tuple[str, str] | None = None
+    # The parser of a value that needs no other setting: it checks it and says what is allowed (the "Allowed"
+    # column starts with its text), from the same numbers. None: settings/loader.py parses it with the others.
+    parser: Parser | None = None
+
+    @property
+    def allowed_text(self) -> str:
+        if self.parser is None:
+            return self.allowed
+        return f"{self.parser.allowed}; {self.allowed}" if self.allowed else self.parser.allowed
+
+    def parse(self, raw: str) -> Any:
+        if self.parser is None:
+            raise TypeError(f"{self.env} is parsed with the settings it depends on, in settings/loader.py")
+        return self.parser(self.env, raw)
+
+    @property
+    def context_key(self) -> str:
+        return self.env.lower()

@@ -1,0 +1,193 @@
+"""The settings of the AWS side, declared once (see settings/specs.py): the cluster, its network, the nodes and
+the GPU capacity. settings/specs.py puts them first in SPECS, in this order."""
+
+from __future__ import annotations
+
+from settings import versions
+from settings.instance_types import BUILT_IN_GPU_TYPES
+from settings.parsers import Choice, DnsLabel, Integer
+from settings.spec_base import _RECREATE_HOW, IN_PLACE, NEW, RECREATE, REFUSED, REPLACEMENT, ROLLING, SettingSpec
+
+INFRA_SPECS: tuple[SettingSpec, ...] = (
+    SettingSpec(
+        "CLUSTER_NAME",
+        "ray-llm-multinode",
+        "EKS cluster name; also the prefix of the stack names",
+        "",
+        parser=DnsLabel(40),
+        change=(NEW, "new stack names: a second deployment beside the first. `make destroy` the old one (with the old name) first"),
+    ),
+    SettingSpec(
+        "REGION",
+        "sa-east-1",
+        "AWS Region of every stack",
+        "an AWS commercial Region, e.g. us-east-2",
+        change=(NEW, "a second deployment in the other Region. `make destroy` the old one (with the old Region) first"),
+    ),
+    SettingSpec(
+        "K8S_VERSION",
+        "1.35",
+        "Kubernetes version of the control plane and nodes",
+        ", ".join(versions.SUPPORTED_KUBERNETES_VERSIONS),
+        change=(
+            ROLLING,
+            "control plane in place, then the add-ons, then each nodegroup rolls. One minor version per deploy, alone: preflight refuses a skip, "
+            "a downgrade, or a version change together with another nodegroup change. Run `make lookup` first (add-on versions)",
+        ),
+    ),
+    SettingSpec(
+        "NAMESPACE",
+        "inference",
+        "Namespace of the RayService",
+        "",
+        parser=DnsLabel(),
+        change=(REPLACEMENT, "new Namespace and RayService applied, then the old ones deleted; the model restarts (up to 30 minutes)"),
+    ),
+    SettingSpec(
+        "VPC_CIDR",
+        "10.0.0.0/16",
+        "IPv4 range of the VPC (3 private /19 and 3 public /24 subnets)",
+        "a private IPv4 CIDR, /16 or /17",
+        change=(REFUSED, "replaces the VPC under the cluster. Keep it, or `make destroy` and deploy again"),
+    ),
+    SettingSpec(
+        "ENDPOINT_ACCESS",
+        "public-and-private",
+        "Where the Kubernetes API endpoint is reachable from",
+        "",
+        parser=Choice(("public-and-private", "private", "public")),
+        change=(
+            IN_PLACE,
+            "EKS updates the endpoint; to or from `public` the kubectl provider's Lambdas move out of or into the VPC (with their own security group whenever they are in it)",
+        ),
+    ),
+    SettingSpec(
+        "PUBLIC_ACCESS_CIDRS",
+        "",
+        "Allow-list for the public API endpoint (empty = anywhere)",
+        "comma-separated IPv4 CIDRs; needs ENDPOINT_ACCESS=public-and-private",
+        change=(IN_PLACE, "EKS updates the allow-list"),
+    ),
+    SettingSpec(
+        "ADMIN_PRINCIPAL_ARNS",
+        "",
+        "IAM roles/users given cluster-admin access entries (CI deploy role, people)",
+        "comma-separated IAM role or user ARNs",
+        change=(IN_PLACE, "access entries added or removed (each keyed by its ARN, so the others stay)"),
+    ),
+    SettingSpec(
+        "SYSTEM_NODEGROUP_NAME",
+        "system-nodes",
+        "Name of the CPU system nodegroup",
+        "",
+        parser=DnsLabel(),
+        change=(
+            REPLACEMENT,
+            "the new nodegroup starts beside the old one (its nodes count against the Standard quota meanwhile), then the old one goes",
+        ),
+    ),
+    SettingSpec(
+        "SYSTEM_NODE_TYPE",
+        "m7i.xlarge",
+        "Instance type of the system nodes (operator, Ray head, CoreDNS)",
+        "an x86_64 EC2 type with at least 4 vCPU and 16 GiB",
+        change=(ROLLING, "a new launch template version: nodes replaced one at a time (up to two extra per AZ first)"),
+    ),
+    SettingSpec("SYSTEM_NODE_COUNT", "1", "Number of system nodes", "", parser=Integer(1, 10), change=(IN_PLACE, "nodegroup scaling")),
+    SettingSpec(
+        "SYSTEM_ROOT_VOLUME_GIB",
+        "100",
+        "Encrypted gp3 root volume of each system node (the Ray head pulls the ~20 GB image)",
+        "",
+        parser=Integer(80, 1000),
+        change=(ROLLING, "a new launch template version"),
+    ),
+    SettingSpec(
+        "GPU_NODEGROUP_NAME",
+        "gpu-workers",
+        "Name of the EFA GPU nodegroup",
+        "",
+        parser=DnsLabel(),
+        change=(REFUSED, "unless parked: `GPU_NODE_COUNT=0 make deploy`, then rename with GPU_NODE_COUNT=0, then unpark"),
+    ),
+    SettingSpec(
+        "GPU_NODE_TYPE",
+        "g6.8xlarge",
+        "Instance type of the GPU nodes",
+        "an x86_64 NVIDIA GPU type with EFA: " + ", ".join(BUILT_IN_GPU_TYPES) + ", or another after `make lookup`",
+        change=(
+            ROLLING,
+            f"a new launch template version (GPU_UPDATE_STRATEGY), and the workers' resources change: {RECREATE}. {_RECREATE_HOW}. "
+            "`make lookup` for the new type's AZs first",
+        ),
+    ),
+    SettingSpec(
+        "GPU_NODE_COUNT",
+        "",
+        "Number of GPU nodes; empty = what the replicas need (prefill nodes + decode nodes); 0 parks the GPUs and keeps everything else",
+        "empty, 0, or the nodes the replicas need",
+        change=(IN_PLACE, "nodegroup scaling; 0 parks the GPUs, empty (or the count the replicas need) unparks"),
+    ),
+    SettingSpec(
+        "GPU_UPDATE_STRATEGY",
+        "minimal",
+        "How EKS replaces GPU nodes on a rolling update (new launch template, AMI or Kubernetes version)",
+        "minimal (terminate, then launch: no extra GPU quota or placement-group room), default (launch 2 extra nodes first)",
+        parser=Choice(("minimal", "default")),
+        change=(IN_PLACE, "the nodegroup's update configuration"),
+    ),
+    SettingSpec(
+        "GPU_ROOT_VOLUME_GIB",
+        "200",
+        "Encrypted gp3 root volume of each GPU node (image ~20 GB, weights ~18 GiB)",
+        "",
+        parser=Integer(100, 2000),
+        change=(ROLLING, "a new launch template version (GPU_UPDATE_STRATEGY)"),
+    ),
+    SettingSpec(
+        "GPU_AZ",
+        "",
+        "AZ of the GPU nodes (EFA cannot cross AZs); empty = the cached look-up, else REGION + 'a'",
+        "an AZ of REGION that offers GPU_NODE_TYPE",
+        change=(
+            REFUSED,
+            "the nodegroup's subnet is create-only and its name fixed. Park, deploy the new GPU_AZ with a new GPU_NODEGROUP_NAME and "
+            "GPU_NODE_COUNT=0, then unpark (if the VPC's AZs change too, preflight refuses that as well: `make destroy` and deploy again)",
+        ),
+    ),
+    SettingSpec(
+        "GPU_PLACEMENT_GROUP",
+        "on",
+        "Cluster placement group of the GPU nodes: on = one the GPU stack creates (lowest latency between them, but all nodes "
+        "must fit one spot: InsufficientInstanceCapacity is likelier), off = none, or the name of an existing cluster placement "
+        "group (the one a capacity reservation was made in)",
+        "on, off, or a placement group name; not on with GPU_CAPACITY_RESERVATION_ID",
+        change=(
+            ROLLING,
+            "a new launch template version (GPU_UPDATE_STRATEGY); `on` to `off` deletes the stack's placement group once the nodes have left it",
+        ),
+    ),
+    SettingSpec(
+        "GPU_CAPACITY_RESERVATION_ID",
+        "",
+        "EC2 capacity reservation the GPU nodes launch into (an On-Demand Capacity Reservation or a Capacity Block for ML); empty = none",
+        "empty or a reservation ID cr-<17 hex>, in GPU_AZ, of GPU_NODE_TYPE, active, with free instances for the nodes (checked by the preflight)",
+        change=(
+            ROLLING,
+            "a new launch template version: the nodes are replaced into the new reservation (or out of it). A Capacity Block nodegroup "
+            "updates only at size 0: the preflight refuses the roll while nodes run in the block; park, deploy the change, unpark",
+        ),
+    ),
+    SettingSpec(
+        "GPU_CAPACITY_RESERVATION_TYPE",
+        "on-demand",
+        "What GPU_CAPACITY_RESERVATION_ID is: on-demand (a Capacity Reservation) or capacity-block (a Capacity Block for ML: the nodegroup's capacity type CAPACITY_BLOCK)",
+        "needs GPU_CAPACITY_RESERVATION_ID for capacity-block",
+        parser=Choice(("on-demand", "capacity-block")),
+        change=(
+            REFUSED,
+            "the nodegroup's capacity type is create-only and its name fixed: unless parked, `GPU_NODE_COUNT=0 make deploy`, then change it "
+            "with a new GPU_NODEGROUP_NAME and GPU_NODE_COUNT=0, then unpark",
+        ),
+    ),
+)
