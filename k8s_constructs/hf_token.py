@@ -14,6 +14,7 @@ import cdk8s
 import yaml
 from constructs import Construct
 
+from k8s_constructs.ray_facts import worker_service_account
 from settings import Settings
 
 CSI_DRIVER = "secrets-store.csi.k8s.io"
@@ -36,7 +37,7 @@ class HfToken:
 def hf_token_of(settings: Settings) -> HfToken | None:
     if not settings.hf_token_secret_name:
         return None
-    return HfToken(secret_name=settings.hf_token_secret_name, region=settings.region, service_account=f"{settings.ray_service_name}-worker")
+    return HfToken(secret_name=settings.hf_token_secret_name, region=settings.region, service_account=worker_service_account(settings.ray_service_name))
 
 
 class HfTokenProviderClass(Construct):

@@ -35,6 +35,11 @@ METRICS_PHASE_LABEL: Final = "ray_group"
 ENGINE_REQUESTS_RUNNING: Final = "ray_vllm_num_requests_running"
 
 
+def worker_service_account(ray_service_name: str) -> str:
+    """The GPU workers' ServiceAccount, bound to their EKS Pod Identity role (the Hub token, the S3 weights)."""
+    return f"{ray_service_name}-worker"
+
+
 def selector(key: str, value: str) -> str:
     """A kubectl label selector."""
     return f"{key}={value}"

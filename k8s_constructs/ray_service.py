@@ -64,7 +64,7 @@ from imports.io.ray import (
 from k8s_constructs import hf_token
 from k8s_constructs.hf_token import HfTokenProviderClass, hf_token_of
 from k8s_constructs.network_policies import NetworkPolicyProps, RayNetworkPolicies
-from k8s_constructs.ray_facts import DASHBOARD_PORT, GCS_PORT, HEAD_CONTAINER, SERVE_PORT, WORKER_CONTAINER
+from k8s_constructs.ray_facts import DASHBOARD_PORT, GCS_PORT, HEAD_CONTAINER, SERVE_PORT, WORKER_CONTAINER, worker_service_account
 from k8s_constructs.serve_config import PHASE_RESOURCES, Phase, pd_application
 from settings import Settings
 from settings.scheduling import GPU_NODE_LABELS, LOCAL_NVME_MOUNT, SYSTEM_NODE_LABELS, gpu_toleration
@@ -92,6 +92,11 @@ IN_PLACE_WORKER_FIELDS = ("replicas", "minReplicas", "maxReplicas")
 
 
 Q = TypeVar("Q")
+
+
+def worker_identity_needed(settings: Settings) -> bool:
+    """The GPU workers get a ServiceAccount with an EKS Pod Identity only when they read from AWS."""
+    return bool(settings.hf_token_secret_name) or settings.model_s3 is not None
 
 
 @dataclass(frozen=True)
@@ -141,14 +146,17 @@ class PdRayServiceChart(cdk8s.Chart):
             policy.node.add_dependency(self.namespace_object)
 
         token = hf_token_of(s)
-        if token is not None:
-            # The workers' identity for EKS Pod Identity, which lets the CSI provider read the token.
+        self.worker_service_account: kplus.ServiceAccount | None = None
+        if worker_identity_needed(s):
+            # The workers' identity for EKS Pod Identity: the CSI provider reads the token with it, Ray's S3
+            # downloader the weights.
             self.worker_service_account = kplus.ServiceAccount(
-                self, "WorkerServiceAccount", metadata=cdk8s.ApiObjectMetadata(name=token.service_account, namespace=s.namespace)
+                self, "WorkerServiceAccount", metadata=cdk8s.ApiObjectMetadata(name=worker_service_account(s.ray_service_name), namespace=s.namespace)
             )
+            self.worker_service_account.node.add_dependency(self.namespace_object)
+        if token is not None:
             self.hf_token_provider = HfTokenProviderClass(self, "HfToken", token=token, namespace=s.namespace)
-            for obj in (self.worker_service_account, self.hf_token_provider):
-                obj.node.add_dependency(self.namespace_object)
+            self.hf_token_provider.node.add_dependency(self.namespace_object)
 
         self.ray_service = RayService(
             self,
@@ -254,6 +262,10 @@ class PdRayServiceChart(cdk8s.Chart):
             # NIXL needs this layout to transfer Qwen3.5's hybrid Mamba/DeltaNet state.
             ("VLLM_SSM_CONV_STATE_LAYOUT", "DS"),
         ]
+        if s.model_s3 is not None:
+            # Ray's S3 downloader is a plain boto3 client: without a Region it would ask us-east-1's endpoint,
+            # which the VPC's S3 gateway endpoint (this Region's) does not carry.
+            env += [("AWS_REGION", s.region), ("AWS_DEFAULT_REGION", s.region)]
         Env = RayServiceSpecRayClusterConfigWorkerGroupSpecsTemplateSpecContainersEnv
         token = hf_token_of(s)
         token_env, token_mounts, token_volumes = [], [], []
@@ -297,7 +309,7 @@ class PdRayServiceChart(cdk8s.Chart):
                     # As the head's. With HF_TOKEN_SECRET_NAME the CSI driver asks its own token for the
                     # service account (tokenRequests); Pod Identity needs no mounted one.
                     automount_service_account_token=False,
-                    service_account_name=token.service_account if token else None,
+                    service_account_name=worker_service_account(s.ray_service_name) if worker_identity_needed(s) else None,
                     tolerations=[RayServiceSpecRayClusterConfigWorkerGroupSpecsTemplateSpecTolerations(**gpu_toleration())],
                     containers=[
                         RayServiceSpecRayClusterConfigWorkerGroupSpecsTemplateSpecContainers(

@@ -13,6 +13,7 @@ import yaml
 
 from settings import Settings
 from settings.model_fit import GPU_MEMORY_UTILIZATION
+from settings.model_source import S3_SCHEME
 from settings.sizing import CPUS_PER_GPU_BUNDLE
 
 PD_APP_IMPORT_PATH = "ray.serve.llm:build_pd_openai_app"
@@ -99,7 +100,10 @@ class PhaseConfig:
     accelerator_type: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        config: dict[str, Any] = {"model_loading_config": {"model_id": self.model_id, "model_source": self.model_source}}
+        # An S3 prefix as Ray's CloudMirrorConfig: each GPU node downloads every object under it (weights,
+        # config and tokenizer) before the engine starts; a Hub id is downloaded by vLLM itself.
+        source: str | dict[str, str] = {"bucket_uri": self.model_source} if self.model_source.startswith(S3_SCHEME) else self.model_source
+        config: dict[str, Any] = {"model_loading_config": {"model_id": self.model_id, "model_source": source}}
         if self.accelerator_type:
             config["accelerator_type"] = self.accelerator_type
         config.update(

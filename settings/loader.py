@@ -23,6 +23,7 @@ from settings.instance_types import (
     instance_type_context_key,
 )
 from settings.model import Settings
+from settings.model_source import parse_kms_key_arn, parse_model_source
 from settings.model_facts import model_facts, vllm_architectures
 from settings.model_fit import fit, misfit
 from settings.parsers import cidr, closest, csv, integer, known_instance_types, namespaces, region_name, semver
@@ -254,12 +255,7 @@ def load_settings(environ: Mapping[str, str], context: Mapping[str, Any]) -> Set
     model_id = raw["MODEL_ID"]
     if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}", model_id):
         raise SettingError("MODEL_ID", model_id, "letters, digits, '.', '_' and '-', at most 128 characters")
-    model_source = raw["MODEL_SOURCE"]
-    # Hugging Face only: the workers have no AWS identity to read s3:// with (IMDS is closed to pods).
-    if not re.fullmatch(r"[A-Za-z0-9][\w.-]*/[\w.-]+", model_source):
-        raise SettingError(
-            "MODEL_SOURCE", model_source, "a Hugging Face repository ORG/NAME (s3:// sources are not supported: the workers have no AWS identity)"
-        )
+    model_source = parse_model_source(raw["MODEL_SOURCE"])
     secret = raw["HF_TOKEN_SECRET_NAME"]
     if secret and not re.fullmatch(r"[A-Za-z0-9/_+=.@-]{1,512}", secret):
         raise SettingError("HF_TOKEN_SECRET_NAME", secret, "a Secrets Manager secret name (letters, digits and /_+=.@-)")
@@ -297,6 +293,7 @@ def load_settings(environ: Mapping[str, str], context: Mapping[str, Any]) -> Set
         gpu_capacity_reservation_id=reservation,
         gpu_capacity_reservation_type=reservation_type,
         model_images=_parse(raw, "MODEL_IMAGES") == "on",
+        model_source_kms_key_arn=parse_kms_key_arn("MODEL_SOURCE_KMS_KEY_ARN", raw["MODEL_SOURCE_KMS_KEY_ARN"].strip(), model_source),
     )
     facts, facts_source = model_facts(model_source, context)
     settings = replace(settings, model_facts=facts, model_facts_source=facts_source)

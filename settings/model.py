@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from settings.addressing import collector_subnet_cidrs
 from settings.instance_types import InstanceFacts
 from settings.model_facts import ModelFacts
+from settings.model_source import S3Prefix, s3_source
 from settings.registries import eks_addon_registry
 
 # The deployable units, in deploy order, and those only some configurations contain.
@@ -64,6 +65,12 @@ class Settings:
     model_facts: ModelFacts | None = None  # None: an unknown model (no look-up, not built in): not checked
     model_facts_source: str = ""  # "cached look-up" | "built-in table" | "unknown model"
     model_images: bool = False  # MODEL_IMAGES: a multimodal model keeps its vision tower
+    model_source_kms_key_arn: str = ""  # the S3 model bucket's SSE-KMS key; "" = none (SSE-S3)
+
+    @property
+    def model_s3(self) -> S3Prefix | None:
+        """The S3 prefix of an s3:// MODEL_SOURCE; None for a Hugging Face repository."""
+        return s3_source(self.model_source)
 
     @property
     def text_only_multimodal(self) -> bool:

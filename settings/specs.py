@@ -77,9 +77,20 @@ SPECS: tuple[SettingSpec, ...] = (
     SettingSpec(
         "MODEL_SOURCE",
         "Qwen/Qwen3.5-9B",
-        "Hugging Face repository of the weights",
-        "ORG/NAME of an architecture vLLM 0.26 serves, fitting the GPUs (checked at synth when its facts are known: built in, or `make lookup`)",
-        change=(IN_PLACE, "serveConfigV2: Ray Serve redeploys the application (new weights are downloaded)"),
+        "Where the weights come from: a Hugging Face repository, or an S3 prefix holding a copy (`make mirror-model`) that the GPU workers read with their own EKS Pod Identity",
+        "ORG/NAME, or s3://BUCKET/PREFIX (a bucket in REGION; no wildcard); an architecture vLLM 0.26 serves, fitting the GPUs (checked at synth when its facts are known: built in, or `make lookup`)",
+        change=(
+            IN_PLACE,
+            "serveConfigV2: Ray Serve redeploys the application (new weights are downloaded). Between a Hub id and an S3 prefix the workers' "
+            f"service account, region and offline variables change too, a RayCluster change: {_RECREATE_HOW}",
+        ),
+    ),
+    SettingSpec(
+        "MODEL_SOURCE_KMS_KEY_ARN",
+        "",
+        "KMS key of the S3 model bucket when it is encrypted with SSE-KMS: the workers may kms:Decrypt with it through S3 (empty = SSE-S3)",
+        "a KMS key ARN, only with an s3:// MODEL_SOURCE",
+        change=(IN_PLACE, "the workers' Pod Identity role"),
     ),
     SettingSpec(
         "PREFILL_REPLICAS",

@@ -13,6 +13,31 @@ from settings import Settings
 from settings.addressing import PRIVATE_SUBNET_MASK, PUBLIC_SUBNET_MASK
 
 
+def s3_endpoint_statements() -> list[iam.PolicyStatement]:
+    """The S3 gateway endpoint's policy (tests/test_model_s3.py evaluates it)."""
+    anyone = [iam.AnyPrincipal()]
+    return [
+        iam.PolicyStatement(
+            sid="ThisAccountsPrincipals",
+            principals=anyone,
+            actions=["s3:*"],
+            resources=["*"],
+            conditions={"StringEquals": {"aws:PrincipalAccount": Aws.ACCOUNT_ID}},
+        ),
+        # docs.aws.amazon.com/AmazonECR/latest/userguide/vpc-endpoints.html#ecr-minimum-s3-perms
+        iam.PolicyStatement(
+            sid="EcrImageLayers", principals=anyone, actions=["s3:GetObject"], resources=[f"arn:{Aws.PARTITION}:s3:::prod-{Aws.REGION}-starport-layer-bucket/*"]
+        ),
+        # docs.aws.amazon.com/AWSCloudFormation/latest/UserGuide/cfn-vpce-bucketnames.html
+        iam.PolicyStatement(
+            sid="CloudFormationResponses",
+            principals=anyone,
+            actions=["s3:PutObject"],
+            resources=[f"arn:{Aws.PARTITION}:s3:::cloudformation-custom-resource-response-*/*", f"arn:{Aws.PARTITION}:s3:::cloudformation-waitcondition-*/*"],
+        ),
+    ]
+
+
 class NetworkStack(Stack):
     """VPC spanning the GPU AZ and its neighbours, with the subnet tags EKS load balancing expects."""
 
@@ -38,6 +63,8 @@ class NetworkStack(Stack):
             Tags.of(subnet).add("kubernetes.io/role/elb", "1")
         for subnet in self.vpc.private_subnets:
             Tags.of(subnet).add("kubernetes.io/role/internal-elb", "1")
+
+        self.s3_endpoint = self._s3_gateway_endpoint()
 
         # One key for the deployment's log groups (flow logs here, the control plane's in the cluster stack):
         # CloudWatch Logs may use it only for log groups of this account and Region.
@@ -66,6 +93,20 @@ class NetworkStack(Stack):
             destination=ec2.FlowLogDestination.to_cloud_watch_logs(flow_log_group),
             traffic_type=ec2.FlowLogTrafficType.REJECT,
         )
+
+    def _s3_gateway_endpoint(self) -> ec2.GatewayVpcEndpoint:
+        """S3 without the NAT gateway: ECR serves image layers from S3 (the ~20 GB Ray image), and an s3://
+        MODEL_SOURCE is read from it. A gateway endpoint is free; it routes this Region's S3 from the private
+        subnets' route tables. Its policy admits this account's principals (the nodes, the pods' Pod Identity
+        roles, the deployer), and two kinds of AWS-owned buckets reached through presigned URLs signed by
+        AWS itself: ECR's layer bucket, and CloudFormation's custom-resource responses (the kubectl provider's
+        Lambdas run in these subnets and answer CloudFormation through one)."""
+        endpoint = self.vpc.add_gateway_endpoint(
+            "S3Endpoint", service=ec2.GatewayVpcEndpointAwsService.S3, subnets=[ec2.SubnetSelection(subnet_type=ec2.SubnetType.PRIVATE_WITH_EGRESS)]
+        )
+        for statement in s3_endpoint_statements():
+            endpoint.add_to_policy(statement)
+        return endpoint
 
     def private_subnet_in(self, availability_zone: str) -> ec2.ISubnet:
         """The one private subnet of an AZ (the GPU nodegroup's)."""

@@ -9,10 +9,10 @@ from aws_cdk import aws_iam as iam
 from constructs import Construct
 
 from k8s_constructs.hf_token import HfToken, hf_token_of
-from k8s_constructs.ray_facts import SERVE_PORT
-from k8s_constructs.ray_service import PdRayServiceChart, RayServiceProps
+from k8s_constructs.ray_facts import SERVE_PORT, worker_service_account
+from k8s_constructs.ray_service import PdRayServiceChart, RayServiceProps, worker_identity_needed
 from settings import Settings
-from stacks import addons, nag
+from stacks import addons, model_access, nag
 from stacks.pod_identity import pod_identity_role
 
 # The objects that belong to the namespace, not to one RayService: they move only with NAMESPACE.
@@ -67,9 +67,8 @@ class ServingStack(Stack):
             overwrite=True,
         )
         self.ray_service.node.add_dependency(self.namespace_manifest)
-        token = hf_token_of(settings)
-        if token is not None:
-            for dependency in self._hf_token_access(cluster, settings, token):
+        if worker_identity_needed(settings):
+            for dependency in self._worker_access(cluster, settings):
                 self.ray_service.node.add_dependency(dependency)
 
         # Create after, and so delete before, the operator (it owns the finalizers and the pods) and
@@ -93,26 +92,46 @@ class ServingStack(Stack):
             value=f"kubectl port-forward -n {settings.namespace} svc/{settings.serve_service_name} {SERVE_PORT}:{SERVE_PORT}",
         )
 
-    def _hf_token_access(self, cluster: eks.ICluster, settings: Settings, token: HfToken) -> list[Construct]:
-        """The Secrets Manager CSI provider (an add-on), and a Pod Identity role that may read only the token's secret."""
-        (provider,) = addons.install(self, "serving", cluster=cluster, settings=settings).values()
+    def _worker_access(self, cluster: eks.ICluster, settings: Settings) -> list[Construct]:
+        """The GPU workers' Pod Identity role: it may read the Hugging Face token's secret (with the Secrets Manager
+        CSI provider, an add-on) and the S3 prefix of the weights, each only when configured; and the mirror Job's."""
         namespace = settings.namespace
+        account = worker_service_account(settings.ray_service_name)
+        token, source = hf_token_of(settings), settings.model_s3
+        reads = " and ".join(what for what, on in (("the Hugging Face token", token), (f"the weights under {source.uri if source else ''}", source)) if on)
+        # The logical IDs date from when the role only read the token: renamed, CloudFormation would create a
+        # second association for the same service account before deleting the first, which EKS refuses.
         role, association = pod_identity_role(
             self,
             "HfTokenReaderRole",
             "HfTokenPodIdentity",
             cluster=cluster,
             namespace=namespace,
-            service_account=token.service_account,
-            description=f"EKS Pod Identity of {namespace}/{token.service_account}: reads the Hugging Face token",
+            service_account=account,
+            description=f"EKS Pod Identity of {namespace}/{account}: reads {reads}",
         )
+        needs: list[Construct] = [association]
+        if token is not None:
+            (provider,) = addons.install(self, "serving", cluster=cluster, settings=settings).values()
+            needs.append(provider)
+            role.add_to_policy(self._token_secret_statement(role, token))
+        if source is not None:
+            for statement in model_access.reader_statements(source, settings.model_source_kms_key_arn):
+                role.add_to_policy(statement)
+            model_access.acknowledge_prefix_wildcard(role, source)
+            mirror, _ = model_access.mirror_writer_role(self, cluster=cluster, settings=settings, source=source)
+            if token is not None:
+                mirror.add_to_policy(self._token_secret_statement(mirror, token))
+        return needs
+
+    @staticmethod
+    def _token_secret_statement(role: iam.Role, token: HfToken) -> iam.PolicyStatement:
         # Secrets Manager appends a random 6-character suffix to a secret's ARN.
         secret_arn = f"arn:{Aws.PARTITION}:secretsmanager:{Aws.REGION}:{Aws.ACCOUNT_ID}:secret:{token.secret_name}-??????"
-        role.add_to_policy(iam.PolicyStatement(actions=["secretsmanager:GetSecretValue", "secretsmanager:DescribeSecret"], resources=[secret_arn]))
         nag.acknowledge(
             role,
             "AwsSolutions-IAM5",
             "The wildcard is the 6-character suffix Secrets Manager appends to the ARN of the one secret named by HF_TOKEN_SECRET_NAME.",
             applies_to=[f"Resource::arn:<AWS::Partition>:secretsmanager:<AWS::Region>:<AWS::AccountId>:secret:{token.secret_name}-??????"],
         )
-        return [provider, association]
+        return iam.PolicyStatement(actions=["secretsmanager:GetSecretValue", "secretsmanager:DescribeSecret"], resources=[secret_arn])

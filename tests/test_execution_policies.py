@@ -50,6 +50,8 @@ UNUSED_FEATURES: dict[tuple[str, str], str] = {
     ("AWS::EC2::VPC", "ec2:ModifyVpcTenancy"): "dedicated tenancy (default tenancy)",
     ("AWS::EC2::VPCGatewayAttachment", "ec2:*VpnGateway"): "a VPN gateway (the attachment is the internet gateway's)",
     ("AWS::EC2::FlowLog", "s3:*BucketPolicy"): "flow logs to S3 (ours go to CloudWatch Logs)",
+    ("AWS::EC2::VPCEndpoint", "vpc-lattice:*"): "VPC Lattice service network endpoints (ours is an S3 gateway endpoint)",
+    ("AWS::EC2::VPCEndpoint", "vpce:AllowMultiRegion"): "a cross-Region endpoint (ours is this Region's S3)",
     ("AWS::EKS::Cluster", "iam:*InstanceProfile"): "EKS Auto Mode's node instance profile (Auto Mode off: managed nodegroups only)",
     ("AWS::Lambda::Function", "kms:*"): "a customer managed key on a function's environment (KmsKeyArn not set)",
     ("AWS::Lambda::Function", "lambda:*CodeSigningConfig"): "code signing (CodeSigningConfigArn not set)",
