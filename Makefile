@@ -10,7 +10,7 @@ CDK := node_modules/.bin/cdk
 export JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION := 20
 ARGS ?=
 
-.PHONY: vendor-kuberay docs docs-tables status verify verify-efa bench-serving help install install-dev synth test lint format diff deploy destroy park review stacks kubeconfig kuberay-crds wait-ready bench lookup preflight imports dist settings-table checkov ci-access ci-access-synth clean
+.PHONY: mirror-model vendor-kuberay docs docs-tables status verify verify-efa bench-serving help install install-dev synth test lint format diff deploy destroy park review stacks kubeconfig kuberay-crds wait-ready bench lookup preflight imports dist settings-table checkov ci-access ci-access-synth clean
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-15s %s\n", $$1, $$2}'
@@ -95,6 +95,9 @@ kuberay-crds: install ## Apply the repository's KubeRay CRDs server-side (before
 
 wait-ready: install ## Wait for the RayService to be Ready (WAIT_TIMEOUT=45m)
 	$(PY) -m tools.cluster wait-ready
+
+mirror-model: install ## Copy a Hub model to MODEL_SOURCE's S3 prefix with a Job on a system node, verified file by file: HF_MODEL=ORG/NAME [HF_REVISION=main]
+	$(PY) -m tools.mirror_model
 
 bench-serving: install ## In-cluster benchmark Job (mixed long/short prompts at a few rates) -> bench-serving.json; COMPARE=old.json for deltas
 	$(PY) -m tools.bench_serving

@@ -80,9 +80,11 @@ SPECS: tuple[SettingSpec, ...] = (
         "Where the weights come from: a Hugging Face repository, or an S3 prefix holding a copy (`make mirror-model`) that the GPU workers read with their own EKS Pod Identity",
         "ORG/NAME, or s3://BUCKET/PREFIX (a bucket in REGION; no wildcard); an architecture vLLM 0.26 serves, fitting the GPUs (checked at synth when its facts are known: built in, or `make lookup`)",
         change=(
-            IN_PLACE,
-            "serveConfigV2: Ray Serve redeploys the application (new weights are downloaded). Between a Hub id and an S3 prefix the workers' "
-            f"service account, region and offline variables change too, a RayCluster change: {_RECREATE_HOW}",
+            RECREATE,
+            "from one Hub id to another, or one S3 prefix to another: in place (serveConfigV2, Ray Serve redeploys the application and the "
+            "engines download the new weights; a new prefix also moves the workers' read permission). Between a Hub id and an S3 prefix the "
+            f"workers gain or lose their service account and Region: {_RECREATE_HOW}. Fill the prefix first (`make mirror-model`): the "
+            "preflight refuses an unparked deploy from a prefix without the mirror's `hash`",
         ),
     ),
     SettingSpec(

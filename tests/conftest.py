@@ -98,3 +98,9 @@ def observed_synth(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Synth]:
 def private_synth(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Synth]:
     """ENDPOINT_ACCESS=private: the API reachable only from inside the VPC."""
     yield synthesize(settings_for({"ENDPOINT_ACCESS": "private"}), tmp_path_factory.mktemp("private"))
+
+
+@pytest.fixture(scope="session")
+def s3_synth(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Synth]:
+    """MODEL_SOURCE=s3://...: the workers' Pod Identity reads the prefix; the mirror Job's role writes it."""
+    yield synthesize(settings_for({"MODEL_SOURCE": "s3://example-models/qwen3.5-9b"}), tmp_path_factory.mktemp("s3"))

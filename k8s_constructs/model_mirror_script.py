@@ -1,0 +1,174 @@
+"""The mirror Job's program (`make mirror-model`): copy one revision of a Hugging Face model repository to the
+S3 prefix of MODEL_SOURCE, and prove the copy.
+
+Runs inside the Ray LLM image on a system node (python3 and boto3, nothing else: this file imports only the
+standard library and boto3), with the Job's EKS Pod Identity. Each file streams from the Hub to S3 (no local
+disk), hashed on the way; then every object is read back from S3 and its size and hash compared with what the
+Hub publishes for that file (the SHA-256 of a file stored in LFS, the git blob SHA-1 of any other). Only when
+all match does it write `hash` (the commit): Ray Serve LLM names the local snapshot after it, and the preflight
+takes it as the sign of a finished copy. Progress goes to stdout; the last line is `MIRROR_RESULT <json>`.
+
+Environment: HF_REPO, HF_REVISION (default main), DEST_URI (s3://BUCKET/PREFIX), HF_ENDPOINT (default the
+Hub), HF_TOKEN_FILE (optional: a file holding the token), AWS_REGION.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import sys
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+from dataclasses import dataclass
+from typing import Any, BinaryIO
+
+import boto3
+from boto3.s3.transfer import TransferConfig
+
+RESULT_MARKER = "MIRROR_RESULT "
+COMPLETION_OBJECT = "hash"  # what Ray reads as the snapshot name; written last
+CHUNK = 8 * 1024 * 1024
+PROGRESS_EVERY = 1024**3  # a line per GiB
+TRANSFER = TransferConfig(multipart_chunksize=64 * 1024 * 1024, max_concurrency=8)
+
+
+class MirrorError(Exception):
+    """One line for the Job's log: what does not match, and where."""
+
+
+@dataclass(frozen=True)
+class HubFile:
+    path: str
+    size: int
+    sha256: str  # LFS files
+    git_sha1: str  # other files: the git blob id
+
+    def expected(self) -> tuple[str, str]:
+        return ("sha256", self.sha256) if self.sha256 else ("git-sha1", self.git_sha1)
+
+
+class _Hashing:
+    """A file-like reader that counts and hashes what passes through it (sha256 and the git blob sha1)."""
+
+    def __init__(self, raw: BinaryIO, size: int, label: str) -> None:
+        self.raw, self.size, self.label = raw, size, label
+        self.count, self.sha256 = 0, hashlib.sha256()
+        self.git = hashlib.sha1(f"blob {size}\0".encode())  # noqa: S324 - git's object id, not a security hash
+        self.started, self.next_report = time.monotonic(), PROGRESS_EVERY
+
+    def read(self, n: int = -1) -> bytes:
+        data = self.raw.read(n if n and n > 0 else CHUNK)
+        self.count += len(data)
+        self.sha256.update(data)
+        self.git.update(data)
+        if self.count >= self.next_report:
+            rate = self.count / max(time.monotonic() - self.started, 1e-6) / 1e6
+            print(f"  {self.label}: {self.count / 1024**3:.1f} / {self.size / 1024**3:.1f} GiB ({rate:.0f} MB/s)", flush=True)
+            self.next_report += PROGRESS_EVERY
+        return data
+
+    def matches(self, file: HubFile) -> bool:
+        kind, digest = file.expected()
+        got = self.sha256.hexdigest() if kind == "sha256" else self.git.hexdigest()
+        return self.count == file.size and got == digest
+
+
+def _hub(endpoint: str, path: str, token: str) -> Any:
+    request = urllib.request.Request(f"{endpoint}{path}", headers={"Authorization": f"Bearer {token}"} if token else {})
+    return urllib.request.urlopen(request, timeout=60)  # noqa: S310 - the Hub's https URL (HF_ENDPOINT in tests)
+
+
+def hub_files(endpoint: str, repo: str, revision: str, token: str) -> tuple[str, list[HubFile]]:
+    """The commit of `revision` and every file of the repository at it, with sizes and hashes."""
+    quoted = urllib.parse.quote(revision, safe="")
+    try:
+        with _hub(endpoint, f"/api/models/{repo}/revision/{quoted}?blobs=true", token) as answer:
+            info = json.load(answer)
+    except urllib.error.HTTPError as error:
+        raise MirrorError(f"the Hub answered {error.code} for {repo}@{revision} (gated: set HF_TOKEN_SECRET_NAME; misspelt: check HF_MODEL)") from None
+    files = []
+    for sibling in info.get("siblings", []):
+        lfs = sibling.get("lfs") or {}
+        if "size" not in sibling or not (lfs.get("sha256") or sibling.get("blobId")):
+            raise MirrorError(f"the Hub gave no size or hash for {sibling.get('rfilename')}")
+        files.append(HubFile(sibling["rfilename"], int(sibling["size"]), str(lfs.get("sha256", "")), str(sibling.get("blobId", ""))))
+    if not any(f.path == "config.json" for f in files):
+        raise MirrorError(f"{repo}@{revision} has no config.json: not a model repository")
+    return str(info["sha"]), sorted(files, key=lambda f: f.path)
+
+
+def split_uri(uri: str) -> tuple[str, str]:
+    bucket, _, prefix = uri.removeprefix("s3://").partition("/")
+    return bucket, prefix.strip("/") + "/"
+
+
+def mirror(*, repo: str, revision: str, dest: str, endpoint: str, token: str, s3: Any) -> dict[str, Any]:
+    started = time.monotonic()
+    commit, files = hub_files(endpoint, repo, revision, token)
+    bucket, prefix = split_uri(dest)
+    total = sum(f.size for f in files)
+    print(f"{repo}@{commit}: {len(files)} files, {total / 1024**3:.2f} GiB -> s3://{bucket}/{prefix}", flush=True)
+    existing = {o["Key"][len(prefix) :]: o for page in s3.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix) for o in page.get("Contents", [])}
+    # Ray downloads everything under the prefix: a file of another model or revision would be served too.
+    strangers = sorted(set(existing) - {f.path for f in files} - {COMPLETION_OBJECT})
+    if strangers:
+        raise MirrorError(f"s3://{bucket}/{prefix} holds files that are not in {repo}@{commit} ({', '.join(strangers[:5])}): empty it or choose another prefix")
+    for number, file in enumerate(files, 1):
+        kind, digest = file.expected()
+        old = existing.get(file.path)
+        if old and old["Size"] == file.size and s3.head_object(Bucket=bucket, Key=prefix + file.path).get("Metadata", {}).get(kind) == digest:
+            print(f"[{number}/{len(files)}] {file.path}: already there", flush=True)
+            continue
+        print(f"[{number}/{len(files)}] {file.path} ({file.size / 1024**2:.1f} MiB)", flush=True)
+        with _hub(endpoint, f"/{repo}/resolve/{commit}/{urllib.parse.quote(file.path)}", token) as answer:
+            reader = _Hashing(answer, file.size, file.path)
+            s3.upload_fileobj(reader, bucket, prefix + file.path, ExtraArgs={"Metadata": {kind: digest}}, Config=TRANSFER)
+        if not reader.matches(file):
+            raise MirrorError(f"{file.path}: the Hub sent {reader.count} bytes that do not match its published size {file.size} and {kind} {digest}")
+    copied = time.monotonic()
+    print(f"copied in {copied - started:.0f} s; reading every object back from S3", flush=True)
+    for file in files:
+        body = s3.get_object(Bucket=bucket, Key=prefix + file.path)["Body"]
+        reader = _Hashing(body, file.size, f"verify {file.path}")
+        while reader.read(CHUNK):
+            pass
+        if not reader.matches(file):
+            raise MirrorError(f"s3://{bucket}/{prefix}{file.path}: {reader.count} bytes whose hash is not the Hub's {file.expected()[0]} {file.expected()[1]}")
+    s3.put_object(Bucket=bucket, Key=prefix + COMPLETION_OBJECT, Body=commit.encode())
+    result = {
+        "repo": repo,
+        "commit": commit,
+        "destination": f"s3://{bucket}/{prefix}",
+        "files": len(files),
+        "bytes": total,
+        "copy_seconds": round(copied - started, 1),
+        "verify_seconds": round(time.monotonic() - copied, 1),
+    }
+    print(f"verified {len(files)} files; wrote {COMPLETION_OBJECT} = {commit}", flush=True)
+    return result
+
+
+def main() -> int:
+    token_file = os.environ.get("HF_TOKEN_FILE", "")
+    token = open(token_file).read().strip() if token_file and os.path.exists(token_file) else ""
+    try:
+        result = mirror(
+            repo=os.environ["HF_REPO"],
+            revision=os.environ.get("HF_REVISION", "main"),
+            dest=os.environ["DEST_URI"],
+            endpoint=os.environ.get("HF_ENDPOINT", "https://huggingface.co").rstrip("/"),
+            token=token,
+            s3=boto3.client("s3"),
+        )
+    except MirrorError as error:
+        print(f"error: {error}", file=sys.stderr, flush=True)
+        return 1
+    print(RESULT_MARKER + json.dumps(result), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,234 @@
+"""`make mirror-model`: the Job's program against a stand-in Hub on 127.0.0.1 and moto's S3 (in-process), and the
+Job's manifest and the tool's handling of its log.
+
+The stand-in answers what the Hub's API does for /api/models/REPO/revision/REV?blobs=true (each file's size,
+git blob id and, for LFS files, SHA-256) and /REPO/resolve/COMMIT/FILE; it can be told to send other bytes
+than it advertises, which the program must refuse.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import http.server
+import json
+import subprocess
+import sys
+from collections.abc import Iterator
+from typing import Any
+
+import boto3
+import kubernetes_validate
+import pytest
+import yaml
+from moto import mock_aws
+
+from k8s_constructs import model_mirror_script as script
+from k8s_constructs.model_mirror import MirrorJobProps
+from tests.conftest import REPO as REPO_ROOT
+from tests.conftest import settings_for
+from tests.loopback import serving
+from tools import mirror_model
+
+REPO, COMMIT, BUCKET = "Qwen/Qwen3.5-9B", "c0ffee" * 6 + "beef", "example-models"
+FILES = {
+    "config.json": b'{"architectures": ["Qwen3_5ForConditionalGeneration"]}',
+    "tokenizer.json": b'{"model": {}}',
+    "model-00001-of-00002.safetensors": b"\x01" * 300_000,
+    "model-00002-of-00002.safetensors": b"\x02" * 200_000,
+}
+LFS = {"model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors"}
+
+
+def _git_blob(data: bytes) -> str:
+    return hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest()  # noqa: S324 - git's object id
+
+
+class FakeHub:
+    def __init__(self) -> None:
+        self.corrupt: set[str] = set()
+        self.token_seen: list[str] = []
+
+    def handler(self) -> type[http.server.BaseHTTPRequestHandler]:
+        hub = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_GET(self) -> None:  # noqa: N802 - http.server's name
+                hub.token_seen.append(self.headers.get("Authorization", ""))
+                if self.path == f"/api/models/{REPO}/revision/main?blobs=true":
+                    siblings = [
+                        {"rfilename": n, "size": len(d), "blobId": _git_blob(d), **({"lfs": {"sha256": hashlib.sha256(d).hexdigest(), "size": len(d)}} if n in LFS else {})}
+                        for n, d in FILES.items()
+                    ]
+                    return self._send(json.dumps({"id": REPO, "sha": COMMIT, "siblings": siblings}).encode())
+                prefix = f"/{REPO}/resolve/{COMMIT}/"
+                if self.path.startswith(prefix) and self.path[len(prefix) :] in FILES:
+                    name = self.path[len(prefix) :]
+                    data = FILES[name]
+                    return self._send(data[:-1] + b"\x00" if name in hub.corrupt else data)
+                self.send_response(404)
+                self.end_headers()
+
+            def _send(self, body: bytes) -> None:
+                self.send_response(200)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+        return Handler
+
+
+@pytest.fixture
+def hub() -> Iterator[tuple[FakeHub, str]]:
+    fake = FakeHub()
+    with serving(fake.handler()) as base:
+        yield fake, base
+
+
+@pytest.fixture
+def s3() -> Iterator[Any]:
+    with mock_aws():
+        client = boto3.client("s3", region_name="sa-east-1")
+        client.create_bucket(Bucket=BUCKET, CreateBucketConfiguration={"LocationConstraint": "sa-east-1"})
+        yield client
+
+
+def _keys(s3: Any, prefix: str) -> dict[str, bytes]:
+    listed = s3.list_objects_v2(Bucket=BUCKET, Prefix=prefix).get("Contents", [])
+    return {o["Key"][len(prefix) :]: s3.get_object(Bucket=BUCKET, Key=o["Key"])["Body"].read() for o in listed}
+
+
+def test_a_model_is_copied_verified_and_marked_finished(hub: tuple[FakeHub, str], s3: Any, capsys: pytest.CaptureFixture[str]) -> None:
+    fake, base = hub
+    result = script.mirror(repo=REPO, revision="main", dest=f"s3://{BUCKET}/qwen3.5-9b", endpoint=base, token="hf_secret", s3=s3)
+    assert _keys(s3, "qwen3.5-9b/") == {**FILES, "hash": COMMIT.encode()}
+    assert result["files"] == 4 and result["bytes"] == sum(len(d) for d in FILES.values()) and result["commit"] == COMMIT
+    assert set(fake.token_seen) == {"Bearer hf_secret"}
+    out = capsys.readouterr().out
+    assert f"[4/4] tokenizer.json" in out and "reading every object back from S3" in out and f"wrote hash = {COMMIT}" in out
+    # Run again: nothing is sent twice, everything is verified again.
+    fake.token_seen.clear()
+    script.mirror(repo=REPO, revision="main", dest=f"s3://{BUCKET}/qwen3.5-9b", endpoint=base, token="", s3=s3)
+    assert capsys.readouterr().out.count("already there") == 4
+    assert len(fake.token_seen) == 1  # the file list only
+
+
+@pytest.mark.parametrize("corrupt", ["config.json", "model-00002-of-00002.safetensors"])
+def test_bytes_that_do_not_match_the_hubs_hash_fail_and_leave_no_mark(hub: tuple[FakeHub, str], s3: Any, corrupt: str) -> None:
+    fake, base = hub
+    fake.corrupt.add(corrupt)
+    with pytest.raises(script.MirrorError, match=f"{corrupt}: the Hub sent .* that do not match its published size"):
+        script.mirror(repo=REPO, revision="main", dest=f"s3://{BUCKET}/qwen", endpoint=base, token="", s3=s3)
+    assert "hash" not in _keys(s3, "qwen/")
+
+
+def test_an_object_changed_in_s3_after_the_copy_fails_the_read_back(hub: tuple[FakeHub, str], s3: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    _, base = hub
+    real = s3.upload_fileobj
+
+    def upload_then_tamper(reader: Any, bucket: str, key: str, **kwargs: Any) -> None:
+        real(reader, bucket, key, **kwargs)
+        if key.endswith("tokenizer.json"):
+            s3.put_object(Bucket=bucket, Key=key, Body=b"tampered")
+
+    monkeypatch.setattr(s3, "upload_fileobj", upload_then_tamper)
+    with pytest.raises(script.MirrorError, match="tokenizer.json: 8 bytes whose hash is not the Hub's git-sha1"):
+        script.mirror(repo=REPO, revision="main", dest=f"s3://{BUCKET}/qwen", endpoint=base, token="", s3=s3)
+    assert "hash" not in _keys(s3, "qwen/")
+
+
+def test_a_prefix_holding_another_models_files_is_refused(hub: tuple[FakeHub, str], s3: Any) -> None:
+    _, base = hub
+    s3.put_object(Bucket=BUCKET, Key="qwen/model-00001-of-00008.safetensors", Body=b"other")
+    with pytest.raises(script.MirrorError, match=r"holds files that are not in Qwen/Qwen3.5-9B@c0ffee.*model-00001-of-00008.safetensors\): empty it"):
+        script.mirror(repo=REPO, revision="main", dest=f"s3://{BUCKET}/qwen", endpoint=base, token="", s3=s3)
+
+
+def test_a_missing_repository_is_one_line(hub: tuple[FakeHub, str], s3: Any) -> None:
+    _, base = hub
+    with pytest.raises(script.MirrorError, match="the Hub answered 404 for Qwen/Nope@main"):
+        script.mirror(repo="Qwen/Nope", revision="main", dest=f"s3://{BUCKET}/qwen", endpoint=base, token="", s3=s3)
+
+
+def test_the_program_imports_only_the_standard_library_and_boto3() -> None:
+    # The Job runs it with the image's python3: nothing of this repository is there.
+    code = "import os, runpy, sys; sys.path = [p for p in sys.path if p and os.path.abspath(p) != sys.argv[2]]; runpy.run_path(sys.argv[1], run_name='probe')"
+    done = subprocess.run([sys.executable, "-c", code, script.__file__, str(REPO_ROOT)], capture_output=True, text=True, check=False, cwd="/")
+    assert done.returncode == 0, done.stderr
+
+
+# --- the Job and the tool ---------------------------------------------------------------------------------------
+
+
+def _objects(props: MirrorJobProps) -> list[dict[str, Any]]:
+    return list(yaml.safe_load_all(mirror_model.manifest(props)))
+
+
+def test_the_job_runs_on_a_system_node_under_the_writer_service_account() -> None:
+    settings = settings_for({"MODEL_SOURCE": f"s3://{BUCKET}/qwen3.5-9b", "HF_TOKEN_SECRET_NAME": "prod/hf-token"})
+    objects = _objects(mirror_model.mirror_props(settings, REPO, "main"))
+    for obj in objects:
+        kubernetes_validate.validate(obj, "1.35", strict=True)
+    account, config_map, job = objects
+    assert (account["kind"], account["metadata"]["name"]) == ("ServiceAccount", "model-mirror")
+    assert config_map["data"]["model_mirror_script.py"] == open(script.__file__).read()
+    pod = job["spec"]["template"]["spec"]
+    assert pod["serviceAccountName"] == "model-mirror" and pod["automountServiceAccountToken"] is False
+    assert pod["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"][0]["matchExpressions"] == [
+        {"key": "role", "operator": "In", "values": ["system"]}
+    ]
+    env = {e["name"]: e["value"] for e in pod["containers"][0]["env"]}
+    assert env["DEST_URI"] == f"s3://{BUCKET}/qwen3.5-9b" and env["HF_REPO"] == REPO and env["AWS_REGION"] == settings.region
+    assert env["HF_TOKEN_FILE"] == "/mnt/secrets-store/token"
+    (token_volume,) = [v for v in pod["volumes"] if "csi" in v]
+    assert token_volume["csi"]["volumeAttributes"] == {"secretProviderClass": "hf-token"}
+    assert pod["containers"][0]["image"] == settings.dlc_image
+
+
+@pytest.mark.parametrize(
+    ("env", "model", "revision", "fragment"),
+    [
+        ({}, REPO, "main", "is not an S3 prefix: set MODEL_SOURCE=s3://BUCKET/PREFIX"),
+        ({"MODEL_SOURCE": "s3://example-models/q"}, "not a repo", "main", "HF_MODEL='not a repo' is not allowed"),
+        ({"MODEL_SOURCE": "s3://example-models/q"}, REPO, "a b", "HF_REVISION='a b' is not allowed"),
+    ],
+)
+def test_bad_mirror_input_is_one_line(env: dict[str, str], model: str, revision: str, fragment: str) -> None:
+    with pytest.raises(ValueError, match=fragment):
+        mirror_model.mirror_props(settings_for(env), model, revision)
+
+
+class FakeKubectl:
+    """kubectl as the Job runs: the log grows over three polls, then the Job succeeds (or fails)."""
+
+    def __init__(self, log: list[str], *, succeeds: bool) -> None:
+        self.log, self.succeeds, self.polls, self.calls = log, succeeds, 0, []
+
+    def __call__(self, args: list[str], stdin: str | None = None) -> subprocess.CompletedProcess[str]:
+        self.calls.append(args)
+        out = ""
+        if args[0] == "logs":
+            out = "\n".join(self.log[: 1 + self.polls])
+        elif args[0] == "get":
+            self.polls += 1
+            out = ("1," if self.succeeds else ",1") if self.polls >= 3 else ","
+        return subprocess.CompletedProcess(args, 0, out, "")
+
+
+def test_the_tool_prints_progress_as_it_comes_and_returns_the_result(capsys: pytest.CaptureFixture[str]) -> None:
+    props = mirror_model.mirror_props(settings_for({"MODEL_SOURCE": "s3://example-models/q"}), REPO, "main")
+    result = {"repo": REPO, "files": 4, "bytes": 10, "copy_seconds": 1.0, "verify_seconds": 1.0}
+    kubectl = FakeKubectl(["[1/4] config.json", "[2/4] model", "copied", script.RESULT_MARKER + json.dumps(result)], succeeds=True)
+    assert mirror_model.run_job(props, kubectl, 60, poll_s=0) == result
+    out = capsys.readouterr().out
+    assert out.index("[1/4] config.json") < out.index("[2/4] model") < out.index("copied")
+    assert ["apply", "-f", "-"] in kubectl.calls
+
+
+def test_a_failed_job_reports_its_error_line() -> None:
+    props = mirror_model.mirror_props(settings_for({"MODEL_SOURCE": "s3://example-models/q"}), REPO, "main")
+    kubectl = FakeKubectl(["[1/4] config.json", "error: config.json: the Hub sent 3 bytes that do not match"], succeeds=False)
+    with pytest.raises(RuntimeError, match="^config.json: the Hub sent 3 bytes that do not match$"):
+        mirror_model.run_job(props, kubectl, 60, poll_s=0)

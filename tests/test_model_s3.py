@@ -1,0 +1,319 @@
+"""Weights from S3: MODEL_SOURCE=s3://BUCKET/PREFIX, the workers' read-only Pod Identity on exactly that prefix,
+the mirror Job's writer role, and the VPC's S3 gateway endpoint.
+
+What decides here is other people's code: Ray 2.58's LLMConfig and its own S3 downloader (boto3, with the
+container credentials EKS Pod Identity gives a pod, served by a stand-in agent on 127.0.0.1) against moto's
+S3, and an IAM evaluator (@cloud-copilot/iam-simulate) on the synthesized policies.
+"""
+
+from __future__ import annotations
+
+import http.server
+import json
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+from unittest import mock
+
+import aws_cdk as cdk
+import boto3
+import pytest
+from aws_cdk import aws_iam as iam
+from moto import mock_aws
+
+from k8s_constructs.serve_config import pd_application
+from settings import SettingError
+from settings.model_source import S3Prefix
+from stacks import model_access
+from stacks.network_stack import s3_endpoint_statements
+from tests.conftest import Synth, settings_for
+from tests.iam_documents import ACCOUNT, Resolver
+from tests.iam_simulator import Request, decisions
+from tests.loopback import serving
+from tests.test_serving import deployed_manifest
+from tests.validators import ray_serve_errors
+
+SOURCE = "s3://example-models/qwen3.5-9b"
+BUCKET, PREFIX = "example-models", "qwen3.5-9b"
+ALLOWED, DENIED = "Allowed", "ImplicitlyDenied"
+
+
+def _objects(synth: Synth, kind: str) -> list[dict[str, Any]]:
+    return [o for o in deployed_manifest(synth) if o["kind"] == kind]
+
+
+def _role_policy(synth: Synth, role_id: str) -> dict[str, Any]:
+    """The role's identity policy, its intrinsics resolved to this account's ARNs."""
+    resources = synth.templates["serving"]["Resources"]
+    (policy,) = [v for v in resources.values() if v["Type"] == "AWS::IAM::Policy" and {"Ref": role_id} in v["Properties"]["Roles"]]
+    resolved: dict[str, Any] = Resolver(synth.templates, synth.settings.region).resolve(policy["Properties"]["PolicyDocument"], "serving")
+    return resolved
+
+
+def _association(synth: Synth, service_account: str) -> dict[str, Any]:
+    (association,) = [a for a in synth.resources("serving", "AWS::EKS::PodIdentityAssociation").values() if a["Properties"]["ServiceAccount"] == service_account]
+    return association
+
+
+# --- the synth ------------------------------------------------------------------------------------------------
+
+
+def test_both_phases_load_from_the_prefix_and_ray_accepts_it(s3_synth: Synth) -> None:
+    (rs,) = _objects(s3_synth, "RayService")
+    import yaml
+
+    serve = yaml.safe_load(rs["spec"]["serveConfigV2"])
+    assert ray_serve_errors(serve) == []
+    from ray.llm._internal.common.utils.cloud_utils import CloudMirrorConfig
+    from ray.llm._internal.serve.core.configs.llm_config import LLMConfig
+
+    for phase in ("prefill_config", "decode_config"):
+        config = serve["applications"][0]["args"][phase]
+        assert config["model_loading_config"] == {"model_id": "qwen3.5-9b", "model_source": {"bucket_uri": SOURCE}}
+        parsed = LLMConfig.model_validate(config)
+        assert isinstance(parsed.model_loading_config.model_source, CloudMirrorConfig)
+        assert parsed.model_loading_config.model_source.storage_type == "s3"
+
+
+def test_the_workers_run_under_their_service_account_with_the_region(s3_synth: Synth) -> None:
+    (account,) = _objects(s3_synth, "ServiceAccount")
+    assert account["metadata"] == {"name": "ray-llm-worker", "namespace": "inference"}
+    (rs,) = _objects(s3_synth, "RayService")
+    cluster = rs["spec"]["rayClusterConfig"]
+    for group in cluster["workerGroupSpecs"]:
+        spec = group["template"]["spec"]
+        assert spec["serviceAccountName"] == "ray-llm-worker" and spec["automountServiceAccountToken"] is False
+        env = {e["name"]: e.get("value") for e in spec["containers"][0]["env"]}
+        assert env["AWS_REGION"] == env["AWS_DEFAULT_REGION"] == s3_synth.settings.region
+        assert "HF_TOKEN" not in env
+    # The head runs no engine and downloads nothing: no AWS identity.
+    assert "serviceAccountName" not in cluster["headGroupSpec"]["template"]["spec"]
+    association = _association(s3_synth, "ray-llm-worker")
+    assert association["Properties"]["Namespace"] == "inference"
+    # No Hub token: no Secrets Store provider.
+    assert not [r for r in s3_synth.resources("serving", "Custom::AWSCDK-EKS-HelmChart").values() if "secrets-store" in json.dumps(r)]
+
+
+def test_the_default_synth_has_the_s3_gateway_endpoint_on_every_private_route_table(default_synth: Synth) -> None:
+    network = default_synth.templates["network"]["Resources"]
+    (endpoint,) = default_synth.resources("network", "AWS::EC2::VPCEndpoint").values()
+    props = endpoint["Properties"]
+    assert props["VpcEndpointType"] == "Gateway" and props["ServiceName"] == {"Fn::Join": ["", ["com.amazonaws.", {"Ref": "AWS::Region"}, ".s3"]]}
+    private_tables = {
+        a["Properties"]["RouteTableId"]["Ref"]
+        for a in network.values()
+        if a["Type"] == "AWS::EC2::SubnetRouteTableAssociation" and "private" in a["Properties"]["SubnetId"]["Ref"]
+    }
+    assert len(private_tables) == len(default_synth.settings.availability_zones)
+    assert {t["Ref"] for t in props["RouteTableIds"]} == private_tables
+    # The default synth reads the weights from the Hub: no S3 role, no service account.
+    assert not default_synth.resources("serving", "AWS::EKS::PodIdentityAssociation")
+
+
+# --- the policies, evaluated -----------------------------------------------------------------------------------
+
+
+def _reads(bucket: str = BUCKET, prefix: str = PREFIX) -> list[tuple[Request, str]]:
+    """Requests and the decision a read-only role of exactly s3://bucket/prefix must get."""
+    obj = f"arn:aws:s3:::{bucket}/{prefix}"
+    return [
+        (Request("s3:GetObject", f"{obj}/model-00001-of-00004.safetensors"), ALLOWED),
+        (Request("s3:GetObject", f"{obj}/hash"), ALLOWED),
+        (Request("s3:ListBucket", f"arn:aws:s3:::{bucket}", {"s3:prefix": f"{prefix}/"}), ALLOWED),
+        # Neighbours: a prefix that only starts the same, its parent, another bucket, a listing of all.
+        (Request("s3:GetObject", f"{obj}-old/config.json"), DENIED),
+        (Request("s3:GetObject", f"arn:aws:s3:::{bucket}/other/config.json"), DENIED),
+        (Request("s3:GetObject", f"arn:aws:s3:::{bucket}-2/{prefix}/config.json"), DENIED),
+        (Request("s3:ListBucket", f"arn:aws:s3:::{bucket}", {"s3:prefix": f"{prefix}-old/"}), DENIED),
+        (Request("s3:ListBucket", f"arn:aws:s3:::{bucket}", {"s3:prefix": ""}), DENIED),
+        (Request("s3:ListAllMyBuckets", "*"), DENIED),
+    ]
+
+
+def _writes(bucket: str = BUCKET, prefix: str = PREFIX) -> list[Request]:
+    obj = f"arn:aws:s3:::{bucket}/{prefix}"
+    return [
+        Request("s3:PutObject", f"{obj}/config.json"),
+        Request("s3:DeleteObject", f"{obj}/config.json"),
+        Request("s3:PutObjectAcl", f"{obj}/config.json"),
+        Request("s3:PutBucketPolicy", f"arn:aws:s3:::{bucket}"),
+    ]
+
+
+def test_the_workers_read_exactly_the_prefix_and_write_nothing(s3_synth: Synth) -> None:
+    role_id = _association(s3_synth, "ray-llm-worker")["Properties"]["RoleArn"]["Fn::GetAtt"][0]
+    policy = _role_policy(s3_synth, role_id)
+    requests, expected = zip(*_reads(), strict=True)
+    assert decisions(requests, identity_policy=policy) == list(expected)
+    assert decisions(_writes(), identity_policy=policy) == [DENIED] * len(_writes())
+
+
+def test_the_mirror_job_writes_only_the_prefix(s3_synth: Synth) -> None:
+    association = _association(s3_synth, model_access.MIRROR_SERVICE_ACCOUNT)
+    assert association["Properties"]["Namespace"] == "inference"
+    policy = _role_policy(s3_synth, association["Properties"]["RoleArn"]["Fn::GetAtt"][0])
+    obj = f"arn:aws:s3:::{BUCKET}/{PREFIX}"
+    allowed = [Request("s3:PutObject", f"{obj}/config.json"), Request("s3:AbortMultipartUpload", f"{obj}/model.safetensors"), Request("s3:GetObject", f"{obj}/hash")]
+    denied = [
+        Request("s3:PutObject", f"{obj}-old/config.json"),
+        Request("s3:PutObject", f"arn:aws:s3:::{BUCKET}/config.json"),
+        Request("s3:DeleteObject", f"{obj}/config.json"),
+        Request("s3:PutObjectAcl", f"{obj}/config.json"),
+    ]
+    assert decisions(allowed + denied, identity_policy=policy) == [ALLOWED] * len(allowed) + [DENIED] * len(denied)
+
+
+def _statements_document(statements: list[iam.PolicyStatement]) -> dict[str, Any]:
+    """Statements rendered by CloudFormation's rules in a throwaway stack (account and Region of the tests)."""
+    app = cdk.App()
+    stack = cdk.Stack(app, "Probe", env=cdk.Environment(account=ACCOUNT, region="us-east-2"))
+    document: dict[str, Any] = stack.resolve(iam.PolicyDocument(statements=statements).to_json())
+    return Resolver({"probe": {"Resources": {}}}, "us-east-2").resolve(document, "probe")
+
+
+# KMS takes identity policies into account only when the key policy lets the account's IAM decide (the default).
+DEFAULT_KEY_POLICY = {
+    "Version": "2012-10-17",
+    "Statement": [{"Effect": "Allow", "Principal": {"AWS": f"arn:aws:iam::{ACCOUNT}:root"}, "Action": "kms:*", "Resource": "*"}],
+}
+
+
+def test_a_kms_encrypted_bucket_adds_decrypt_through_s3_only() -> None:
+    key = "arn:aws:kms:us-east-2:123456789012:key/1234abcd-12ab-34cd-56ef-1234567890ab"
+    reader = _statements_document(model_access.reader_statements(S3Prefix(BUCKET, PREFIX), key))
+    via_s3 = {"kms:ViaService": "s3.us-east-2.amazonaws.com"}
+    got = decisions(
+        [
+            Request("kms:Decrypt", key, via_s3),
+            Request("kms:Decrypt", key, {"kms:ViaService": "secretsmanager.us-east-2.amazonaws.com"}),
+            Request("kms:Decrypt", key.replace("1234abcd", "99999999")),
+            Request("kms:GenerateDataKey", key, via_s3),
+        ],
+        identity_policy=reader,
+        resource_policy=DEFAULT_KEY_POLICY,
+    )
+    assert got == [ALLOWED, DENIED, DENIED, DENIED]
+    writer = _statements_document(model_access.writer_statements(S3Prefix(BUCKET, PREFIX), key))
+    assert decisions([Request("kms:GenerateDataKey", key, via_s3)], identity_policy=writer, resource_policy=DEFAULT_KEY_POLICY) == [ALLOWED]
+
+
+def test_the_endpoint_policy_lets_through_this_account_ecr_layers_and_cloudformation_only() -> None:
+    document = _statements_document(s3_endpoint_statements())
+    ours = {"aws:PrincipalAccount": ACCOUNT}
+    foreign, foreign_account = "arn:aws:iam::999999999999:role/attacker", "999999999999"
+    allow_all = {"Version": "2012-10-17", "Statement": [{"Effect": "Allow", "Action": "*", "Resource": "*"}]}
+    # This account's principals (the nodes, the pods' roles): the endpoint decides alone (same account).
+    same = decisions([Request("s3:GetObject", f"arn:aws:s3:::{BUCKET}/{PREFIX}/config.json", ours)], resource_policy=document)
+    assert same == [ALLOWED]
+    # Others' principals (ECR's and CloudFormation's presigned URLs; an intruder's keys) whose own policies allow
+    # everything: with the endpoint as the resource of this account, only its policy can admit them.
+    cross = [
+        Request("s3:GetObject", "arn:aws:s3:::prod-us-east-2-starport-layer-bucket/layer", {"aws:PrincipalAccount": foreign_account}, foreign),
+        Request("s3:PutObject", "arn:aws:s3:::cloudformation-custom-resource-response-useast2/r", {"aws:PrincipalAccount": foreign_account}, foreign),
+        Request("s3:PutObject", "arn:aws:s3:::exfiltration-bucket/data", {"aws:PrincipalAccount": foreign_account}, foreign),
+        Request("s3:GetObject", "arn:aws:s3:::prod-eu-west-1-starport-layer-bucket/layer", {"aws:PrincipalAccount": foreign_account}, foreign),
+    ]
+    assert decisions(cross, identity_policy=allow_all, resource_policy=document) == [ALLOWED, ALLOWED, DENIED, DENIED]
+
+
+# --- settings ---------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("value", "fragment"),
+    [
+        ("s3://Example-Models/qwen", "BUCKET 3-63 lowercase"),
+        ("s3://ex/qwen", "BUCKET 3-63 lowercase"),
+        ("s3://192.168.1.10/qwen", "not an IP address"),
+        ("s3://my..bucket/qwen", "BUCKET 3-63 lowercase"),
+        ("s3://xn--bucket/qwen", "not starting with"),
+        ("s3://models-s3alias/qwen", "not starting with"),
+        ("s3://example-models", "PREFIX a key prefix"),
+        ("s3://example-models/", "PREFIX a key prefix"),
+        ("s3://example-models/qwen*", "no '*'"),
+        ("s3://example-models/qwen/../other", "PREFIX a key prefix"),
+        ("s3://example-models/a//b", "PREFIX a key prefix"),
+        ("s3://example-models/${aws:username}", "PREFIX a key prefix"),
+        ("https://huggingface.co/Qwen/Qwen3.5-9B", "ORG/NAME, or s3://BUCKET/PREFIX"),
+    ],
+)
+def test_a_bad_s3_source_is_one_line_naming_it(value: str, fragment: str) -> None:
+    with pytest.raises(SettingError) as error:
+        settings_for({"MODEL_SOURCE": value})
+    message = str(error.value)
+    assert message.startswith(f"MODEL_SOURCE={value!r} is not allowed: ") and fragment in message and "\n" not in message
+
+
+def test_an_s3_source_is_normalised_and_the_kms_key_needs_it() -> None:
+    settings = settings_for({"MODEL_SOURCE": "s3://example-models/org/qwen3.5-9b/"})
+    assert settings.model_source == "s3://example-models/org/qwen3.5-9b"
+    assert settings.model_s3 == S3Prefix("example-models", "org/qwen3.5-9b")
+    assert settings.model_s3.object_arn("aws") == "arn:aws:s3:::example-models/org/qwen3.5-9b/*"
+    key = "arn:aws:kms:sa-east-1:123456789012:key/1234abcd-12ab-34cd-56ef-1234567890ab"
+    assert settings_for({"MODEL_SOURCE": SOURCE, "MODEL_SOURCE_KMS_KEY_ARN": key}).model_source_kms_key_arn == key
+    with pytest.raises(SettingError, match="empty unless MODEL_SOURCE is s3://"):
+        settings_for({"MODEL_SOURCE_KMS_KEY_ARN": key})
+    with pytest.raises(SettingError, match="not an alias"):
+        settings_for({"MODEL_SOURCE": SOURCE, "MODEL_SOURCE_KMS_KEY_ARN": "alias/models"})
+
+
+def test_a_hub_source_keeps_its_serve_config() -> None:
+    config = pd_application(settings_for()).to_serve_config()["applications"][0]["args"]["prefill_config"]
+    assert config["model_loading_config"] == {"model_id": "qwen3.5-9b", "model_source": "Qwen/Qwen3.5-9B"}
+
+
+# --- Ray's own downloader, with Pod Identity's container credentials ---------------------------------------------
+
+
+@pytest.fixture
+def pod_identity_agent(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[list[str]]:
+    """A stand-in for the EKS Pod Identity agent (169.254.170.23 in a pod; 127.0.0.1 here, which botocore's
+    container provider also accepts), with the two variables EKS's webhook injects into the pod."""
+    token = tmp_path / "eks-pod-identity-token"
+    token.write_text("projected-service-account-token")
+    seen: list[str] = []
+
+    class Agent(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:  # noqa: N802 - http.server's name
+            seen.append(self.headers.get("Authorization", ""))
+            body = json.dumps(
+                {"AccessKeyId": "ASIAPODIDENTITY", "SecretAccessKey": "secret", "Token": "session", "Expiration": "2099-01-01T00:00:00Z"}
+            ).encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    with serving(Agent) as base:
+        monkeypatch.setenv("AWS_CONTAINER_CREDENTIALS_FULL_URI", f"{base}/v1/credentials")
+        monkeypatch.setenv("AWS_CONTAINER_AUTHORIZATION_TOKEN_FILE", str(token))
+        yield seen
+
+
+def test_ray_downloads_the_prefix_with_pod_identity_credentials(pod_identity_agent: list[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from ray.llm._internal.common.utils.cloud_utils import CloudFileSystem
+
+    with mock_aws():
+        setup = boto3.client("s3", region_name="sa-east-1", aws_access_key_id="setup", aws_secret_access_key="setup")
+        setup.create_bucket(Bucket=BUCKET, CreateBucketConfiguration={"LocationConstraint": "sa-east-1"})
+        files = {"config.json": b"{}", "tokenizer.json": b"{}", "model.safetensors": b"w" * 1000, "hash": b"0123abcd"}
+        for name, body in files.items():
+            setup.put_object(Bucket=BUCKET, Key=f"{PREFIX}/{name}", Body=body)
+        setup.put_object(Bucket=BUCKET, Key=f"{PREFIX}-old/model.safetensors", Body=b"old")
+        # The worker's environment: no keys (moto's fake ones set aside), no config files, the Region set.
+        with mock.patch.dict(os.environ):
+            for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_PROFILE"):
+                os.environ.pop(name, None)
+            os.environ.update({"AWS_SHARED_CREDENTIALS_FILE": str(tmp_path / "none"), "AWS_CONFIG_FILE": str(tmp_path / "none"), "AWS_REGION": "sa-east-1"})
+            monkeypatch.setattr(boto3, "DEFAULT_SESSION", None)
+            CloudFileSystem.download_model(destination_path=str(tmp_path / "models--qwen"), bucket_uri=SOURCE, tokenizer_only=False)
+    snapshot = tmp_path / "models--qwen" / "snapshots" / "0123abcd"
+    assert (tmp_path / "models--qwen" / "refs" / "main").read_text() == "0123abcd"
+    assert sorted(p.name for p in snapshot.iterdir()) == sorted(files)
+    assert (snapshot / "model.safetensors").read_bytes() == files["model.safetensors"]
+    assert pod_identity_agent and set(pod_identity_agent) == {"projected-service-account-token"}

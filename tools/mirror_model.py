@@ -1,0 +1,121 @@
+"""`make mirror-model HF_MODEL=ORG/NAME [HF_REVISION=main]`: copy a Hugging Face model to the S3 prefix of
+MODEL_SOURCE with the mirror Job (k8s_constructs/model_mirror.py) on a system node, show its progress while it
+runs, and print what it copied and how long it took. Needs the deployed serving stack (its writer role)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import sys
+import time
+from typing import Any
+
+import cdk8s
+
+from k8s_constructs.hf_token import hf_token_of
+from k8s_constructs.model_mirror import MirrorJobChart, MirrorJobProps
+from k8s_constructs.model_mirror_script import RESULT_MARKER
+from preflight.cluster_access import ClusterUnreachable, Kubectl, cluster_kubectl
+from settings import Settings
+from settings.model_source import HUB_REPOSITORY
+from stacks.model_access import MIRROR_SERVICE_ACCOUNT
+from tools.entry import one_line_errors, project_settings
+
+JOB_NAME = "model-mirror"
+POLL_SECONDS = 10
+
+
+def mirror_props(settings: Settings, repo: str, revision: str) -> MirrorJobProps:
+    source = settings.model_s3
+    if source is None:
+        raise ValueError(f"MODEL_SOURCE={settings.model_source!r} is not an S3 prefix: set MODEL_SOURCE=s3://BUCKET/PREFIX (and deploy) first")
+    if not HUB_REPOSITORY.fullmatch(repo):
+        raise ValueError(f"HF_MODEL={repo!r} is not allowed: a Hugging Face repository ORG/NAME")
+    if not re.fullmatch(r"[\w.-]{1,128}", revision):
+        raise ValueError(f"HF_REVISION={revision!r} is not allowed: a branch, tag or commit of the repository")
+    token = hf_token_of(settings)
+    return MirrorJobProps(
+        name=JOB_NAME,
+        namespace=settings.namespace,
+        service_account=MIRROR_SERVICE_ACCOUNT,
+        image=settings.dlc_image,
+        repo=repo,
+        revision=revision,
+        destination=source.uri,
+        region=settings.region,
+        token_provider_class=token.provider_class if token else None,
+    )
+
+
+def manifest(props: MirrorJobProps) -> str:
+    return cdk8s.App.of(MirrorJobChart(cdk8s.App(), "mirror", props=props)).synth_yaml()
+
+
+def run_job(props: MirrorJobProps, kubectl: Kubectl, timeout_s: int, *, poll_s: float = POLL_SECONDS) -> dict[str, Any]:
+    """Apply the Job, print its log as it grows, and return its MIRROR_RESULT (RuntimeError when it fails)."""
+    job = ["-n", props.namespace, f"job/{props.name}"]
+    kubectl(["delete", "job", "-n", props.namespace, props.name, "--ignore-not-found", "--wait=true"])
+    applied = kubectl(["apply", "-f", "-"], manifest(props))
+    if applied.returncode != 0:
+        raise RuntimeError(f"cannot create Job {props.namespace}/{props.name}: {applied.stderr.strip()}")
+    print(f"Job {props.namespace}/{props.name}: {props.repo}@{props.revision} -> {props.destination}", flush=True)
+    start, shown, state = time.monotonic(), 0, ""
+    while time.monotonic() - start < timeout_s:
+        lines = kubectl(["logs", *job]).stdout.splitlines()
+        for line in lines[shown:]:
+            print(line, flush=True)
+        shown = max(shown, len(lines))
+        state = kubectl(["get", *job, "-o", "jsonpath={.status.succeeded},{.status.failed}"]).stdout.strip()
+        if state.startswith("1") or state.endswith(",1"):
+            break
+        time.sleep(poll_s)
+    else:
+        raise RuntimeError(f"the Job did not finish in {timeout_s // 60} min: `kubectl logs -n {props.namespace} job/{props.name}`")
+    lines = kubectl(["logs", *job]).stdout.splitlines()
+    for line in lines[shown:]:
+        print(line, flush=True)
+    results = [json.loads(line[len(RESULT_MARKER) :]) for line in lines if line.startswith(RESULT_MARKER)]
+    if not state.startswith("1") or not results:
+        errors = [line for line in lines if line.startswith("error:")]
+        raise RuntimeError(errors[-1].removeprefix("error: ") if errors else f"the Job failed: `kubectl logs -n {props.namespace} job/{props.name}`")
+    result: dict[str, Any] = results[-1]
+    return result
+
+
+@one_line_errors
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", default=os.environ.get("HF_MODEL", ""))
+    parser.add_argument("--revision", default=os.environ.get("HF_REVISION", "") or "main")
+    parser.add_argument("--timeout-minutes", type=int, default=180)
+    args = parser.parse_args(argv)
+    if not args.model:
+        print("error: name the model: make mirror-model HF_MODEL=ORG/NAME", file=sys.stderr)
+        return 2
+    settings = project_settings()
+    try:
+        props = mirror_props(settings, args.model, args.revision)
+    except ValueError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    try:
+        with cluster_kubectl(settings.region, settings.cluster_name, timeout=600) as kubectl:
+            result = run_job(props, kubectl, args.timeout_minutes * 60)
+    except ClusterUnreachable as error:
+        print(f"error: cannot reach cluster {settings.cluster_name} in {settings.region}: {error}", file=sys.stderr)
+        return 2
+    except RuntimeError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 1
+    gib = result["bytes"] / 1024**3
+    print(
+        f"mirrored {result['repo']}@{result['commit'][:12]}: {result['files']} files, {gib:.1f} GiB in {result['copy_seconds']:.0f} s "
+        f"(+{result['verify_seconds']:.0f} s verification) to {result['destination']}"
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
