@@ -58,7 +58,12 @@ class MirrorJobChart(cdk8s.Chart):
             env["HF_TOKEN_FILE"] = f"{hf_token.MOUNT_PATH}/{hf_token.SECRET_KEY}"
             volumes.append(
                 kplus.Volume.from_csi(
-                    self, "TokenVolume", hf_token.CSI_DRIVER, name=hf_token.VOLUME_NAME, read_only=True, attributes={"secretProviderClass": props.token_provider_class}
+                    self,
+                    "TokenVolume",
+                    hf_token.CSI_DRIVER,
+                    name=hf_token.VOLUME_NAME,
+                    read_only=True,
+                    attributes={"secretProviderClass": props.token_provider_class},
                 )
             )
         container = kplus.ContainerProps(

@@ -30,6 +30,7 @@ from boto3.s3.transfer import TransferConfig
 
 RESULT_MARKER = "MIRROR_RESULT "
 COMPLETION_OBJECT = "hash"  # what Ray reads as the snapshot name; written last
+MIRRORED_FROM = "hf-repo"  # the completion object's metadata key: the Hub repository
 CHUNK = 8 * 1024 * 1024
 PROGRESS_EVERY = 1024**3  # a line per GiB
 TRANSFER = TransferConfig(multipart_chunksize=64 * 1024 * 1024, max_concurrency=8)
@@ -56,7 +57,7 @@ class _Hashing:
     def __init__(self, raw: BinaryIO, size: int, label: str) -> None:
         self.raw, self.size, self.label = raw, size, label
         self.count, self.sha256 = 0, hashlib.sha256()
-        self.git = hashlib.sha1(f"blob {size}\0".encode())  # noqa: S324 - git's object id, not a security hash
+        self.git = hashlib.sha1(f"blob {size}\0".encode())
         self.started, self.next_report = time.monotonic(), PROGRESS_EVERY
 
     def read(self, n: int = -1) -> bytes:
@@ -78,7 +79,7 @@ class _Hashing:
 
 def _hub(endpoint: str, path: str, token: str) -> Any:
     request = urllib.request.Request(f"{endpoint}{path}", headers={"Authorization": f"Bearer {token}"} if token else {})
-    return urllib.request.urlopen(request, timeout=60)  # noqa: S310 - the Hub's https URL (HF_ENDPOINT in tests)
+    return urllib.request.urlopen(request, timeout=60)
 
 
 def hub_files(endpoint: str, repo: str, revision: str, token: str) -> tuple[str, list[HubFile]]:
@@ -111,7 +112,9 @@ def mirror(*, repo: str, revision: str, dest: str, endpoint: str, token: str, s3
     bucket, prefix = split_uri(dest)
     total = sum(f.size for f in files)
     print(f"{repo}@{commit}: {len(files)} files, {total / 1024**3:.2f} GiB -> s3://{bucket}/{prefix}", flush=True)
-    existing = {o["Key"][len(prefix) :]: o for page in s3.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix) for o in page.get("Contents", [])}
+    existing = {
+        o["Key"][len(prefix) :]: o for page in s3.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix) for o in page.get("Contents", [])
+    }
     # Ray downloads everything under the prefix: a file of another model or revision would be served too.
     strangers = sorted(set(existing) - {f.path for f in files} - {COMPLETION_OBJECT})
     if strangers:
@@ -137,7 +140,8 @@ def mirror(*, repo: str, revision: str, dest: str, endpoint: str, token: str, s3
             pass
         if not reader.matches(file):
             raise MirrorError(f"s3://{bucket}/{prefix}{file.path}: {reader.count} bytes whose hash is not the Hub's {file.expected()[0]} {file.expected()[1]}")
-    s3.put_object(Bucket=bucket, Key=prefix + COMPLETION_OBJECT, Body=commit.encode())
+    # The repository it came from, for `make lookup` (what vLLM skips of a known model is not in the files' index).
+    s3.put_object(Bucket=bucket, Key=prefix + COMPLETION_OBJECT, Body=commit.encode(), Metadata={MIRRORED_FROM: repo})
     result = {
         "repo": repo,
         "commit": commit,
@@ -153,7 +157,10 @@ def mirror(*, repo: str, revision: str, dest: str, endpoint: str, token: str, s3
 
 def main() -> int:
     token_file = os.environ.get("HF_TOKEN_FILE", "")
-    token = open(token_file).read().strip() if token_file and os.path.exists(token_file) else ""
+    token = ""
+    if token_file and os.path.exists(token_file):
+        with open(token_file) as handle:
+            token = handle.read().strip()
     try:
         result = mirror(
             repo=os.environ["HF_REPO"],

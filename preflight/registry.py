@@ -19,8 +19,20 @@ from preflight.context import CheckFunction, Context
 from preflight.deployed import Deployed
 from preflight.hub import check_model_source
 from preflight.image_checks import check_image
+from preflight.model_bucket import check_s3_model_source
 from preflight.redeploy import Redeploy
 from preflight.results import CheckResult, ok
+from settings.model_source import s3_source
+
+
+def _check_model_source(ctx: Context) -> CheckResult:
+    source = ctx.inp.model_source
+    if not source:
+        return ok("model-source", "not set")
+    s3 = s3_source(source)
+    if s3 is not None:
+        return check_s3_model_source(ctx.client("s3"), s3, region=ctx.inp.region, gpu_nodes=ctx.inp.gpu_node_count)
+    return check_model_source(source, token=_hub_token(ctx))
 
 
 @dataclass(frozen=True)
@@ -155,10 +167,11 @@ CHECKS: tuple[Check, ...] = (
     ),
     Check(
         "model-source",
-        lambda ctx: check_model_source(ctx.inp.model_source, token=_hub_token(ctx)) if ctx.inp.model_source else ok("model-source", "not set"),
+        _check_model_source,
         "MODEL_SOURCE is not a repository of the Hugging Face Hub (404), or it is gated (401/403) and no HF_TOKEN_SECRET_NAME is set or "
-        "its token cannot read it; warns when the Hub does not answer",
-        ("secretsmanager:GetSecretValue",),
+        "its token cannot read it; warns when the Hub does not answer. An s3:// source: the bucket does not exist, or the prefix is empty "
+        "(no `make mirror-model` yet) while GPU nodes are deployed; warns for a bucket in another Region",
+        ("secretsmanager:GetSecretValue", "s3:GetBucketLocation", "s3:GetObject", "s3:ListBucket"),
     ),
     Check(
         "dlc-image",

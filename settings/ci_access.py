@@ -15,6 +15,7 @@ from typing import Any
 
 from settings.errors import SettingError
 from settings.loader import raw_values
+from settings.model_source import S3Prefix, parse_model_source, s3_source
 from settings.parsers import Integer, region_name
 from settings.specs import SPECS, SettingSpec
 
@@ -37,6 +38,7 @@ CI_SPECS: tuple[SettingSpec, ...] = (
     _MAIN_SPECS["REGION"],
     _MAIN_SPECS["CLUSTER_NAME"],
     _MAIN_SPECS["HF_TOKEN_SECRET_NAME"],
+    _MAIN_SPECS["MODEL_SOURCE"],
     SettingSpec(
         "GITHUB_OIDC_PROVIDER_ARN",
         "",
@@ -67,6 +69,11 @@ class CiAccessSettings:
     cdk_qualifier: str
     session_hours: int
     hf_token_secret_name: str = ""  # the preflight may read this one secret (a gated model's Hub check)
+    model_source: str = ""  # an s3:// MODEL_SOURCE: the preflight reads that bucket's Region and the prefix
+
+    @property
+    def model_s3(self) -> S3Prefix | None:
+        return s3_source(self.model_source)
 
     @property
     def stack_name(self) -> str:
@@ -126,7 +133,7 @@ def _qualifier(raw: str) -> str:
 def load_ci_access_settings(environ: Mapping[str, str], context: Mapping[str, Any]) -> CiAccessSettings:
     """Parse and check the CI access settings; raise SettingError on the first bad one.
 
-    CLUSTER_NAME, REGION and HF_TOKEN_SECRET_NAME come from where the main app reads them (environment, `-c`, cdk.json, default)
+    CLUSTER_NAME, REGION, HF_TOKEN_SECRET_NAME and MODEL_SOURCE come from where the main app reads them (environment, `-c`, cdk.json, default)
     so both apps agree on the cluster; the CI-only settings come from the environment.
     """
     main_raw = raw_values(environ, context)
@@ -141,6 +148,7 @@ def load_ci_access_settings(environ: Mapping[str, str], context: Mapping[str, An
         cdk_qualifier=_qualifier(environ.get("CDK_QUALIFIER", default_qualifier).strip()),
         session_hours=_CI_SPECS_BY_ENV["CI_SESSION_HOURS"].parse(environ.get("CI_SESSION_HOURS", "2")),
         hf_token_secret_name=main_raw["HF_TOKEN_SECRET_NAME"].strip(),
+        model_source=parse_model_source(main_raw["MODEL_SOURCE"]),
     )
     longest = max(settings.deploy_role_name, settings.diff_role_name, key=len)
     if len(longest) > IAM_ROLE_NAME_MAX:

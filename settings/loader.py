@@ -23,9 +23,9 @@ from settings.instance_types import (
     instance_type_context_key,
 )
 from settings.model import Settings
-from settings.model_source import parse_kms_key_arn, parse_model_source
 from settings.model_facts import model_facts, vllm_architectures
 from settings.model_fit import fit, misfit
+from settings.model_source import parse_kms_key_arn, parse_model_source
 from settings.parsers import cidr, closest, csv, integer, known_instance_types, namespaces, region_name, semver
 from settings.sizing import check_engine_cpus, check_head_fits, gpu_worker_resources
 from settings.specs import SPECS, SPECS_BY_CONTEXT_KEY

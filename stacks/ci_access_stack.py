@@ -46,6 +46,9 @@ SCOPED_READS = frozenset(
         "iam:GetUser",
         "ecr:BatchGetImage",
         "secretsmanager:GetSecretValue",
+        "s3:GetBucketLocation",
+        "s3:GetObject",
+        "s3:ListBucket",
     }
 )
 DEPLOY_READ_ONLY_UNSCOPED = tuple(a for a in read_only_actions() if a not in SCOPED_READS)
@@ -167,6 +170,17 @@ class CiAccessStack(Stack):
                         )
                     ]
                     if settings.hf_token_secret_name
+                    else []
+                ),
+                # The preflight's model-source check of an s3:// MODEL_SOURCE: the bucket's Region and the mirror's files.
+                *(
+                    [
+                        iam.PolicyStatement(
+                            sid="ReadTheModelBucket", actions=["s3:GetBucketLocation", "s3:ListBucket"], resources=[settings.model_s3.bucket_arn("aws")]
+                        ),
+                        iam.PolicyStatement(sid="ReadTheModelPrefix", actions=["s3:GetObject"], resources=[settings.model_s3.object_arn("aws")]),
+                    ]
+                    if settings.model_s3
                     else []
                 ),
                 # OBSERVABILITY=on: CloudWatch's OpenTelemetry metrics store, the account's implicit dataset,

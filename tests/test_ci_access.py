@@ -184,11 +184,22 @@ def test_diff_role_may_assume_exactly_the_lookup_role(ci: CiSynth) -> None:
     assert _assumable(ci, ci.settings.diff_role_name) == {_cdk_role("lookup")}
 
 
+def test_an_s3_model_source_lets_the_deploy_role_read_that_bucket_and_prefix_only() -> None:
+    settings = load_ci_access_settings({"GITHUB_REPOSITORY": "octo-org/ray-llm", "MODEL_SOURCE": "s3://example-models/qwen"}, {})
+    stack = CiAccessStack(new_app(), settings.stack_name, settings=settings, env=Environment(account="123456789012", region=settings.region))
+    resources = Template.from_stack(stack).to_json()["Resources"].values()
+    statements = [s for r in resources if r["Type"] == "AWS::IAM::Policy" for s in r["Properties"]["PolicyDocument"]["Statement"]]
+    model = {s["Sid"]: s for s in statements if s.get("Sid", "").startswith("ReadTheModel")}
+    assert model["ReadTheModelBucket"]["Resource"] == "arn:aws:s3:::example-models"
+    assert sorted(model["ReadTheModelBucket"]["Action"]) == ["s3:GetBucketLocation", "s3:ListBucket"]
+    assert (model["ReadTheModelPrefix"]["Action"], model["ReadTheModelPrefix"]["Resource"]) == ("s3:GetObject", "arn:aws:s3:::example-models/qwen/*")
+
+
 def test_deploy_role_has_exactly_the_read_only_calls_it_needs(ci: CiSynth) -> None:
     statements = ci.statements_of(ci.settings.deploy_role_name)
     actions = {a for s in statements for a in _as_list(s["Action"])}
-    # Without HF_TOKEN_SECRET_NAME there is no secret for the preflight to read.
-    scoped = set(SCOPED_READS) - {"secretsmanager:GetSecretValue"}
+    # Without HF_TOKEN_SECRET_NAME there is no secret for the preflight to read, with a Hub MODEL_SOURCE no bucket.
+    scoped = set(SCOPED_READS) - {"secretsmanager:GetSecretValue", "s3:GetBucketLocation", "s3:GetObject", "s3:ListBucket"}
     assert actions - set(PROMQL_QUERY_ACTIONS) == {"sts:AssumeRole", *DEPLOY_READ_ONLY_UNSCOPED, *scoped} and set(PROMQL_QUERY_ACTIONS) <= actions
     # Exactly what the preflight checks and the leftovers check declare they call (preflight/registry.py).
     assert set(read_only_actions()) == set(DEPLOY_READ_ONLY_UNSCOPED) | set(SCOPED_READS)

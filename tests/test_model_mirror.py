@@ -14,6 +14,7 @@ import json
 import subprocess
 import sys
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import boto3
@@ -40,7 +41,7 @@ LFS = {"model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors"}
 
 
 def _git_blob(data: bytes) -> str:
-    return hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest()  # noqa: S324 - git's object id
+    return hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest()
 
 
 class FakeHub:
@@ -52,11 +53,16 @@ class FakeHub:
         hub = self
 
         class Handler(http.server.BaseHTTPRequestHandler):
-            def do_GET(self) -> None:  # noqa: N802 - http.server's name
+            def do_GET(self) -> None:
                 hub.token_seen.append(self.headers.get("Authorization", ""))
                 if self.path == f"/api/models/{REPO}/revision/main?blobs=true":
                     siblings = [
-                        {"rfilename": n, "size": len(d), "blobId": _git_blob(d), **({"lfs": {"sha256": hashlib.sha256(d).hexdigest(), "size": len(d)}} if n in LFS else {})}
+                        {
+                            "rfilename": n,
+                            "size": len(d),
+                            "blobId": _git_blob(d),
+                            **({"lfs": {"sha256": hashlib.sha256(d).hexdigest(), "size": len(d)}} if n in LFS else {}),
+                        }
                         for n, d in FILES.items()
                     ]
                     return self._send(json.dumps({"id": REPO, "sha": COMMIT, "siblings": siblings}).encode())
@@ -104,10 +110,11 @@ def test_a_model_is_copied_verified_and_marked_finished(hub: tuple[FakeHub, str]
     fake, base = hub
     result = script.mirror(repo=REPO, revision="main", dest=f"s3://{BUCKET}/qwen3.5-9b", endpoint=base, token="hf_secret", s3=s3)
     assert _keys(s3, "qwen3.5-9b/") == {**FILES, "hash": COMMIT.encode()}
+    assert s3.head_object(Bucket=BUCKET, Key="qwen3.5-9b/hash")["Metadata"] == {"hf-repo": REPO}
     assert result["files"] == 4 and result["bytes"] == sum(len(d) for d in FILES.values()) and result["commit"] == COMMIT
     assert set(fake.token_seen) == {"Bearer hf_secret"}
     out = capsys.readouterr().out
-    assert f"[4/4] tokenizer.json" in out and "reading every object back from S3" in out and f"wrote hash = {COMMIT}" in out
+    assert "[4/4] tokenizer.json" in out and "reading every object back from S3" in out and f"wrote hash = {COMMIT}" in out
     # Run again: nothing is sent twice, everything is verified again.
     fake.token_seen.clear()
     script.mirror(repo=REPO, revision="main", dest=f"s3://{BUCKET}/qwen3.5-9b", endpoint=base, token="", s3=s3)
@@ -134,7 +141,7 @@ def test_an_object_changed_in_s3_after_the_copy_fails_the_read_back(hub: tuple[F
             s3.put_object(Bucket=bucket, Key=key, Body=b"tampered")
 
     monkeypatch.setattr(s3, "upload_fileobj", upload_then_tamper)
-    with pytest.raises(script.MirrorError, match="tokenizer.json: 8 bytes whose hash is not the Hub's git-sha1"):
+    with pytest.raises(script.MirrorError, match=r"tokenizer\.json: 8 bytes whose hash is not the Hub's git-sha1"):
         script.mirror(repo=REPO, revision="main", dest=f"s3://{BUCKET}/qwen", endpoint=base, token="", s3=s3)
     assert "hash" not in _keys(s3, "qwen/")
 
@@ -173,7 +180,7 @@ def test_the_job_runs_on_a_system_node_under_the_writer_service_account() -> Non
         kubernetes_validate.validate(obj, "1.35", strict=True)
     account, config_map, job = objects
     assert (account["kind"], account["metadata"]["name"]) == ("ServiceAccount", "model-mirror")
-    assert config_map["data"]["model_mirror_script.py"] == open(script.__file__).read()
+    assert config_map["data"]["model_mirror_script.py"] == Path(script.__file__).read_text()
     pod = job["spec"]["template"]["spec"]
     assert pod["serviceAccountName"] == "model-mirror" and pod["automountServiceAccountToken"] is False
     assert pod["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"][0]["matchExpressions"] == [
@@ -230,5 +237,11 @@ def test_the_tool_prints_progress_as_it_comes_and_returns_the_result(capsys: pyt
 def test_a_failed_job_reports_its_error_line() -> None:
     props = mirror_model.mirror_props(settings_for({"MODEL_SOURCE": "s3://example-models/q"}), REPO, "main")
     kubectl = FakeKubectl(["[1/4] config.json", "error: config.json: the Hub sent 3 bytes that do not match"], succeeds=False)
-    with pytest.raises(RuntimeError, match="^config.json: the Hub sent 3 bytes that do not match$"):
+    with pytest.raises(RuntimeError, match=r"^config\.json: the Hub sent 3 bytes that do not match$"):
         mirror_model.run_job(props, kubectl, 60, poll_s=0)
+
+
+def test_the_job_and_the_preflight_agree_on_the_completion_object() -> None:
+    from preflight import model_bucket
+
+    assert (script.COMPLETION_OBJECT, script.MIRRORED_FROM) == (model_bucket.COMPLETION_OBJECT, model_bucket.MIRRORED_FROM)

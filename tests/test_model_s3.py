@@ -52,7 +52,9 @@ def _role_policy(synth: Synth, role_id: str) -> dict[str, Any]:
 
 
 def _association(synth: Synth, service_account: str) -> dict[str, Any]:
-    (association,) = [a for a in synth.resources("serving", "AWS::EKS::PodIdentityAssociation").values() if a["Properties"]["ServiceAccount"] == service_account]
+    (association,) = [
+        a for a in synth.resources("serving", "AWS::EKS::PodIdentityAssociation").values() if a["Properties"]["ServiceAccount"] == service_account
+    ]
     return association
 
 
@@ -154,7 +156,11 @@ def test_the_mirror_job_writes_only_the_prefix(s3_synth: Synth) -> None:
     assert association["Properties"]["Namespace"] == "inference"
     policy = _role_policy(s3_synth, association["Properties"]["RoleArn"]["Fn::GetAtt"][0])
     obj = f"arn:aws:s3:::{BUCKET}/{PREFIX}"
-    allowed = [Request("s3:PutObject", f"{obj}/config.json"), Request("s3:AbortMultipartUpload", f"{obj}/model.safetensors"), Request("s3:GetObject", f"{obj}/hash")]
+    allowed = [
+        Request("s3:PutObject", f"{obj}/config.json"),
+        Request("s3:AbortMultipartUpload", f"{obj}/model.safetensors"),
+        Request("s3:GetObject", f"{obj}/hash"),
+    ]
     denied = [
         Request("s3:PutObject", f"{obj}-old/config.json"),
         Request("s3:PutObject", f"arn:aws:s3:::{BUCKET}/config.json"),
@@ -275,7 +281,7 @@ def pod_identity_agent(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Itera
     seen: list[str] = []
 
     class Agent(http.server.BaseHTTPRequestHandler):
-        def do_GET(self) -> None:  # noqa: N802 - http.server's name
+        def do_GET(self) -> None:
             seen.append(self.headers.get("Authorization", ""))
             body = json.dumps(
                 {"AccessKeyId": "ASIAPODIDENTITY", "SecretAccessKey": "secret", "Token": "session", "Expiration": "2099-01-01T00:00:00Z"}
@@ -317,3 +323,66 @@ def test_ray_downloads_the_prefix_with_pod_identity_credentials(pod_identity_age
     assert sorted(p.name for p in snapshot.iterdir()) == sorted(files)
     assert (snapshot / "model.safetensors").read_bytes() == files["model.safetensors"]
     assert pod_identity_agent and set(pod_identity_agent) == {"projected-service-account-token"}
+
+
+# --- the preflight, on moto's S3 ----------------------------------------------------------------------------------
+
+
+def test_the_preflight_wants_a_finished_mirror_in_the_region_before_gpu_nodes_start() -> None:
+    from preflight.model_bucket import check_s3_model_source
+
+    source = S3Prefix(BUCKET, PREFIX)
+    with mock_aws():
+        s3 = boto3.client("s3", region_name="sa-east-1")
+        missing = check_s3_model_source(s3, source, region="sa-east-1", gpu_nodes=2)
+        assert not missing.ok and "does not exist" in missing.detail
+        s3.create_bucket(Bucket=BUCKET, CreateBucketConfiguration={"LocationConstraint": "sa-east-1"})
+        empty = check_s3_model_source(s3, source, region="sa-east-1", gpu_nodes=2)
+        assert not empty.ok and "make park" in empty.fix and "make mirror-model" in empty.fix
+        parked = check_s3_model_source(s3, source, region="sa-east-1", gpu_nodes=0)
+        assert parked.ok and "before unparking" in parked.warning
+        s3.put_object(Bucket=BUCKET, Key=f"{PREFIX}-old/hash", Body=b"neighbour")  # not ours
+        s3.put_object(Bucket=BUCKET, Key=f"{PREFIX}/config.json", Body=b"{}")
+        unfinished = check_s3_model_source(s3, source, region="sa-east-1", gpu_nodes=2)
+        assert unfinished.ok and "not finished" in unfinished.warning
+        s3.put_object(Bucket=BUCKET, Key=f"{PREFIX}/hash", Body=b"c0ffee1234567890")
+        finished = check_s3_model_source(s3, source, region="sa-east-1", gpu_nodes=2)
+        assert finished.ok and not finished.warning and "commit c0ffee123456" in finished.detail
+        elsewhere = check_s3_model_source(s3, source, region="us-east-2", gpu_nodes=2)
+        assert elsewhere.ok and "crosses the NAT gateway" in elsewhere.warning
+
+
+# --- make lookup's facts of a mirrored model ----------------------------------------------------------------------
+
+
+def test_the_facts_of_a_mirrored_model_come_from_the_prefix_and_drive_the_synth() -> None:
+    from preflight.hub import HubError
+    from preflight.model_bucket import s3_model_facts
+    from settings.model_facts import BUILT_IN_MODELS, model_facts_context_key
+    from tests.test_hub_lookup import FILES as HUB_FILES
+
+    source = S3Prefix(BUCKET, PREFIX)
+    with mock_aws():
+        s3 = boto3.client("s3", region_name="sa-east-1")
+        s3.create_bucket(Bucket=BUCKET, CreateBucketConfiguration={"LocationConstraint": "sa-east-1"})
+        with pytest.raises(HubError, match="no config.json"):
+            s3_model_facts(s3, source)
+        for name, body in HUB_FILES["Qwen/Qwen3.5-9B"].items():
+            s3.put_object(Bucket=BUCKET, Key=f"{PREFIX}/{name}", Body=json.dumps(body).encode())
+        unknown_origin = s3_model_facts(s3, source)
+        # As the mirror Job leaves it: `hash` last, naming the repository it copied.
+        s3.put_object(Bucket=BUCKET, Key=f"{PREFIX}/hash", Body=b"c2022362", Metadata={"hf-repo": "Qwen/Qwen3.5-9B"})
+        facts = s3_model_facts(s3, source)
+    assert unknown_origin.text_only_skipped_bytes == 0 and "a mirror of Qwen/Qwen3.5-9B" in facts.where
+    built_in = BUILT_IN_MODELS["Qwen/Qwen3.5-9B"]
+    same = ("architectures", "weight_bytes", "layers", "attention_layers", "kv_heads", "head_dim", "native_context", "multimodal")
+    assert {k: getattr(facts, k) for k in same} == {k: getattr(built_in, k) for k in same}
+    assert facts.source == SOURCE
+    # Cached as `make lookup` writes it, the synth knows the model: fit-checked, served text-only as the Hub id is.
+    context = {model_facts_context_key(SOURCE): facts.to_context()}
+    settings = settings_for({"MODEL_SOURCE": SOURCE + "/"}, context)
+    assert settings.model_facts_source == "cached look-up" and settings.text_only_multimodal
+    engine = pd_application(settings).to_serve_config()["applications"][0]["args"]["decode_config"]["engine_kwargs"]
+    assert engine["language_model_only"] is True
+    with pytest.raises(SettingError, match="MAX_MODEL_LEN"):
+        settings_for({"MODEL_SOURCE": SOURCE, "MAX_MODEL_LEN": "10000000"}, context)

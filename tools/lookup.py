@@ -1,6 +1,7 @@
 """`make lookup`: ask AWS what the synth needs (AZs, where GPU_NODE_TYPE is offered, facts of types
 outside the built-in table, the image digest, add-on versions) and the Hugging Face Hub for MODEL_SOURCE's
-config.json and safetensors index (with the token of HF_TOKEN_SECRET_NAME for a gated model), and cache the
+config.json and safetensors index (with the token of HF_TOKEN_SECRET_NAME for a gated model; from the prefix
+for an s3:// source), and cache the
 answers in cdk.context.json. Needs AWS credentials."""
 
 from __future__ import annotations
@@ -13,10 +14,12 @@ from botocore.exceptions import BotoCoreError, ClientError
 
 from preflight.hub import HubError, ShapeNotUnderstood, hub_model_facts
 from preflight.lookups import look_up
+from preflight.model_bucket import s3_model_facts
 from settings import SettingError
 from settings.context_files import CDK_CONTEXT_JSON, read_project_context, write_cached_lookups
 from settings.loader import raw_values
 from settings.model_facts import model_facts_context_key
+from settings.model_source import parse_model_source, s3_source
 
 
 def _hub_token(secret_name: str, region: str) -> str:
@@ -37,7 +40,11 @@ def main() -> int:
         print(f"error: the look-up in {region} failed: {error}", file=sys.stderr)
         return 1
     try:
-        facts = hub_model_facts(raw["MODEL_SOURCE"], token=_hub_token(raw["HF_TOKEN_SECRET_NAME"], region))
+        source = s3_source(parse_model_source(raw["MODEL_SOURCE"]))
+        if source is not None:
+            facts = s3_model_facts(boto3.session.Session().client("s3", region_name=region), source)
+        else:
+            facts = hub_model_facts(raw["MODEL_SOURCE"], token=_hub_token(raw["HF_TOKEN_SECRET_NAME"], region))
     except ShapeNotUnderstood as unknown:
         print(f"notice: {unknown}: the model is not fit-checked (no facts cached)", file=sys.stderr)
     except (HubError, BotoCoreError, ClientError) as error:
@@ -45,7 +52,7 @@ def main() -> int:
         print(f"error: the model's facts: {error}", file=sys.stderr)
         return 1
     else:
-        entries[model_facts_context_key(raw["MODEL_SOURCE"])] = facts.to_context()
+        entries[model_facts_context_key(facts.source)] = facts.to_context()
     write_cached_lookups(entries)
     for key, value in sorted(entries.items()):
         print(f"cached {key} = {value if not isinstance(value, dict) else value.get('name')}")
