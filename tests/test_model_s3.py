@@ -365,7 +365,7 @@ def test_the_facts_of_a_mirrored_model_come_from_the_prefix_and_drive_the_synth(
     with mock_aws():
         s3 = boto3.client("s3", region_name="sa-east-1")
         s3.create_bucket(Bucket=BUCKET, CreateBucketConfiguration={"LocationConstraint": "sa-east-1"})
-        with pytest.raises(HubError, match="no config.json"):
+        with pytest.raises(HubError, match=r"no config\.json"):
             s3_model_facts(s3, source)
         for name, body in HUB_FILES["Qwen/Qwen3.5-9B"].items():
             s3.put_object(Bucket=BUCKET, Key=f"{PREFIX}/{name}", Body=json.dumps(body).encode())
