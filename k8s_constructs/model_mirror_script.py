@@ -52,29 +52,28 @@ class HubFile:
 
 
 class _Hashing:
-    """A file-like reader that counts and hashes what passes through it (sha256 and the git blob sha1)."""
+    """A file-like reader that counts and hashes what passes through it, with the hash the Hub publishes for the file
+    (SHA-256 for LFS, the git blob SHA-1 otherwise)."""
 
-    def __init__(self, raw: BinaryIO, size: int, label: str) -> None:
-        self.raw, self.size, self.label = raw, size, label
-        self.count, self.sha256 = 0, hashlib.sha256()
-        self.git = hashlib.sha1(f"blob {size}\0".encode())
+    def __init__(self, raw: BinaryIO, file: HubFile, label: str) -> None:
+        self.raw, self.file, self.label = raw, file, label
+        self.count = 0
+        kind, _ = file.expected()
+        self.digest = hashlib.sha256() if kind == "sha256" else hashlib.sha1(f"blob {file.size}\0".encode())  # noqa: S324 - git's object id
         self.started, self.next_report = time.monotonic(), PROGRESS_EVERY
 
     def read(self, n: int = -1) -> bytes:
         data = self.raw.read(n if n and n > 0 else CHUNK)
         self.count += len(data)
-        self.sha256.update(data)
-        self.git.update(data)
+        self.digest.update(data)
         if self.count >= self.next_report:
             rate = self.count / max(time.monotonic() - self.started, 1e-6) / 1e6
-            print(f"  {self.label}: {self.count / 1024**3:.1f} / {self.size / 1024**3:.1f} GiB ({rate:.0f} MB/s)", flush=True)
+            print(f"  {self.label}: {self.count / 1024**3:.1f} / {self.file.size / 1024**3:.1f} GiB ({rate:.0f} MB/s)", flush=True)
             self.next_report += PROGRESS_EVERY
         return data
 
-    def matches(self, file: HubFile) -> bool:
-        kind, digest = file.expected()
-        got = self.sha256.hexdigest() if kind == "sha256" else self.git.hexdigest()
-        return self.count == file.size and got == digest
+    def matches(self) -> bool:
+        return self.count == self.file.size and self.digest.hexdigest() == self.file.expected()[1]
 
 
 def _hub(endpoint: str, path: str, token: str) -> Any:
@@ -127,18 +126,18 @@ def mirror(*, repo: str, revision: str, dest: str, endpoint: str, token: str, s3
             continue
         print(f"[{number}/{len(files)}] {file.path} ({file.size / 1024**2:.1f} MiB)", flush=True)
         with _hub(endpoint, f"/{repo}/resolve/{commit}/{urllib.parse.quote(file.path)}", token) as answer:
-            reader = _Hashing(answer, file.size, file.path)
+            reader = _Hashing(answer, file, file.path)
             s3.upload_fileobj(reader, bucket, prefix + file.path, ExtraArgs={"Metadata": {kind: digest}}, Config=TRANSFER)
-        if not reader.matches(file):
+        if not reader.matches():
             raise MirrorError(f"{file.path}: the Hub sent {reader.count} bytes that do not match its published size {file.size} and {kind} {digest}")
     copied = time.monotonic()
     print(f"copied in {copied - started:.0f} s; reading every object back from S3", flush=True)
     for file in files:
         body = s3.get_object(Bucket=bucket, Key=prefix + file.path)["Body"]
-        reader = _Hashing(body, file.size, f"verify {file.path}")
+        reader = _Hashing(body, file, f"verify {file.path}")
         while reader.read(CHUNK):
             pass
-        if not reader.matches(file):
+        if not reader.matches():
             raise MirrorError(f"s3://{bucket}/{prefix}{file.path}: {reader.count} bytes whose hash is not the Hub's {file.expected()[0]} {file.expected()[1]}")
     # The repository it came from, for `make lookup` (what vLLM skips of a known model is not in the files' index).
     s3.put_object(Bucket=bucket, Key=prefix + COMPLETION_OBJECT, Body=commit.encode(), Metadata={MIRRORED_FROM: repo})
