@@ -42,6 +42,7 @@ class MirrorJobChart(cdk8s.Chart):
             self, "ServiceAccount", metadata=cdk8s.ApiObjectMetadata(name=props.service_account, namespace=props.namespace, labels=labels)
         )
         self.script = kplus.ConfigMap(self, "Script", metadata=cdk8s.ApiObjectMetadata(name=props.name, namespace=props.namespace, labels=labels))
+        # The label selects all three for the tool's clean-up (tools/mirror_model.py).
         self.script.add_data(SCRIPT.name, SCRIPT.read_text())
         env = {
             "HF_REPO": props.repo,
@@ -69,6 +70,8 @@ class MirrorJobChart(cdk8s.Chart):
         container = kplus.ContainerProps(
             name="mirror",
             image=props.image,
+            # The head's image, already on a system node: no second pull of ~20 GB.
+            image_pull_policy=kplus.ImagePullPolicy.IF_NOT_PRESENT,
             command=["python3", f"{SCRIPT_DIR}/{SCRIPT.name}"],
             # Streams from the Hub to S3 without a local copy: a core for hashing, memory for the upload parts.
             resources=kplus.ContainerResources(

@@ -27,10 +27,16 @@ from typing import Any, BinaryIO
 
 import boto3
 from boto3.s3.transfer import TransferConfig
+from botocore.exceptions import BotoCoreError, ClientError
 
 RESULT_MARKER = "MIRROR_RESULT "
 COMPLETION_OBJECT = "hash"  # what Ray reads as the snapshot name; written last
 MIRRORED_FROM = "hf-repo"  # the completion object's metadata key: the Hub repository
+# Weights vLLM does not load when safetensors are there (its default load format), and the original checkpoints
+# some repositories carry beside the converted one (meta-llama's original/: 16 GB more for an 8B model).
+OTHER_WEIGHT_FORMATS = (".pth", ".pt", ".gguf", ".onnx", ".h5", ".msgpack", ".ckpt")
+OTHER_CHECKPOINT_DIRS = ("original/",)
+ATTEMPTS = 3
 CHUNK = 8 * 1024 * 1024
 PROGRESS_EVERY = 1024**3  # a line per GiB
 TRANSFER = TransferConfig(multipart_chunksize=64 * 1024 * 1024, max_concurrency=8)
@@ -59,11 +65,11 @@ class _Hashing:
         self.raw, self.file, self.label = raw, file, label
         self.count = 0
         kind, _ = file.expected()
-        self.digest = hashlib.sha256() if kind == "sha256" else hashlib.sha1(f"blob {file.size}\0".encode())  # noqa: S324 - git's object id
+        self.digest = hashlib.sha256() if kind == "sha256" else hashlib.sha1(f"blob {file.size}\0".encode())
         self.started, self.next_report = time.monotonic(), PROGRESS_EVERY
 
     def read(self, n: int = -1) -> bytes:
-        data = self.raw.read(n if n and n > 0 else CHUNK)
+        data = self.raw.read(n) if n is not None and n >= 0 else self.raw.read()
         self.count += len(data)
         self.digest.update(data)
         if self.count >= self.next_report:
@@ -77,7 +83,10 @@ class _Hashing:
 
 
 def _hub(endpoint: str, path: str, token: str) -> Any:
-    request = urllib.request.Request(f"{endpoint}{path}", headers={"Authorization": f"Bearer {token}"} if token else {})
+    request = urllib.request.Request(f"{endpoint}{path}")
+    if token:
+        # Not to the host a file redirects to (the Hub's CDN takes a presigned URL), as the Hub's own client does.
+        request.add_unredirected_header("Authorization", f"Bearer {token}")
     return urllib.request.urlopen(request, timeout=60)
 
 
@@ -89,6 +98,8 @@ def hub_files(endpoint: str, repo: str, revision: str, token: str) -> tuple[str,
             info = json.load(answer)
     except urllib.error.HTTPError as error:
         raise MirrorError(f"the Hub answered {error.code} for {repo}@{revision} (gated: set HF_TOKEN_SECRET_NAME; misspelt: check HF_MODEL)") from None
+    except (urllib.error.URLError, OSError) as error:
+        raise MirrorError(f"cannot reach the Hub at {endpoint}: {error}") from None
     files = []
     for sibling in info.get("siblings", []):
         lfs = sibling.get("lfs") or {}
@@ -100,53 +111,98 @@ def hub_files(endpoint: str, repo: str, revision: str, token: str) -> tuple[str,
     return str(info["sha"]), sorted(files, key=lambda f: f.path)
 
 
+def served_files(files: list[HubFile]) -> tuple[list[HubFile], list[HubFile]]:
+    """(copied, left out): every GPU node downloads the whole prefix, so only what vLLM loads is copied: the
+    safetensors (not the same weights again as .bin, .pth or another framework's format), config and tokenizer."""
+    has_safetensors = any(f.path.endswith(".safetensors") for f in files)
+
+    def left_out(f: HubFile) -> bool:
+        other_format = f.path.endswith(OTHER_WEIGHT_FORMATS) or (has_safetensors and f.path.endswith(".bin"))
+        return f.path.startswith(OTHER_CHECKPOINT_DIRS) or other_format
+
+    return [f for f in files if not left_out(f)], [f for f in files if left_out(f)]
+
+
 def split_uri(uri: str) -> tuple[str, str]:
     bucket, _, prefix = uri.removeprefix("s3://").partition("/")
     return bucket, prefix.strip("/") + "/"
 
 
+def _copy(s3: Any, endpoint: str, repo: str, commit: str, token: str, file: HubFile, bucket: str, key: str) -> None:
+    """One file from the Hub to S3, hashed on the way, with the Hub's digest in its metadata (a later run skips it, and
+    still reads it back); bytes that do not match are replaced by an empty object, so nothing unchecked keeps it."""
+    kind, digest = file.expected()
+    for attempt in range(1, ATTEMPTS + 1):
+        try:
+            with _hub(endpoint, f"/{repo}/resolve/{commit}/{urllib.parse.quote(file.path)}", token) as answer:
+                reader = _Hashing(answer, file, file.path)
+                s3.upload_fileobj(reader, bucket, key, ExtraArgs={"Metadata": {kind: digest}}, Config=TRANSFER)
+        except (OSError, urllib.error.URLError, BotoCoreError, ClientError) as error:
+            if attempt == ATTEMPTS or (isinstance(error, ClientError) and "AccessDenied" in str(error)):
+                raise MirrorError(f"{file.path}: {error}") from None
+            print(f"  {file.path}: {error}; again ({attempt + 1}/{ATTEMPTS})", flush=True)
+            continue
+        if not reader.matches():
+            s3.put_object(Bucket=bucket, Key=key, Body=b"")
+            raise MirrorError(f"{file.path}: the Hub sent {reader.count} bytes that do not match its published size {file.size} and {kind} {digest}")
+        return
+
+
 def mirror(*, repo: str, revision: str, dest: str, endpoint: str, token: str, s3: Any) -> dict[str, Any]:
     started = time.monotonic()
-    commit, files = hub_files(endpoint, repo, revision, token)
+    commit, listed = hub_files(endpoint, repo, revision, token)
+    files, left_out = served_files(listed)
     bucket, prefix = split_uri(dest)
     total = sum(f.size for f in files)
     print(f"{repo}@{commit}: {len(files)} files, {total / 1024**3:.2f} GiB -> s3://{bucket}/{prefix}", flush=True)
-    existing = {
-        o["Key"][len(prefix) :]: o for page in s3.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix) for o in page.get("Contents", [])
-    }
-    # Ray downloads everything under the prefix: a file of another model or revision would be served too.
-    strangers = sorted(set(existing) - {f.path for f in files} - {COMPLETION_OBJECT})
-    if strangers:
-        raise MirrorError(f"s3://{bucket}/{prefix} holds files that are not in {repo}@{commit} ({', '.join(strangers[:5])}): empty it or choose another prefix")
-    for number, file in enumerate(files, 1):
-        kind, digest = file.expected()
-        old = existing.get(file.path)
-        if old and old["Size"] == file.size and s3.head_object(Bucket=bucket, Key=prefix + file.path).get("Metadata", {}).get(kind) == digest:
-            print(f"[{number}/{len(files)}] {file.path}: already there", flush=True)
-            continue
-        print(f"[{number}/{len(files)}] {file.path} ({file.size / 1024**2:.1f} MiB)", flush=True)
-        with _hub(endpoint, f"/{repo}/resolve/{commit}/{urllib.parse.quote(file.path)}", token) as answer:
-            reader = _Hashing(answer, file, file.path)
-            s3.upload_fileobj(reader, bucket, prefix + file.path, ExtraArgs={"Metadata": {kind: digest}}, Config=TRANSFER)
-        if not reader.matches():
-            raise MirrorError(f"{file.path}: the Hub sent {reader.count} bytes that do not match its published size {file.size} and {kind} {digest}")
-    copied = time.monotonic()
-    print(f"copied in {copied - started:.0f} s; reading every object back from S3", flush=True)
-    for file in files:
-        body = s3.get_object(Bucket=bucket, Key=prefix + file.path)["Body"]
-        reader = _Hashing(body, file, f"verify {file.path}")
-        while reader.read(CHUNK):
-            pass
-        if not reader.matches():
-            raise MirrorError(f"s3://{bucket}/{prefix}{file.path}: {reader.count} bytes whose hash is not the Hub's {file.expected()[0]} {file.expected()[1]}")
-    # The repository it came from, for `make lookup` (what vLLM skips of a known model is not in the files' index).
-    s3.put_object(Bucket=bucket, Key=prefix + COMPLETION_OBJECT, Body=commit.encode(), Metadata={MIRRORED_FROM: repo})
+    if left_out:
+        print(f"left out (vLLM loads the safetensors): {', '.join(f.path for f in left_out)}", flush=True)
+    try:
+        existing = {
+            o["Key"][len(prefix) :]: o
+            for page in s3.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix)
+            for o in page.get("Contents", [])
+            if not o["Key"].endswith("/")  # a console folder marker, which Ray skips too
+        }
+        # Ray downloads everything under the prefix: a file of another model or revision would be served too.
+        strangers = sorted(set(existing) - {f.path for f in files} - {COMPLETION_OBJECT})
+        if strangers:
+            raise MirrorError(
+                f"s3://{bucket}/{prefix} holds files that are not in {repo}@{commit} ({', '.join(strangers[:5])}): empty it or choose another prefix"
+            )
+        if COMPLETION_OBJECT in existing:
+            # Until every file is verified again the prefix is not a finished mirror (the preflight and Ray read it).
+            s3.delete_object(Bucket=bucket, Key=prefix + COMPLETION_OBJECT)
+        for number, file in enumerate(files, 1):
+            kind, digest = file.expected()
+            old = existing.get(file.path)
+            if old and old["Size"] == file.size and s3.head_object(Bucket=bucket, Key=prefix + file.path).get("Metadata", {}).get(kind) == digest:
+                print(f"[{number}/{len(files)}] {file.path}: already there", flush=True)
+                continue
+            print(f"[{number}/{len(files)}] {file.path} ({file.size / 1024**2:.1f} MiB)", flush=True)
+            _copy(s3, endpoint, repo, commit, token, file, bucket, prefix + file.path)
+        copied = time.monotonic()
+        print(f"copied in {copied - started:.0f} s; reading every object back from S3", flush=True)
+        for file in files:
+            body = s3.get_object(Bucket=bucket, Key=prefix + file.path)["Body"]
+            reader = _Hashing(body, file, f"verify {file.path}")
+            while reader.read(CHUNK):
+                pass
+            if not reader.matches():
+                raise MirrorError(
+                    f"s3://{bucket}/{prefix}{file.path}: {reader.count} bytes whose hash is not the Hub's {file.expected()[0]} {file.expected()[1]}"
+                )
+        # The repository it came from, for `make lookup` (what vLLM skips of a known model is not in the files' index).
+        s3.put_object(Bucket=bucket, Key=prefix + COMPLETION_OBJECT, Body=commit.encode(), Metadata={MIRRORED_FROM: repo})
+    except (BotoCoreError, ClientError) as error:
+        raise MirrorError(f"s3://{bucket}/{prefix}: {error}") from None
     result = {
         "repo": repo,
         "commit": commit,
         "destination": f"s3://{bucket}/{prefix}",
         "files": len(files),
         "bytes": total,
+        "left_out": [f.path for f in left_out],
         "copy_seconds": round(copied - started, 1),
         "verify_seconds": round(time.monotonic() - copied, 1),
     }

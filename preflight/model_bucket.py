@@ -24,14 +24,19 @@ def _code(error: ClientError) -> str:
     return str(error.response.get("Error", {}).get("Code", ""))
 
 
-def check_s3_model_source(s3: Any, source: S3Prefix, *, region: str, gpu_nodes: int) -> CheckResult:
+def check_s3_model_source(s3: Any, source: S3Prefix, *, region: str, gpu_nodes: int, kms_key: bool = False) -> CheckResult:
     try:
         location = s3.get_bucket_location(Bucket=source.bucket).get("LocationConstraint") or "us-east-1"
+        location = {"EU": "eu-west-1"}.get(location, location)  # S3's legacy name of eu-west-1
     except ClientError as error:
         if _code(error) == "NoSuchBucket":
             return fail(NAME, f"bucket {source.bucket} does not exist", "create it in REGION (or fix MODEL_SOURCE), then `make mirror-model`")
         return warn(NAME, "not checked", f"the deployer cannot read bucket {source.bucket} ({_code(error)}); the workers' own role is what reads it")
     notes = []
+    if location != region and kms_key:
+        # The workers may decrypt only through S3 of this Region (kms:ViaService): Ray would log the refusals and
+        # start vLLM without weights.
+        return fail(NAME, f"bucket {source.bucket} is in {location}, not {region}, and MODEL_SOURCE_KMS_KEY_ARN is set", "copy the model to a bucket in REGION")
     if location != region:
         notes.append(f"the bucket is in {location}, not {region}: the VPC's S3 endpoint does not carry it, so every node's download crosses the NAT gateway")
     try:

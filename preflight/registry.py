@@ -31,7 +31,7 @@ def _check_model_source(ctx: Context) -> CheckResult:
         return ok("model-source", "not set")
     s3 = s3_source(source)
     if s3 is not None:
-        return check_s3_model_source(ctx.client("s3"), s3, region=ctx.inp.region, gpu_nodes=ctx.inp.gpu_node_count)
+        return check_s3_model_source(ctx.client("s3"), s3, region=ctx.inp.region, gpu_nodes=ctx.inp.gpu_node_count, kms_key=ctx.inp.model_source_kms_key)
     return check_model_source(source, token=_hub_token(ctx))
 
 

@@ -24,8 +24,13 @@ _BUCKET_RESERVED_SUFFIXES = ("-s3alias", "--ol-s3", ".mrap", "--x-s3", "--table-
 # S3's "safe" key characters without "*" (IAM's wildcard), one or more per segment; "." and ".." segments refused.
 _PREFIX_SEGMENT = re.compile(r"[A-Za-z0-9!_.'()-]+")
 BUCKET_ALLOWED = "3-63 lowercase letters, digits, '.' and '-', starting and ending with a letter or digit (S3's bucket naming rules)"
-PREFIX_ALLOWED = "a key prefix of segments of letters, digits and !_.'()- separated by '/' (no '*', '?', '$' or empty segment)"
-KMS_KEY_ARN = re.compile(r"arn:aws(-[a-z]+)*:kms:[a-z]{2}(-[a-z]+)+-\d:\d{12}:key/[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
+PREFIX_ALLOWED = "a key prefix of at most 768 bytes, segments of letters, digits and !_.'()- separated by '/' (no '*', '?', '$' or empty segment)"
+# A key ID is a UUID, or mrk- and 32 hex digits for a multi-Region key.
+KMS_KEY_ARN = re.compile(
+    r"arn:aws(-[a-z]+)*:kms:[a-z]{2}(-[a-z]+)+-\d:\d{12}:key/([0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}|mrk-[0-9a-f]{32})"
+)
+# S3 keys are at most 1024 bytes; the prefix leaves room for the model's file names under it.
+MAX_PREFIX_BYTES = 768
 
 
 @dataclass(frozen=True)
@@ -74,7 +79,7 @@ def parse_s3_prefix(env: str, value: str) -> S3Prefix:
         raise SettingError(env, value, f"s3://BUCKET/PREFIX with BUCKET {problem}")
     prefix = prefix.removesuffix("/")
     segments = prefix.split("/") if prefix else []
-    if not segments or any(not _PREFIX_SEGMENT.fullmatch(s) or s in (".", "..") for s in segments):
+    if not segments or len(prefix.encode()) > MAX_PREFIX_BYTES or any(not _PREFIX_SEGMENT.fullmatch(s) or s in (".", "..") for s in segments):
         raise SettingError(env, value, f"s3://BUCKET/PREFIX with PREFIX {PREFIX_ALLOWED}: the workers may read exactly that prefix")
     return S3Prefix(bucket=bucket, prefix=prefix)
 

@@ -175,8 +175,12 @@ class CiAccessStack(Stack):
                 # The preflight's model-source check of an s3:// MODEL_SOURCE: the bucket's Region and the mirror's files.
                 *(
                     [
+                        iam.PolicyStatement(sid="ReadTheModelBucketRegion", actions=["s3:GetBucketLocation"], resources=[settings.model_s3.bucket_arn("aws")]),
                         iam.PolicyStatement(
-                            sid="ReadTheModelBucket", actions=["s3:GetBucketLocation", "s3:ListBucket"], resources=[settings.model_s3.bucket_arn("aws")]
+                            sid="ListTheModelPrefix",
+                            actions=["s3:ListBucket"],
+                            resources=[settings.model_s3.bucket_arn("aws")],
+                            conditions={"StringLike": {"s3:prefix": [f"{settings.model_s3.key_prefix}*"]}},
                         ),
                         iam.PolicyStatement(sid="ReadTheModelPrefix", actions=["s3:GetObject"], resources=[settings.model_s3.object_arn("aws")]),
                     ]

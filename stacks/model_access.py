@@ -17,6 +17,7 @@ from settings.model_source import S3Prefix
 from stacks import nag
 from stacks.pod_identity import pod_identity_role
 
+COMPLETION_OBJECT = "hash"  # the mirror's last write (k8s_constructs/model_mirror_script.py)
 # The mirror Job's ServiceAccount (created with the Job by tools/mirror_model.py, deleted with it).
 MIRROR_SERVICE_ACCOUNT = "model-mirror"
 READ_ACTIONS = ("s3:GetObject",)
@@ -47,7 +48,12 @@ def reader_statements(source: S3Prefix, kms_key_arn: str) -> list[iam.PolicyStat
 
 
 def writer_statements(source: S3Prefix, kms_key_arn: str) -> list[iam.PolicyStatement]:
-    statements = [iam.PolicyStatement(actions=list(WRITE_ACTIONS), resources=[source.object_arn(Aws.PARTITION)]), _list_prefix(source)]
+    statements = [
+        iam.PolicyStatement(actions=list(WRITE_ACTIONS), resources=[source.object_arn(Aws.PARTITION)]),
+        # A re-run withdraws the completion mark first (until every file is verified again); no other delete.
+        iam.PolicyStatement(actions=["s3:DeleteObject"], resources=[f"arn:{Aws.PARTITION}:s3:::{source.bucket}/{source.key_prefix}{COMPLETION_OBJECT}"]),
+        _list_prefix(source),
+    ]
     if kms_key_arn:
         statements.append(_kms(["kms:Decrypt", "kms:GenerateDataKey"], kms_key_arn))
     return statements

@@ -13,8 +13,9 @@ from settings import Settings
 from settings.addressing import PRIVATE_SUBNET_MASK, PUBLIC_SUBNET_MASK
 
 
-def s3_endpoint_statements() -> list[iam.PolicyStatement]:
-    """The S3 gateway endpoint's policy (tests/test_model_s3.py evaluates it)."""
+def s3_endpoint_statements(region: str) -> list[iam.PolicyStatement]:
+    """The S3 gateway endpoint's policy (tests/test_model_s3.py evaluates it): reads from anywhere, writes by this
+    account's principals only, and CloudFormation's answers to its own two buckets of this Region."""
     anyone = [iam.AnyPrincipal()]
     return [
         iam.PolicyStatement(
@@ -24,16 +25,20 @@ def s3_endpoint_statements() -> list[iam.PolicyStatement]:
             resources=["*"],
             conditions={"StringEquals": {"aws:PrincipalAccount": Aws.ACCOUNT_ID}},
         ),
-        # docs.aws.amazon.com/AmazonECR/latest/userguide/vpc-endpoints.html#ecr-minimum-s3-perms
-        iam.PolicyStatement(
-            sid="EcrImageLayers", principals=anyone, actions=["s3:GetObject"], resources=[f"arn:{Aws.PARTITION}:s3:::prod-{Aws.REGION}-starport-layer-bucket/*"]
-        ),
-        # docs.aws.amazon.com/AWSCloudFormation/latest/UserGuide/cfn-vpce-bucketnames.html
+        # Reads of others' buckets, signed by their owners or anonymous: ECR's image layers (presigned by ECR),
+        # registry.k8s.io's layers (anonymous, from a bucket in the Region), Amazon Linux's package repositories,
+        # the SSM agent's. A read moves nothing out; a write by foreign credentials is what the policy refuses.
+        iam.PolicyStatement(sid="ReadsFromAnywhere", principals=anyone, actions=["s3:GetObject", "s3:ListBucket", "s3:GetBucketLocation"], resources=["*"]),
+        # docs.aws.amazon.com/AWSCloudFormation/latest/UserGuide/cfn-vpce-bucketnames.html: the kubectl provider's
+        # Lambdas run in these subnets and answer CloudFormation through a URL it presigned for its own bucket.
         iam.PolicyStatement(
             sid="CloudFormationResponses",
             principals=anyone,
             actions=["s3:PutObject"],
-            resources=[f"arn:{Aws.PARTITION}:s3:::cloudformation-custom-resource-response-*/*", f"arn:{Aws.PARTITION}:s3:::cloudformation-waitcondition-*/*"],
+            resources=[
+                f"arn:{Aws.PARTITION}:s3:::cloudformation-custom-resource-response-{region.replace('-', '')}/*",
+                f"arn:{Aws.PARTITION}:s3:::cloudformation-waitcondition-{region}/*",
+            ],
         ),
     ]
 
@@ -64,7 +69,7 @@ class NetworkStack(Stack):
         for subnet in self.vpc.private_subnets:
             Tags.of(subnet).add("kubernetes.io/role/internal-elb", "1")
 
-        self.s3_endpoint = self._s3_gateway_endpoint()
+        self.s3_endpoint = self._s3_gateway_endpoint(settings.region)
 
         # One key for the deployment's log groups (flow logs here, the control plane's in the cluster stack):
         # CloudWatch Logs may use it only for log groups of this account and Region.
@@ -94,17 +99,14 @@ class NetworkStack(Stack):
             traffic_type=ec2.FlowLogTrafficType.REJECT,
         )
 
-    def _s3_gateway_endpoint(self) -> ec2.GatewayVpcEndpoint:
+    def _s3_gateway_endpoint(self, region: str) -> ec2.GatewayVpcEndpoint:
         """S3 without the NAT gateway: ECR serves image layers from S3 (the ~20 GB Ray image), and an s3://
         MODEL_SOURCE is read from it. A gateway endpoint is free; it routes this Region's S3 from the private
-        subnets' route tables. Its policy admits this account's principals (the nodes, the pods' Pod Identity
-        roles, the deployer), and two kinds of AWS-owned buckets reached through presigned URLs signed by
-        AWS itself: ECR's layer bucket, and CloudFormation's custom-resource responses (the kubectl provider's
-        Lambdas run in these subnets and answer CloudFormation through one)."""
+        subnets' route tables. Its policy keeps it from carrying data out with another account's keys."""
         endpoint = self.vpc.add_gateway_endpoint(
             "S3Endpoint", service=ec2.GatewayVpcEndpointAwsService.S3, subnets=[ec2.SubnetSelection(subnet_type=ec2.SubnetType.PRIVATE_WITH_EGRESS)]
         )
-        for statement in s3_endpoint_statements():
+        for statement in s3_endpoint_statements(region):
             endpoint.add_to_policy(statement)
         return endpoint
 

@@ -1,7 +1,7 @@
 // Evaluates IAM requests against synthesized policies with @cloud-copilot/iam-simulate (a real evaluator:
 // actions, ARNs with wildcards, every condition operator). Reads {identityPolicy, resourcePolicy, requests}
-// as JSON on stdin and prints one decision per request ("Allowed", "ImplicitlyDenied", "ExplicitlyDenied").
-import { runSimulation } from '@cloud-copilot/iam-simulate'
+// as JSON on stdin (a request's principal "anonymous": an unsigned request) and prints one decision per request ("Allowed", "ImplicitlyDenied", "ExplicitlyDenied").
+import { anonymousPrincipal, runSimulation } from '@cloud-copilot/iam-simulate'
 
 const input = JSON.parse(await new Promise((resolve) => {
   let text = ''
@@ -17,7 +17,7 @@ for (const request of input.requests) {
     resourcePolicy: input.resourcePolicy,
     request: {
       action: request.action,
-      principal: request.principal,
+      principal: request.principal === 'anonymous' ? anonymousPrincipal : request.principal,
       resource: { accountId: request.resourceAccount, resource: request.resource },
       contextVariables: request.context || {},
     },

@@ -190,8 +190,12 @@ def test_an_s3_model_source_lets_the_deploy_role_read_that_bucket_and_prefix_onl
     resources = Template.from_stack(stack).to_json()["Resources"].values()
     statements = [s for r in resources if r["Type"] == "AWS::IAM::Policy" for s in r["Properties"]["PolicyDocument"]["Statement"]]
     model = {s["Sid"]: s for s in statements if s.get("Sid", "").startswith("ReadTheModel")}
-    assert model["ReadTheModelBucket"]["Resource"] == "arn:aws:s3:::example-models"
-    assert sorted(model["ReadTheModelBucket"]["Action"]) == ["s3:GetBucketLocation", "s3:ListBucket"]
+    model.update({s["Sid"]: s for s in statements if s.get("Sid") == "ListTheModelPrefix"})
+    assert (model["ReadTheModelBucketRegion"]["Action"], model["ReadTheModelBucketRegion"]["Resource"]) == (
+        "s3:GetBucketLocation",
+        "arn:aws:s3:::example-models",
+    )
+    assert model["ListTheModelPrefix"]["Condition"] == {"StringLike": {"s3:prefix": ["qwen/*"]}}
     assert (model["ReadTheModelPrefix"]["Action"], model["ReadTheModelPrefix"]["Resource"]) == ("s3:GetObject", "arn:aws:s3:::example-models/qwen/*")
 
 

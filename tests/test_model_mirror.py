@@ -48,6 +48,8 @@ class FakeHub:
     def __init__(self) -> None:
         self.corrupt: set[str] = set()
         self.token_seen: list[str] = []
+        self.files = dict(FILES)
+        self.redirect_to = ""  # a CDN base URL: LFS files are answered with a 302 to it, as the Hub does
 
     def handler(self) -> type[http.server.BaseHTTPRequestHandler]:
         hub = self
@@ -63,13 +65,18 @@ class FakeHub:
                             "blobId": _git_blob(d),
                             **({"lfs": {"sha256": hashlib.sha256(d).hexdigest(), "size": len(d)}} if n in LFS else {}),
                         }
-                        for n, d in FILES.items()
+                        for n, d in hub.files.items()
                     ]
                     return self._send(json.dumps({"id": REPO, "sha": COMMIT, "siblings": siblings}).encode())
                 prefix = f"/{REPO}/resolve/{COMMIT}/"
-                if self.path.startswith(prefix) and self.path[len(prefix) :] in FILES:
+                if self.path.startswith(prefix) and self.path[len(prefix) :] in hub.files:
                     name = self.path[len(prefix) :]
-                    data = FILES[name]
+                    if hub.redirect_to and name in LFS:
+                        self.send_response(302)
+                        self.send_header("Location", f"{hub.redirect_to}/{name}")
+                        self.end_headers()
+                        return
+                    data = hub.files[name]
                     return self._send(data[:-1] + b"\x00" if name in hub.corrupt else data)
                 self.send_response(404)
                 self.end_headers()
@@ -159,6 +166,49 @@ def test_a_missing_repository_is_one_line(hub: tuple[FakeHub, str], s3: Any) -> 
         script.mirror(repo="Qwen/Nope", revision="main", dest=f"s3://{BUCKET}/qwen", endpoint=base, token="", s3=s3)
 
 
+def test_a_rerun_withdraws_the_old_mark_until_every_file_is_verified_again(hub: tuple[FakeHub, str], s3: Any) -> None:
+    fake, base = hub
+    script.mirror(repo=REPO, revision="main", dest=f"s3://{BUCKET}/qwen", endpoint=base, token="", s3=s3)
+    s3.put_object(Bucket=BUCKET, Key="qwen/tokenizer.json", Body=b"changed", Metadata={})
+    fake.corrupt.add("tokenizer.json")
+    with pytest.raises(script.MirrorError):
+        script.mirror(repo=REPO, revision="main", dest=f"s3://{BUCKET}/qwen", endpoint=base, token="", s3=s3)
+    keys = _keys(s3, "qwen/")
+    # No finished mark, and the bad file emptied: the next run copies it again instead of skipping it.
+    assert "hash" not in keys and keys["tokenizer.json"] == b""
+
+
+def test_only_what_vllm_loads_is_copied(hub: tuple[FakeHub, str], s3: Any) -> None:
+    fake, base = hub
+    fake.files.update({"original/consolidated.00.pth": b"\x03" * 1000, "pytorch_model.bin": b"\x04" * 1000, "generation_config.json": b"{}"})
+    result = script.mirror(repo=REPO, revision="main", dest=f"s3://{BUCKET}/llama", endpoint=base, token="", s3=s3)
+    assert sorted(_keys(s3, "llama/")) == sorted([*FILES, "generation_config.json", "hash"])
+    assert result["left_out"] == ["original/consolidated.00.pth", "pytorch_model.bin"]
+
+
+def test_the_token_is_not_sent_to_the_cdn_a_file_redirects_to(hub: tuple[FakeHub, str], s3: Any) -> None:
+    fake, base = hub
+    cdn_seen: list[str] = []
+
+    class Cdn(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            cdn_seen.append(self.headers.get("Authorization", ""))
+            data = FILES[self.path.lstrip("/")]
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    with serving(Cdn) as cdn:
+        fake.redirect_to = cdn
+        script.mirror(repo=REPO, revision="main", dest=f"s3://{BUCKET}/qwen", endpoint=base, token="hf_secret", s3=s3)
+    assert len(cdn_seen) == len(LFS) and set(cdn_seen) == {""}
+    assert set(fake.token_seen) == {"Bearer hf_secret"}
+
+
 def test_the_program_imports_only_the_standard_library_and_boto3() -> None:
     # The Job runs it with the image's python3: nothing of this repository is there.
     code = "import os, runpy, sys; sys.path = [p for p in sys.path if p and os.path.abspath(p) != sys.argv[2]]; runpy.run_path(sys.argv[1], run_name='probe')"
@@ -232,6 +282,26 @@ def test_the_tool_prints_progress_as_it_comes_and_returns_the_result(capsys: pyt
     out = capsys.readouterr().out
     assert out.index("[1/4] config.json") < out.index("[2/4] model") < out.index("copied")
     assert ["apply", "-f", "-"] in kubectl.calls
+    # Afterwards nothing of it is left: the Job, its ConfigMap and its ServiceAccount, by their label.
+    assert kubectl.calls[-1] == ["delete", "-n", "inference", "job,configmap,serviceaccount", "-l", "app.kubernetes.io/name=model-mirror", "--ignore-not-found"]
+
+
+def test_a_pod_that_never_starts_is_reported_with_its_reason() -> None:
+    props = mirror_model.mirror_props(settings_for({"MODEL_SOURCE": "s3://example-models/q"}), REPO, "main")
+
+    class Stuck(FakeKubectl):
+        def __call__(self, args: list[str], stdin: str | None = None) -> subprocess.CompletedProcess[str]:
+            self.calls.append(args)
+            if args[:2] == ["get", "pods"]:
+                return subprocess.CompletedProcess(args, 0, "ContainerCreating", "")
+            if args[:2] == ["get", "events"]:
+                return subprocess.CompletedProcess(args, 0, "MountVolume.SetUp failed for volume hf-token", "")
+            return subprocess.CompletedProcess(args, 0, "" if args[0] == "logs" else ",", "")
+
+    kubectl = Stuck([], succeeds=False)
+    with pytest.raises(RuntimeError, match="has not started in 0 min: ContainerCreating MountVolume.SetUp failed for volume hf-token"):
+        mirror_model.run_job(props, kubectl, 60, poll_s=0, silent_s=0)
+    assert kubectl.calls[-1][0] == "delete"
 
 
 def test_a_failed_job_reports_its_error_line() -> None:

@@ -161,10 +161,12 @@ def test_the_mirror_job_writes_only_the_prefix(s3_synth: Synth) -> None:
         Request("s3:AbortMultipartUpload", f"{obj}/model.safetensors"),
         Request("s3:GetObject", f"{obj}/hash"),
     ]
+    allowed.append(Request("s3:DeleteObject", f"{obj}/hash"))
     denied = [
         Request("s3:PutObject", f"{obj}-old/config.json"),
         Request("s3:PutObject", f"arn:aws:s3:::{BUCKET}/config.json"),
         Request("s3:DeleteObject", f"{obj}/config.json"),
+        Request("s3:DeleteObject", f"{obj}-old/hash"),
         Request("s3:PutObjectAcl", f"{obj}/config.json"),
     ]
     assert decisions(allowed + denied, identity_policy=policy) == [ALLOWED] * len(allowed) + [DENIED] * len(denied)
@@ -204,23 +206,39 @@ def test_a_kms_encrypted_bucket_adds_decrypt_through_s3_only() -> None:
     assert decisions([Request("kms:GenerateDataKey", key, via_s3)], identity_policy=writer, resource_policy=DEFAULT_KEY_POLICY) == [ALLOWED]
 
 
-def test_the_endpoint_policy_lets_through_this_account_ecr_layers_and_cloudformation_only() -> None:
-    document = _statements_document(s3_endpoint_statements())
+def test_the_endpoint_policy_reads_anything_but_lets_only_this_account_write() -> None:
+    document = _statements_document(s3_endpoint_statements("us-east-2"))
     ours = {"aws:PrincipalAccount": ACCOUNT}
     foreign, foreign_account = "arn:aws:iam::999999999999:role/attacker", "999999999999"
     allow_all = {"Version": "2012-10-17", "Statement": [{"Effect": "Allow", "Action": "*", "Resource": "*"}]}
     # This account's principals (the nodes, the pods' roles): the endpoint decides alone (same account).
-    same = decisions([Request("s3:GetObject", f"arn:aws:s3:::{BUCKET}/{PREFIX}/config.json", ours)], resource_policy=document)
-    assert same == [ALLOWED]
+    same = decisions(
+        [Request("s3:GetObject", f"arn:aws:s3:::{BUCKET}/{PREFIX}/config.json", ours), Request("s3:PutObject", f"arn:aws:s3:::{BUCKET}/{PREFIX}/x", ours)],
+        resource_policy=document,
+    )
+    assert same == [ALLOWED, ALLOWED]
     # Others' principals (ECR's and CloudFormation's presigned URLs; an intruder's keys) whose own policies allow
     # everything: with the endpoint as the resource of this account, only its policy can admit them.
+    other = {"aws:PrincipalAccount": foreign_account}
     cross = [
-        Request("s3:GetObject", "arn:aws:s3:::prod-us-east-2-starport-layer-bucket/layer", {"aws:PrincipalAccount": foreign_account}, foreign),
-        Request("s3:PutObject", "arn:aws:s3:::cloudformation-custom-resource-response-useast2/r", {"aws:PrincipalAccount": foreign_account}, foreign),
-        Request("s3:PutObject", "arn:aws:s3:::exfiltration-bucket/data", {"aws:PrincipalAccount": foreign_account}, foreign),
-        Request("s3:GetObject", "arn:aws:s3:::prod-eu-west-1-starport-layer-bucket/layer", {"aws:PrincipalAccount": foreign_account}, foreign),
+        Request("s3:GetObject", "arn:aws:s3:::prod-us-east-2-starport-layer-bucket/layer", other, foreign),
+        Request("s3:GetObject", "arn:aws:s3:::prod-registry-k8s-io-us-east-2/containers/images/sha256:abc", other, foreign),
+        Request("s3:PutObject", "arn:aws:s3:::cloudformation-custom-resource-response-useast2/r", other, foreign),
+        Request("s3:PutObject", "arn:aws:s3:::cloudformation-waitcondition-us-east-2/r", other, foreign),
+        Request("s3:PutObject", "arn:aws:s3:::exfiltration-bucket/data", other, foreign),
+        # A bucket an attacker could name like CloudFormation's, and CloudFormation's of another Region.
+        Request("s3:PutObject", "arn:aws:s3:::cloudformation-custom-resource-response-evil/r", other, foreign),
+        Request("s3:PutObject", "arn:aws:s3:::cloudformation-custom-resource-response-euwest1/r", other, foreign),
+        Request("s3:DeleteObject", f"arn:aws:s3:::{BUCKET}/{PREFIX}/config.json", other, foreign),
     ]
-    assert decisions(cross, identity_policy=allow_all, resource_policy=document) == [ALLOWED, ALLOWED, DENIED, DENIED]
+    assert decisions(cross, identity_policy=allow_all, resource_policy=document) == [ALLOWED] * 4 + [DENIED] * 4
+
+
+def test_an_anonymous_read_passes_the_endpoint() -> None:
+    # registry.k8s.io redirects image layers to a public bucket in the Region: an unsigned GET.
+    document = _statements_document(s3_endpoint_statements("us-east-2"))
+    anonymous = Request("s3:GetObject", "arn:aws:s3:::prod-registry-k8s-io-us-east-2/layer", principal="anonymous")
+    assert decisions([anonymous], resource_policy=document) == [ALLOWED]
 
 
 # --- settings ---------------------------------------------------------------------------------------------------
@@ -261,6 +279,10 @@ def test_an_s3_source_is_normalised_and_the_kms_key_needs_it() -> None:
     assert settings_for({"MODEL_SOURCE": SOURCE, "MODEL_SOURCE_KMS_KEY_ARN": key}).model_source_kms_key_arn == key
     with pytest.raises(SettingError, match="empty unless MODEL_SOURCE is s3://"):
         settings_for({"MODEL_SOURCE_KMS_KEY_ARN": key})
+    multi_region = "arn:aws:kms:sa-east-1:123456789012:key/mrk-1234abcd12ab34cd56ef1234567890ab"
+    assert settings_for({"MODEL_SOURCE": SOURCE, "MODEL_SOURCE_KMS_KEY_ARN": multi_region}).model_source_kms_key_arn == multi_region
+    with pytest.raises(SettingError, match="at most 768 bytes"):
+        settings_for({"MODEL_SOURCE": "s3://example-models/" + "a" * 800})
     with pytest.raises(SettingError, match="not an alias"):
         settings_for({"MODEL_SOURCE": SOURCE, "MODEL_SOURCE_KMS_KEY_ARN": "alias/models"})
 
@@ -351,6 +373,9 @@ def test_the_preflight_wants_a_finished_mirror_in_the_region_before_gpu_nodes_st
         assert finished.ok and not finished.warning and "commit c0ffee123456" in finished.detail
         elsewhere = check_s3_model_source(s3, source, region="us-east-2", gpu_nodes=2)
         assert elsewhere.ok and "crosses the NAT gateway" in elsewhere.warning
+        # With SSE-KMS the workers may decrypt only through this Region's S3: refused.
+        encrypted_elsewhere = check_s3_model_source(s3, source, region="us-east-2", gpu_nodes=2, kms_key=True)
+        assert not encrypted_elsewhere.ok and "MODEL_SOURCE_KMS_KEY_ARN" in encrypted_elsewhere.detail
 
 
 # --- make lookup's facts of a mirrored model ----------------------------------------------------------------------

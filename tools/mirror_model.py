@@ -25,6 +25,9 @@ from tools.entry import one_line_errors, project_settings
 
 JOB_NAME = "model-mirror"
 POLL_SECONDS = 10
+# A pod that has printed nothing after this long is stuck (no room on a system node, the token volume not
+# mounting, the image not pulling): say why instead of polling for hours.
+SILENT_SECONDS = 900
 
 
 def mirror_props(settings: Settings, repo: str, revision: str) -> MirrorJobProps:
@@ -53,8 +56,24 @@ def manifest(props: MirrorJobProps) -> str:
     return cdk8s.App.of(MirrorJobChart(cdk8s.App(), "mirror", props=props)).synth_yaml()
 
 
-def run_job(props: MirrorJobProps, kubectl: Kubectl, timeout_s: int, *, poll_s: float = POLL_SECONDS) -> dict[str, Any]:
-    """Apply the Job, print its log as it grows, and return its MIRROR_RESULT (RuntimeError when it fails)."""
+def run_job(props: MirrorJobProps, kubectl: Kubectl, timeout_s: int, *, poll_s: float = POLL_SECONDS, silent_s: float = SILENT_SECONDS) -> dict[str, Any]:
+    """Apply the Job, print its log as it grows, and return its MIRROR_RESULT (RuntimeError when it fails). The Job,
+    its ConfigMap and its ServiceAccount are deleted afterwards, whatever the outcome (the log is printed)."""
+    try:
+        return _run(props, kubectl, timeout_s, poll_s=poll_s, silent_s=silent_s)
+    finally:
+        kubectl(["delete", "-n", props.namespace, "job,configmap,serviceaccount", "-l", f"app.kubernetes.io/name={props.name}", "--ignore-not-found"])
+
+
+def _stuck(props: MirrorJobProps, kubectl: Kubectl) -> str:
+    """Why the Job's pod has not started: its waiting reason and the last event."""
+    pod = f"job-name={props.name}"
+    waiting = kubectl(["get", "pods", "-n", props.namespace, "-l", pod, "-o", "jsonpath={..waiting.reason} {..conditions[?(@.status=='False')].message}"])
+    events = kubectl(["get", "events", "-n", props.namespace, "--field-selector", "type=Warning", "-o", "jsonpath={.items[-1:].message}"])
+    return " ".join(x for x in (waiting.stdout.strip(), events.stdout.strip()) if x) or "no reason reported"
+
+
+def _run(props: MirrorJobProps, kubectl: Kubectl, timeout_s: int, *, poll_s: float, silent_s: float) -> dict[str, Any]:
     job = ["-n", props.namespace, f"job/{props.name}"]
     kubectl(["delete", "job", "-n", props.namespace, props.name, "--ignore-not-found", "--wait=true"])
     applied = kubectl(["apply", "-f", "-"], manifest(props))
@@ -67,6 +86,8 @@ def run_job(props: MirrorJobProps, kubectl: Kubectl, timeout_s: int, *, poll_s: 
         for line in lines[shown:]:
             print(line, flush=True)
         shown = max(shown, len(lines))
+        if not lines and time.monotonic() - start > silent_s:
+            raise RuntimeError(f"the Job's pod has not started in {int(silent_s) // 60} min: {_stuck(props, kubectl)}")
         state = kubectl(["get", *job, "-o", "jsonpath={.status.succeeded},{.status.failed}"]).stdout.strip()
         if state.startswith("1") or state.endswith(",1"):
             break

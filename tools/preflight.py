@@ -81,6 +81,7 @@ def preflight_input(
         gpu_capacity_reservation_type=settings.gpu_capacity_reservation_type,
         gpu_placement_group=settings.gpu_placement_group,
         model_source=settings.model_source,
+        model_source_kms_key=bool(settings.model_source_kms_key_arn),
         hf_token_secret_name=settings.hf_token_secret_name,
         dlc_image=settings.dlc_image,
         environ=dict(environ or {}),
