@@ -40,6 +40,7 @@ from imports.io.ray import (
     RayServiceSpecRayClusterConfigHeadGroupSpecTemplateSpecSecurityContextSeccompProfile,
     RayServiceSpecRayClusterConfigWorkerGroupSpecs,
     RayServiceSpecRayClusterConfigWorkerGroupSpecsTemplate,
+    RayServiceSpecRayClusterConfigWorkerGroupSpecsTemplateMetadata,
     RayServiceSpecRayClusterConfigWorkerGroupSpecsTemplateSpec,
     RayServiceSpecRayClusterConfigWorkerGroupSpecsTemplateSpecContainers,
     RayServiceSpecRayClusterConfigWorkerGroupSpecsTemplateSpecContainersEnv,
@@ -64,6 +65,7 @@ from imports.io.ray import (
 from k8s_constructs import hf_token
 from k8s_constructs.hf_token import HfTokenProviderClass, hf_token_of
 from k8s_constructs.network_policies import NetworkPolicyProps, RayNetworkPolicies
+from k8s_constructs.ray_autoscaling import WORKER_ANNOTATIONS, autoscaler_options
 from k8s_constructs.ray_facts import DASHBOARD_PORT, GCS_PORT, HEAD_CONTAINER, SERVE_PORT, WORKER_CONTAINER, worker_service_account
 from k8s_constructs.serve_config import PHASE_RESOURCES, Phase, pd_application
 from settings import Settings
@@ -173,7 +175,12 @@ class PdRayServiceChart(cdk8s.Chart):
                     # a job, i.e. run code as root on the privileged GPU workers.
                     auth_options=RayServiceSpecRayClusterConfigAuthOptions(mode=RayServiceSpecRayClusterConfigAuthOptionsMode.TOKEN),
                     head_group_spec=self._head_group(s),
-                    worker_group_specs=[self._worker_group(s, "prefill", s.prefill_nodes), self._worker_group(s, "decode", s.decode_nodes)],
+                    worker_group_specs=[
+                        self._worker_group(s, "prefill", s.prefill_nodes, s.prefill_max_nodes),
+                        self._worker_group(s, "decode", s.decode_nodes, s.decode_max_nodes),
+                    ],
+                    enable_in_tree_autoscaling=True if s.autoscaling else None,
+                    autoscaler_options=autoscaler_options() if s.autoscaling else None,
                 ),
             ),
         )
@@ -199,8 +206,10 @@ class PdRayServiceChart(cdk8s.Chart):
             template=RayServiceSpecRayClusterConfigHeadGroupSpecTemplate(
                 spec=RayServiceSpecRayClusterConfigHeadGroupSpecTemplateSpec(
                     node_selector=dict(SYSTEM_NODE_LABELS),
-                    # Nothing in a Ray pod calls the Kubernetes API (no in-tree autoscaler): no token to steal.
-                    automount_service_account_token=False,
+                    # Nothing in a fixed-size cluster's Ray pods calls the Kubernetes API: no token to steal. With
+                    # autoscaling, the autoscaler sidecar of this pod patches the RayCluster with the service
+                    # account KubeRay creates for it (a Role on this RayCluster and its pods only).
+                    automount_service_account_token=s.autoscaling,
                     security_context=RayServiceSpecRayClusterConfigHeadGroupSpecTemplateSpecSecurityContext(
                         seccomp_profile=RayServiceSpecRayClusterConfigHeadGroupSpecTemplateSpecSecurityContextSeccompProfile(type="RuntimeDefault")
                     ),
@@ -246,7 +255,7 @@ class PdRayServiceChart(cdk8s.Chart):
         )
 
     @staticmethod
-    def _worker_group(s: Settings, phase: Phase, nodes: int) -> RayServiceSpecRayClusterConfigWorkerGroupSpecs:
+    def _worker_group(s: Settings, phase: Phase, nodes: int, max_nodes: int) -> RayServiceSpecRayClusterConfigWorkerGroupSpecs:
         """The prefill or the decode worker group: one pod per GPU node of its own, advertising the phase's
         Ray resource (one unit per GPU) that only that phase's placement bundles ask for."""
         sized = gpu_worker_resources(s.gpu_node, observability=s.observability)
@@ -298,12 +307,13 @@ class PdRayServiceChart(cdk8s.Chart):
             group_name=phase,
             replicas=nodes,
             min_replicas=nodes,
-            max_replicas=nodes,
+            max_replicas=max_nodes,
             # KubeRay 1.7 turns this into `ray start --num-gpus N --resources '{"pd_prefill": N}'`; it rejects
             # it together with num-gpus/num-cpus/memory/resources in rayStartParams (validation.go). The CPU
             # count comes from the container's limit.
             resources={"GPU": gpus, PHASE_RESOURCES[phase]: gpus},
             template=RayServiceSpecRayClusterConfigWorkerGroupSpecsTemplate(
+                metadata=RayServiceSpecRayClusterConfigWorkerGroupSpecsTemplateMetadata(annotations=dict(WORKER_ANNOTATIONS)) if s.autoscaling else None,
                 spec=RayServiceSpecRayClusterConfigWorkerGroupSpecsTemplateSpec(
                     node_selector={"role": GPU_NODE_LABELS["role"]},
                     # As the head's. With HF_TOKEN_SECRET_NAME the CSI driver asks its own token for the
@@ -364,6 +374,6 @@ class PdRayServiceChart(cdk8s.Chart):
                         ),
                         *token_volumes,
                     ],
-                )
+                ),
             ),
         )

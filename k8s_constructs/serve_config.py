@@ -88,6 +88,38 @@ class PlacementConfig:
         return {"bundle_per_worker": {"GPU": 1, "CPU": self.cpus_per_gpu, self.phase_resource: 1}, "strategy": self.strategy}
 
 
+# Ray Serve's request-based autoscaling per phase (PREFILL/DECODE_MAX_REPLICAS). Ray Serve LLM's own default
+# target (1e9 ongoing requests) never scales up, so each phase gets one: a decode engine holds its streams for
+# the whole generation, and on an L4 with a 4096-token context its inter-token latency climbs past ~16
+# concurrent streams; a prefill request lasts one forward pass, and prefills queue behind each other, so a
+# few in flight already mean waiting. Up after 30 s of load (Ray's default: a new GPU node takes ~10 minutes,
+# reacting later only adds to that), down after 10 minutes idle (Ray's default: a node that leaves and comes
+# back costs those 10 minutes again).
+TARGET_ONGOING_REQUESTS: dict[Phase, int] = {"prefill": 4, "decode": 16}
+UPSCALE_DELAY_S = 30
+DOWNSCALE_DELAY_S = 600
+
+
+@dataclass(frozen=True)
+class Autoscaling:
+    """DeploymentConfig.autoscaling_config of one phase."""
+
+    min_replicas: int
+    max_replicas: int
+    target_ongoing_requests: int
+    upscale_delay_s: int = UPSCALE_DELAY_S
+    downscale_delay_s: int = DOWNSCALE_DELAY_S
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "min_replicas": self.min_replicas,
+            "max_replicas": self.max_replicas,
+            "target_ongoing_requests": self.target_ongoing_requests,
+            "upscale_delay_s": self.upscale_delay_s,
+            "downscale_delay_s": self.downscale_delay_s,
+        }
+
+
 @dataclass(frozen=True)
 class PhaseConfig:
     """One LLMConfig: the prefill or the decode deployment."""
@@ -98,6 +130,7 @@ class PhaseConfig:
     num_replicas: int
     placement: PlacementConfig
     accelerator_type: str | None = None
+    autoscaling: Autoscaling | None = None  # None: num_replicas fixed
 
     def to_dict(self) -> dict[str, Any]:
         # An S3 prefix as Ray's CloudMirrorConfig: each GPU node downloads every object under it (weights,
@@ -110,7 +143,7 @@ class PhaseConfig:
             {
                 "engine_kwargs": self.engine.to_dict(),
                 "placement_group_config": self.placement.to_dict(),
-                "deployment_config": {"num_replicas": self.num_replicas},
+                "deployment_config": {"autoscaling_config": self.autoscaling.to_dict()} if self.autoscaling else {"num_replicas": self.num_replicas},
             }
         )
         return config
@@ -149,7 +182,8 @@ class PdApplication:
 def pd_application(settings: Settings) -> PdApplication:
     gpu_model = settings.gpu_node.gpu_model
 
-    def phase(engine_id: Phase, replicas: int) -> PhaseConfig:
+    def phase(engine_id: Phase, replicas: int, most: int | None) -> PhaseConfig:
+        autoscaling = Autoscaling(replicas, most, TARGET_ONGOING_REQUESTS[engine_id]) if most is not None else None
         return PhaseConfig(
             model_id=settings.model_id,
             model_source=settings.model_source,
@@ -161,7 +195,15 @@ def pd_application(settings: Settings) -> PdApplication:
             ),
             num_replicas=replicas,
             placement=PlacementConfig(phase_resource=PHASE_RESOURCES[engine_id]),
-            accelerator_type=gpu_model if gpu_model in RAY_ACCELERATOR_TYPES else None,
+            # With accelerator_type, Ray Serve LLM adds `accelerator_type:L4: 0.001` to every bundle. The KubeRay
+            # autoscaler models a new node of a group from its spec, which has no such resource (only a running
+            # raylet reports it): a replica beyond the running nodes would fit no new node and wait forever. An
+            # autoscaling phase goes without it; its phase resource already pins it to its own nodes, all of one type.
+            accelerator_type=gpu_model if gpu_model in RAY_ACCELERATOR_TYPES and autoscaling is None else None,
+            autoscaling=autoscaling,
         )
 
-    return PdApplication(prefill=phase("prefill", settings.prefill_replicas), decode=phase("decode", settings.decode_replicas))
+    return PdApplication(
+        prefill=phase("prefill", settings.prefill_replicas, settings.prefill_max_replicas),
+        decode=phase("decode", settings.decode_replicas, settings.decode_max_replicas),
+    )

@@ -175,6 +175,23 @@ def _procedure(change: ResourceChange, redeploy: Redeploy, deployed: Deployed) -
     return None
 
 
+def _desired_size_reset(change: ResourceChange, redeploy: Redeploy, deployed: Deployed) -> str | None:
+    """A ScalingConfig change makes CloudFormation send the template's DesiredSize: with PREFILL/DECODE_MAX_REPLICAS
+    the Cluster Autoscaler may hold the GPU nodegroup above it, and the update would drain busy GPU nodes."""
+    if change.resource_type != NODEGROUP or change.action != MODIFY or "ScalingConfig" not in change.properties or redeploy.gpu_node_count == 0:
+        return None
+    name = str(change.after.get("Properties", {}).get("NodegroupName"))
+    running = next((n for n in deployed.nodegroups.values() if n.name == name), None)
+    desired = int(change.after.get("Properties", {}).get("ScalingConfig", {}).get("DesiredSize", 0))
+    if running is None or running.desired_size <= desired:
+        return None
+    return (
+        f"nodegroup {name} runs {running.desired_size} nodes (the Cluster Autoscaler grew it) and this deploy changes its scaling, "
+        f"so CloudFormation would set it back to {desired} and drain busy GPU nodes: deploy once it is back at {desired} "
+        "(idle nodes go ~12 min after the load: `make status`), or park first"
+    )
+
+
 def check_stack_changes(redeploy: Redeploy, deployed: Deployed) -> CheckResult:
     name = "stack-changes"
     plans = stack_plans(redeploy, deployed)
@@ -199,6 +216,9 @@ def check_stack_changes(redeploy: Redeploy, deployed: Deployed) -> CheckResult:
                     f"{stack}: nodegroup {change.after.get('Properties', {}).get('NodegroupName')} would change its Kubernetes version "
                     f"together with {others}, which EKS refuses in one update: deploy the K8S_VERSION change alone first, then the rest"
                 )
+            reset = _desired_size_reset(change, redeploy, deployed)
+            if reset:
+                refused.append(f"{stack}: {reset}")
         for move in helm_namespace_moves(changes):
             refused.append(f"{stack}: {move}: destroy the stack first (`make destroy STACKS={stack}`), then deploy with the new namespace")
     for clash in clashes_across_stacks(ordered):

@@ -225,6 +225,28 @@ def _check_model(settings: Settings, raw: Mapping[str, str]) -> None:
         raise SettingError(env, value, f"a model, context and GPUs that fit: {why}")
 
 
+MAX_GPU_NODES = 64  # as GPU_NODE_COUNT
+
+
+def _check_maxima(settings: Settings, raw: Mapping[str, str]) -> None:
+    """Each maximum at least its phase's minimum, and the nodes of both maxima within what one nodegroup may hold here."""
+    for env, minimum_env, maximum, minimum in (
+        ("PREFILL_MAX_REPLICAS", "PREFILL_REPLICAS", settings.prefill_max_replicas, settings.prefill_replicas),
+        ("DECODE_MAX_REPLICAS", "DECODE_REPLICAS", settings.decode_max_replicas, settings.decode_replicas),
+    ):
+        if maximum is not None and maximum < minimum:
+            raise SettingError(env, raw[env], f"empty (fixed) or at least {minimum_env} ({minimum}): the phase scales between the two")
+    most = settings.prefill_max_nodes + settings.decode_max_nodes
+    if settings.autoscaling and most > MAX_GPU_NODES:
+        env = "PREFILL_MAX_REPLICAS" if settings.prefill_max_replicas is not None else "DECODE_MAX_REPLICAS"
+        raise SettingError(
+            env,
+            raw[env],
+            f"maxima whose nodes fit the GPU nodegroup's {MAX_GPU_NODES}: {settings.prefill_max_nodes} prefill + {settings.decode_max_nodes} decode "
+            f"node(s) of {settings.gpu_node.name} ({settings.engines_per_node} engine(s) per node)",
+        )
+
+
 def load_settings(environ: Mapping[str, str], context: Mapping[str, Any]) -> Settings:
     """Parse and check every setting; raise SettingError on the first bad one."""
     check_context_keys(context)
@@ -307,8 +329,9 @@ def load_settings(environ: Mapping[str, str], context: Mapping[str, Any]) -> Set
             f"{settings.decode_nodes} decode node(s) of {gpu_node.name} ({gpu_node.gpus} GPU(s) each, {settings.engines_per_node} "
             f"engine(s) of TENSOR_PARALLEL_SIZE={settings.tensor_parallel_size} per node; the phases never share a node)",
         )
+    _check_maxima(settings, raw)
     _check_model(settings, raw)
-    check_head_fits(settings.system_node, observability=settings.observability)
+    check_head_fits(settings.system_node, observability=settings.observability, autoscaling=settings.autoscaling)
     gpu_worker_resources(settings.gpu_node, observability=settings.observability)
     check_engine_cpus(settings.gpu_node, settings.engines_per_node, settings.tensor_parallel_size, observability=settings.observability)
     return settings

@@ -66,6 +66,8 @@ class Settings:
     model_facts_source: str = ""  # "cached look-up" | "built-in table" | "unknown model"
     model_images: bool = False  # MODEL_IMAGES: a multimodal model keeps its vision tower
     model_source_kms_key_arn: str = ""  # the S3 model bucket's SSE-KMS key; "" = none (SSE-S3)
+    prefill_max_replicas: int | None = None  # None: fixed at prefill_replicas; else Serve autoscales up to it
+    decode_max_replicas: int | None = None
 
     @property
     def model_s3(self) -> S3Prefix | None:
@@ -109,6 +111,24 @@ class Settings:
     @property
     def decode_nodes(self) -> int:
         return self.nodes_for(self.decode_replicas)
+
+    @property
+    def autoscaling(self) -> bool:
+        """Either phase autoscales: the RayCluster's in-tree autoscaler and the node autoscaler are on."""
+        return self.prefill_max_replicas is not None or self.decode_max_replicas is not None
+
+    @property
+    def prefill_max_nodes(self) -> int:
+        return self.nodes_for(self.prefill_max_replicas or self.prefill_replicas)
+
+    @property
+    def decode_max_nodes(self) -> int:
+        return self.nodes_for(self.decode_max_replicas or self.decode_replicas)
+
+    @property
+    def gpu_node_max(self) -> int:
+        """The most GPU nodes this deployment may run: both phases at their maxima (0 when parked)."""
+        return self.prefill_max_nodes + self.decode_max_nodes if self.gpu_node_count else 0
 
     @property
     def gpu_nodes_needed(self) -> int:

@@ -145,4 +145,24 @@ class Choice:
         return raw
 
 
-Parser = Integer | DnsLabel | Choice
+@dataclass(frozen=True)
+class OptionalInteger:
+    """Empty (None: the feature off) or an integer in [low, high]."""
+
+    low: int
+    high: int
+
+    @property
+    def allowed(self) -> str:
+        return f"empty, or integer {self.low}-{self.high}"
+
+    def __call__(self, env: str, raw: str) -> int | None:
+        if not raw.strip():
+            return None
+        try:
+            return integer(env, raw.strip(), self.low, self.high)
+        except SettingError:
+            raise SettingError(env, raw, self.allowed) from None
+
+
+Parser = Integer | DnsLabel | Choice | OptionalInteger

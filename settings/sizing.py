@@ -32,6 +32,10 @@ VM_MEMORY_OVERHEAD = 0.075
 
 # The Ray head (CPU only) on a system node, as the reference sizes it for an m7i.xlarge.
 HEAD_REQUEST_CPU_MILLI, HEAD_REQUEST_MEMORY_MIB = 2000, 8 * 1024
+# PREFILL/DECODE_MAX_REPLICAS: the Ray autoscaler sidecar of the head pod (requests = limits) and the Cluster
+# Autoscaler's pod, both on the system nodes.
+AUTOSCALER_CPU_MILLI, AUTOSCALER_MEMORY_MIB = 500, 512
+CLUSTER_AUTOSCALER_CPU_MILLI, CLUSTER_AUTOSCALER_MEMORY_MIB = 100, 600
 HEAD_LIMIT_CPU_MILLI, HEAD_LIMIT_MEMORY_MIB = 3000, 12 * 1024
 # The KubeRay operator and two CoreDNS replicas share the first system node with the head.
 SYSTEM_PODS_CPU_MILLI, SYSTEM_PODS_MEMORY_MIB = 300, 768
@@ -92,9 +96,12 @@ def gpu_worker_resources(instance: InstanceFacts, *, observability: bool) -> Wor
     return WorkerResources(cpu_milli=cpu, memory_mib=memory)
 
 
-def check_head_fits(instance: InstanceFacts, *, observability: bool) -> None:
+def check_head_fits(instance: InstanceFacts, *, observability: bool, autoscaling: bool = False) -> None:
     node = allocatable(instance)
     extra_cpu, extra_memory = (OBSERVABILITY_CPU_MILLI, OBSERVABILITY_MEMORY_MIB) if observability else (0, 0)
+    if autoscaling:  # the Ray autoscaler beside the head, and the Cluster Autoscaler
+        extra_cpu += AUTOSCALER_CPU_MILLI + CLUSTER_AUTOSCALER_CPU_MILLI
+        extra_memory += AUTOSCALER_MEMORY_MIB + CLUSTER_AUTOSCALER_MEMORY_MIB
     free_cpu = node.cpu_milli - DAEMONSET_CPU_MILLI - SYSTEM_PODS_CPU_MILLI - extra_cpu
     free_memory = node.memory_mib - DAEMONSET_MEMORY_MIB - SYSTEM_PODS_MEMORY_MIB - extra_memory
     if free_cpu < HEAD_REQUEST_CPU_MILLI or free_memory < HEAD_REQUEST_MEMORY_MIB:
@@ -102,7 +109,7 @@ def check_head_fits(instance: InstanceFacts, *, observability: bool) -> None:
             "SYSTEM_NODE_TYPE",
             instance.name,
             f"a type with room for the Ray head ({HEAD_REQUEST_CPU_MILLI // 1000} vCPU, {HEAD_REQUEST_MEMORY_MIB // 1024} GiB) "
-            f"beside the operator and CoreDNS{' and the observability add-on' if observability else ''}; {instance.name} leaves {free_cpu}m CPU, {free_memory} MiB",
+            f"beside the operator and CoreDNS{' and the observability add-on' if observability else ''}{' and the autoscalers' if autoscaling else ''}; {instance.name} leaves {free_cpu}m CPU, {free_memory} MiB",
         )
 
 

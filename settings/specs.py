@@ -10,7 +10,7 @@ from collections.abc import Mapping
 from typing import Final
 
 from settings import versions
-from settings.parsers import Choice, DnsLabel, Integer
+from settings.parsers import Choice, DnsLabel, Integer, OptionalInteger
 from settings.spec_base import _RECREATE_HOW, IN_PLACE, NEW, RECREATE, REFUSED, REPLACEMENT, ROLLING, SettingSpec
 from settings.specs_infra import INFRA_SPECS
 
@@ -109,6 +109,28 @@ SPECS: tuple[SettingSpec, ...] = (
         "",
         parser=Integer(1, 64),
         change=(IN_PLACE, "serveConfigV2, and KubeRay scales the decode worker group (the GPU nodegroup follows when GPU_NODE_COUNT is empty)"),
+    ),
+    SettingSpec(
+        "PREFILL_MAX_REPLICAS",
+        "",
+        "Most prefill replicas: with a value the prefill phase autoscales on its own load between PREFILL_REPLICAS and this (empty = fixed)",
+        "at least PREFILL_REPLICAS; the nodes of both maxima at most 64",
+        parser=OptionalInteger(1, 64),
+        change=(
+            RECREATE,
+            "turning autoscaling on or off switches the RayCluster's in-tree autoscaler (and the head's service-account token): "
+            f"{_RECREATE_HOW}. Changing a maximum is in place (serveConfigV2, the worker group's maxReplicas, the GPU nodegroup's "
+            "maximum); the preflight refuses it while the node autoscaler holds the nodegroup above its minimum (CloudFormation "
+            "would reset the desired size)",
+        ),
+    ),
+    SettingSpec(
+        "DECODE_MAX_REPLICAS",
+        "",
+        "Most decode replicas: with a value the decode phase autoscales on its own load between DECODE_REPLICAS and this (empty = fixed)",
+        "at least DECODE_REPLICAS; the nodes of both maxima at most 64",
+        parser=OptionalInteger(1, 64),
+        change=(RECREATE, "as PREFILL_MAX_REPLICAS"),
     ),
     SettingSpec(
         "TENSOR_PARALLEL_SIZE",

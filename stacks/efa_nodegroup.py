@@ -68,12 +68,13 @@ class EfaNodegroupProps:
     nodegroup_name: str
     kubernetes_version: str
     instance: InstanceFacts
-    node_count: int
+    node_count: int  # the minimum (and the size at creation)
     root_volume_gib: int
     update_strategy: str  # settings.gpu_update_strategy: "minimal" | "default"
     placement_group: str = "on"  # settings.gpu_placement_group: "on" (create one), "off", or an existing group's name
     capacity_reservation_id: str = ""  # "" = none
     capacity_block: bool = False  # the reservation is a Capacity Block for ML
+    max_node_count: int = 0  # PREFILL/DECODE_MAX_REPLICAS: the Cluster Autoscaler may grow it to this; 0 = node_count
 
 
 class EfaNodegroup(Construct):
@@ -128,7 +129,10 @@ class EfaNodegroup(Construct):
             # The instance type is in the launch template (CDK's own GPU check does not know every type).
             min_size=props.node_count,
             desired_size=props.node_count,
-            max_size=max(1, props.node_count),  # EKS needs max >= 1; min = desired = 0 parks the GPUs
+            # EKS needs max >= 1; min = desired = 0 parks the GPUs. With autoscaling the Cluster Autoscaler moves the
+            # desired size between min and max; CloudFormation sends DesiredSize again only when ScalingConfig
+            # changes, which the preflight refuses while the autoscaler holds the group above its minimum.
+            max_size=max(1, props.node_count, props.max_node_count),
             labels=GPU_NODE_LABELS,
             taints=[GPU_TAINT],
             subnets=ec2.SubnetSelection(subnets=[props.subnet]),

@@ -46,6 +46,7 @@ class GpuCapacityStack(Stack):
                 kubernetes_version=settings.kubernetes_version,
                 instance=settings.gpu_node,
                 node_count=settings.gpu_node_count,
+                max_node_count=settings.gpu_node_max if settings.autoscaling else 0,
                 root_volume_gib=settings.gpu_root_volume_gib,
                 update_strategy=settings.gpu_update_strategy,
                 placement_group=settings.gpu_placement_group,

@@ -14,13 +14,15 @@ from constructs import Construct
 from settings import Settings
 from settings.scheduling import SYSTEM_NODE_LABELS
 from stacks import addons
+from stacks.addons import cluster_autoscaler, kuberay_operator
 from stacks.addons.managed import install_managed
 from stacks.cluster_stack import node_role
 from stacks.node_launch_template import metadata_options, pin_kubernetes_version, rolling_update, root_volume
 
 
 class SystemStack(Stack):
-    """Exposes ``system_nodegroup``, ``coredns`` (the managed add-on) and ``kuberay`` (the Helm release)."""
+    """Exposes ``system_nodegroup``, ``coredns`` (the managed add-on), ``kuberay`` (the Helm release) and
+    ``cluster_autoscaler`` (its release with PREFILL/DECODE_MAX_REPLICAS, else None)."""
 
     def __init__(self, scope: Construct, construct_id: str, *, settings: Settings, cluster: eks.ICluster, env: Environment) -> None:
         super().__init__(scope, construct_id, env=env, description=f"{settings.cluster_name}: system nodes, CoreDNS and the KubeRay operator")
@@ -61,5 +63,11 @@ class SystemStack(Stack):
         # KUBERAY_NAMESPACE change is refused by the preflight: the chart's cluster-scoped objects
         # (ClusterRoles and their bindings) have fixed names, so a second release in another namespace
         # cannot be installed beside the first, and `helm upgrade --install` would leave the old one running.
-        (self.kuberay,) = addons.install(self, "system", cluster=cluster, settings=settings).values()
-        self.kuberay.node.add_dependency(self.system_nodegroup)
+        releases = addons.install(self, "system", cluster=cluster, settings=settings)
+        self.kuberay = releases[kuberay_operator.RELEASE_NAME]
+        for release in releases.values():
+            release.node.add_dependency(self.system_nodegroup)
+        # PREFILL/DECODE_MAX_REPLICAS: the Cluster Autoscaler, with its Pod Identity before its pods start.
+        self.cluster_autoscaler = releases.get(cluster_autoscaler.ADDON.release)
+        if self.cluster_autoscaler is not None:
+            self.cluster_autoscaler.node.add_dependency(cluster_autoscaler.grant(self, cluster=cluster, settings=settings))

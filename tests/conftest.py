@@ -104,3 +104,9 @@ def private_synth(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Synth]:
 def s3_synth(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Synth]:
     """MODEL_SOURCE=s3://...: the workers' Pod Identity reads the prefix; the mirror Job's role writes it."""
     yield synthesize(settings_for({"MODEL_SOURCE": "s3://example-models/qwen3.5-9b"}), tmp_path_factory.mktemp("s3"))
+
+
+@pytest.fixture(scope="session")
+def autoscaling_synth(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Synth]:
+    """PREFILL_MAX_REPLICAS=2 DECODE_MAX_REPLICAS=3: Serve, the Ray autoscaler and the Cluster Autoscaler."""
+    yield synthesize(settings_for({"PREFILL_MAX_REPLICAS": "2", "DECODE_MAX_REPLICAS": "3"}), tmp_path_factory.mktemp("autoscaling"))

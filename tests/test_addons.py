@@ -40,8 +40,13 @@ def test_the_secrets_provider_comes_only_with_a_token() -> None:
     assert "secrets-store-csi-driver-provider-aws" in {a.release for a in enabled_addons(settings_for({"HF_TOKEN_SECRET_NAME": "x/y"}))}
 
 
+def test_the_cluster_autoscaler_comes_only_with_a_maximum() -> None:
+    assert "cluster-autoscaler" not in {a.release for a in enabled_addons(settings_for())}
+    assert "cluster-autoscaler" in {a.release for a in enabled_addons(settings_for({"PREFILL_MAX_REPLICAS": "2"}))}
+
+
 def test_the_preflight_and_dist_follow_the_registry() -> None:
-    settings = settings_for({"HF_TOKEN_SECRET_NAME": "x/y"})
+    settings = settings_for({"HF_TOKEN_SECRET_NAME": "x/y", "DECODE_MAX_REPLICAS": "2"})
     assert preflight_input(settings).helm_charts == chart_pins(settings) == tuple(a.pin(settings) for a in HELM_ADDONS)
     defaults = settings_for()
     helm_files = {name for name in render(defaults) if name.startswith("helm/")}
@@ -56,6 +61,7 @@ def test_every_add_on_says_what_it_is_for_and_keeps_its_construct_id() -> None:
         "nvidia-device-plugin": "NvidiaDevicePlugin",
         "aws-efa-k8s-device-plugin": "EfaDevicePlugin",
         "secrets-store-csi-driver-provider-aws": "SecretsStoreCsiProvider",
+        "cluster-autoscaler": "ClusterAutoscaler",
     }
     assert all(a.purpose for a in HELM_ADDONS)
 

@@ -14,9 +14,10 @@ import pytest
 from tests.conftest import REPO, Synth
 
 
-def test_cfn_lint_reports_no_error(default_synth: Synth) -> None:
-    templates = sorted(str(p) for p in default_synth.outdir.glob("*.template.json"))
-    assert len(templates) == 5
+def test_cfn_lint_reports_no_error(default_synth: Synth, s3_synth: Synth, autoscaling_synth: Synth) -> None:
+    # The default, and the configurations that add resources of their own (S3 model roles; the Cluster Autoscaler).
+    templates = sorted(str(p) for synth in (default_synth, s3_synth, autoscaling_synth) for p in synth.outdir.glob("*.template.json"))
+    assert len(templates) == 15
     cfn_lint = Path(sys.executable).parent / "cfn-lint"
     result = subprocess.run([str(cfn_lint), "--format", "parseable", *templates], capture_output=True, text=True, timeout=300)
     # Exit bits: 2 = error, 4 = warning, 8 = informational. Warnings are CDK's own (W3005 in its
@@ -25,12 +26,14 @@ def test_cfn_lint_reports_no_error(default_synth: Synth) -> None:
     assert errors == [] and not result.returncode & 2, result.stdout
 
 
-def test_cdk_nag_aws_solutions_has_no_unacknowledged_finding(default_synth: Synth) -> None:
-    report = default_synth.nag_report
+@pytest.mark.parametrize("synth_name", ["default_synth", "s3_synth", "autoscaling_synth", "hf_token_synth"])
+def test_cdk_nag_aws_solutions_has_no_unacknowledged_finding(synth_name: str, request: pytest.FixtureRequest) -> None:
+    synth: Synth = request.getfixturevalue(synth_name)
+    report = synth.nag_report
     findings = [
         f"{v['ruleName']} at {[c['constructPath'] for c in v['violatingConstructs']]}" for plugin in report["pluginReports"] for v in plugin["violations"]
     ]
-    assert findings == [] and default_synth.nag_error == "", "\n".join(findings)
+    assert findings == [] and synth.nag_error == "", "\n".join(findings)
 
 
 def test_every_nag_acknowledgement_has_a_reason(default_synth: Synth) -> None:

@@ -299,7 +299,7 @@ def test_a_pod_that_never_starts_is_reported_with_its_reason() -> None:
             return subprocess.CompletedProcess(args, 0, "" if args[0] == "logs" else ",", "")
 
     kubectl = Stuck([], succeeds=False)
-    with pytest.raises(RuntimeError, match="has not started in 0 min: ContainerCreating MountVolume.SetUp failed for volume hf-token"):
+    with pytest.raises(RuntimeError, match=r"has not started in 0 min: ContainerCreating MountVolume\.SetUp failed for volume hf-token"):
         mirror_model.run_job(props, kubectl, 60, poll_s=0, silent_s=0)
     assert kubectl.calls[-1][0] == "delete"
 

@@ -58,7 +58,9 @@ def preflight_input(
         gpu_az=settings.gpu_az,
         gpu_instance_type=settings.gpu_node.name,
         gpu_vcpus=settings.gpu_node.vcpus,
-        gpu_node_count=settings.gpu_node_count,
+        # The most nodes this deploy may run (both phases at their maxima): the quota, the reservation and the
+        # placement group must hold them all.
+        gpu_node_count=settings.gpu_node_max,
         gpu_quota_code=quota_code,
         gpu_quota_name=quota_name,
         system_instance_type=settings.system_node.name,

@@ -8,7 +8,7 @@ from constructs import Construct
 
 from settings import Settings
 from settings.versions import HelmChartPin
-from stacks.addons import efa_device_plugin, kuberay_operator, nvidia_device_plugin, secrets_store_provider
+from stacks.addons import cluster_autoscaler, efa_device_plugin, kuberay_operator, nvidia_device_plugin, secrets_store_provider
 from stacks.addons.base import HelmAddon
 
 HELM_ADDONS: tuple[HelmAddon, ...] = (
@@ -16,6 +16,7 @@ HELM_ADDONS: tuple[HelmAddon, ...] = (
     nvidia_device_plugin.ADDON,
     efa_device_plugin.ADDON,
     secrets_store_provider.ADDON,
+    cluster_autoscaler.ADDON,
 )
 
 

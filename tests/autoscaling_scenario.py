@@ -1,0 +1,217 @@
+"""A real Ray 2.58 cluster with Ray's own autoscaler (its fake multi-node provider), run by tests/test_autoscaling.py
+in a process of its own: `python -m tests.autoscaling_scenario INPUT.json` prints one JSON line of observations.
+
+INPUT holds the worker node types (as Ray's KubeRay code derives them from our RayCluster), each phase's
+placement bundles (as Ray Serve LLM builds them from our LLMConfig) and autoscaling config (ours, with the
+delays shortened), and a control bundle. The scenario: start the head (no CPU, as ours) with the autoscaler;
+it launches each group's minimum; deploy a stand-in of each phase (no GPU, no vLLM: a deployment that waits a
+while per request, on our placement bundles); keep the decode phase busy; record which nodes join and where
+the replicas run; stop the load and wait for the cluster to shrink back; then ask for a placement group with
+the control bundle and watch whether any node is launched for it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+RAY = str(Path(sys.executable).parent / "ray")
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _fake_config(node_types: dict[str, Any], gcs_address: str, idle_timeout_minutes: float) -> dict[str, Any]:
+    """The fake multi-node provider's cluster config (Ray's fake_multi_node/example.yaml) with our node types."""
+    return {
+        "cluster_name": "pd",
+        "max_workers": sum(t["max_workers"] for t in node_types.values()),
+        "provider": {
+            "type": "fake_multinode",
+            "use_node_id_as_ip": True,
+            "disable_node_updaters": True,
+            "disable_launch_config_check": True,
+            "gcs_address": gcs_address,
+        },
+        "available_node_types": {"ray.head.default": {"resources": {}, "node_config": {}, "max_workers": 0}, **node_types},
+        "head_node_type": "ray.head.default",
+        "auth": {},
+        "upscaling_speed": 1000,
+        "idle_timeout_minutes": idle_timeout_minutes,
+        "docker": {},
+        "initialization_commands": [],
+        "setup_commands": [],
+        "head_setup_commands": [],
+        "worker_setup_commands": [],
+        "head_start_ray_commands": [],
+        "worker_start_ray_commands": [],
+        "file_mounts": {},
+        "cluster_synced_files": [],
+        "file_mounts_sync_continuously": False,
+        "rsync_exclude": [],
+        "rsync_filter": [],
+    }
+
+
+def _kill_cluster(markers: list[str]) -> None:
+    """Every process of this cluster only (its GCS port or temp dir in the command line): never `ray stop`,
+    which would take other tests' Ray clusters with it."""
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        if any(m in cmdline for m in markers):
+            with contextlib.suppress(OSError):
+                os.kill(int(entry.name), signal.SIGKILL)
+
+
+def _worker_nodes(ray: Any, phase_resources: dict[str, str]) -> dict[str, str]:
+    """node id -> phase of every alive worker node."""
+    nodes = {}
+    for node in ray.nodes():
+        if not node["Alive"]:
+            continue
+        for phase, resource in phase_resources.items():
+            if resource in node["Resources"]:
+                nodes[node["NodeID"]] = phase
+    return nodes
+
+
+DASHBOARD = {"url": ""}
+
+
+def _replica_nodes(phase: str) -> list[str]:
+    from ray.util.state import list_actors
+
+    actors = list_actors(address=DASHBOARD["url"], filters=[("state", "=", "ALIVE")], limit=1000)
+    return [a["node_id"] for a in actors if a["class_name"].startswith(f"ServeReplica:{phase}:")]
+
+
+def _wait(what: str, check: Any, timeout: float, log: list[str]) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if check():
+            log.append(f"{what} after {timeout - (deadline - time.monotonic()):.0f}s")
+            return True
+        time.sleep(0.5)
+    log.append(f"{what}: not within {timeout:.0f}s")
+    return False
+
+
+def run(spec: dict[str, Any]) -> dict[str, Any]:
+    temp_dir = tempfile.mkdtemp(prefix="rayas", dir="/tmp")  # Ray's socket paths must stay short
+    port, dashboard = _free_port(), _free_port()
+    gcs = f"127.0.0.1:{port}"
+    DASHBOARD["url"] = f"http://127.0.0.1:{dashboard}"
+    config_file = Path(temp_dir) / "autoscaling.json"
+    config_file.write_text(json.dumps(_fake_config(spec["node_types"], gcs, spec["idle_timeout_minutes"])))
+    env = {**os.environ, "RAY_FAKE_CLUSTER": "1", "AUTOSCALER_UPDATE_INTERVAL_S": "1", "RAY_USAGE_STATS_ENABLED": "0"}
+    start = [
+        RAY, "start", "--head", f"--port={port}", "--num-cpus=0", "--num-gpus=0", "--node-ip-address=127.0.0.1",
+        "--dashboard-host=127.0.0.1", f"--dashboard-port={dashboard}", "--object-store-memory=78643200",
+        f"--temp-dir={temp_dir}", f"--autoscaling-config={config_file}", "--disable-usage-stats",
+    ]  # fmt: skip
+    subprocess.run(start, check=True, capture_output=True, env=env, timeout=120)
+    log: list[str] = []
+    observed: dict[str, Any] = {"log": log}
+    phases: dict[str, str] = spec["phase_resources"]
+    try:
+        import ray
+        from ray import serve
+
+        ray.init(address=gcs, log_to_driver=False)
+        expected_min = spec["min_nodes"]
+        _wait("minimum nodes up", lambda: sorted(_worker_nodes(ray, phases).values()) == expected_min, 90, log)
+        observed["nodes_at_start"] = sorted(_worker_nodes(ray, phases).values())
+        serve.start(http_options={"location": "NoServer"})
+
+        apps = {}
+        for phase, stand_in in spec["phases"].items():
+
+            @serve.deployment(
+                name=phase,
+                ray_actor_options={"num_cpus": 0},
+                placement_group_bundles=stand_in["bundles"],
+                placement_group_strategy=stand_in["strategy"],
+                autoscaling_config=stand_in["autoscaling_config"],
+                max_ongoing_requests=1000,
+            )
+            class Engine:
+                async def __call__(self) -> str:
+                    import asyncio
+
+                    await asyncio.sleep(2)
+                    return "token"
+
+            apps[phase] = serve.run(Engine.bind(), name=phase, route_prefix=None)
+        _wait("one replica per phase", lambda: all(len(_replica_nodes(p)) == 1 for p in phases), 90, log)
+
+        # Load on decode only: more requests in flight than its target_ongoing_requests.
+        stop = threading.Event()
+        handle = apps["decode"]
+
+        def load() -> None:
+            pending: list[Any] = []
+            while not stop.is_set():
+                while len(pending) < spec["decode_in_flight"]:
+                    pending.append(handle.remote())
+                with contextlib.suppress(Exception):  # a stand-in's answer: only the load matters
+                    pending.pop(0).result(timeout_s=30)
+
+        threading.Thread(target=load, daemon=True).start()
+        grown = _wait("decode scaled to 2 replicas", lambda: len(_replica_nodes("decode")) == 2, spec["timeout_s"], log)
+        observed["grew"] = grown
+        nodes = _worker_nodes(ray, phases)
+        observed["nodes_under_load"] = sorted(nodes.values())
+        observed["decode_replica_phases"] = sorted(nodes.get(n, "head") for n in _replica_nodes("decode"))
+        observed["prefill_replicas_under_load"] = len(_replica_nodes("prefill"))
+        stop.set()
+        shrunk = _wait(
+            "back to the minimum",
+            lambda: len(_replica_nodes("decode")) == 1 and sorted(_worker_nodes(ray, phases).values()) == expected_min,
+            spec["timeout_s"],
+            log,
+        )
+        observed["shrank"] = shrunk
+        observed["nodes_after_load"] = sorted(_worker_nodes(ray, phases).values())
+
+        # The control: a bundle that also asks for Ray's accelerator_type resource, which a new node's type lacks.
+        before = len(_worker_nodes(ray, phases))
+        group = ray.util.placement_group(spec["control_bundles"], strategy="STRICT_PACK")
+        ready, _ = ray.wait([group.ready()], timeout=spec["control_wait_s"])
+        observed["control_placed"] = bool(ready)
+        observed["control_nodes_added"] = len(_worker_nodes(ray, phases)) - before
+        ray.util.remove_placement_group(group)
+        serve.shutdown()
+        ray.shutdown()
+    except BaseException:
+        import traceback
+
+        traceback.print_exc()
+        sys.stderr.flush()
+        observed["error"] = traceback.format_exc()[-2000:]
+        print(json.dumps(observed), flush=True)
+        os._exit(1)  # not Ray's exit handlers: they would wait a minute for the GCS killed below
+    finally:
+        _kill_cluster([temp_dir, f"127.0.0.1:{port}", f"--gcs-address=127.0.0.1:{port}"])
+    return observed
+
+
+if __name__ == "__main__":
+    print(json.dumps(run(json.loads(Path(sys.argv[1]).read_text()))))

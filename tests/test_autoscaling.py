@@ -1,0 +1,240 @@
+"""Elastic prefill/decode capacity (PREFILL_MAX_REPLICAS, DECODE_MAX_REPLICAS): each phase autoscales on its own
+load, the RayCluster's in-tree autoscaler adds worker pods of that phase's group, the Cluster Autoscaler adds
+GPU nodes.
+
+Decided by other people's code: Ray Serve's own schema for the serve config, KubeRay's CRD, Ray's KubeRay code
+(`_derive_autoscaling_config_from_ray_cr`) for the node types, Ray's bin-packer for what a new node can take,
+Ray Serve LLM's own placement code for the bundles, and a real Ray 2.58 cluster with Ray's autoscaler (its
+fake multi-node provider) for the whole chain (tests/autoscaling_scenario.py).
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from settings import SettingError
+from stacks.addons import cluster_autoscaler
+from stacks.serving_stack import build_rayservice_chart
+from tests.conftest import REPO, Synth, settings_for
+from tests.iam_documents import Resolver
+from tests.iam_simulator import Request, decisions
+from tests.test_serving import deployed_manifest
+from tests.validators import crd_errors, kuberay_cluster_errors, ray_serve_errors, ray_serve_llm_placement
+
+ELASTIC = {"PREFILL_MAX_REPLICAS": "2", "DECODE_MAX_REPLICAS": "3"}
+ALLOWED, DENIED = "Allowed", "ImplicitlyDenied"
+
+
+def _ray_service(synth: Synth) -> dict[str, Any]:
+    (rs,) = [o for o in deployed_manifest(synth) if o["kind"] == "RayService"]
+    return rs
+
+
+def _llm_configs(rs: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    args = yaml.safe_load(rs["spec"]["serveConfigV2"])["applications"][0]["args"]
+    return {"prefill": args["prefill_config"], "decode": args["decode_config"]}
+
+
+def _node_types(rs: dict[str, Any]) -> dict[str, Any]:
+    """The worker node types Ray's KubeRay autoscaler derives from the RayCluster (its own code)."""
+    from ray.autoscaler._private.kuberay.autoscaling_config import _derive_autoscaling_config_from_ray_cr
+
+    config = _derive_autoscaling_config_from_ray_cr({"metadata": {"name": "ray-llm", "namespace": "inference"}, "spec": rs["spec"]["rayClusterConfig"]})
+    return {name: t for name, t in config["available_node_types"].items() if name != "headgroup"}
+
+
+# --- the synth ----------------------------------------------------------------------------------------------------
+
+
+def test_each_phase_autoscales_between_its_minimum_and_maximum(autoscaling_synth: Synth) -> None:
+    rs = _ray_service(autoscaling_synth)
+    serve = yaml.safe_load(rs["spec"]["serveConfigV2"])
+    assert ray_serve_errors(serve) == []
+    for phase, (low, high, target) in {"prefill": (1, 2, 4), "decode": (1, 3, 16)}.items():
+        config = _llm_configs(rs)[phase]
+        deployment = config["deployment_config"]
+        assert "num_replicas" not in deployment
+        scaling = deployment["autoscaling_config"]
+        assert (scaling["min_replicas"], scaling["max_replicas"], scaling["target_ongoing_requests"]) == (low, high, target)
+        assert "accelerator_type" not in config
+
+
+def test_the_raycluster_runs_the_in_tree_autoscaler_with_each_groups_nodes(autoscaling_synth: Synth) -> None:
+    rs = _ray_service(autoscaling_synth)
+    cluster = rs["spec"]["rayClusterConfig"]
+    assert crd_errors(rs) == [] and kuberay_cluster_errors(cluster) == []
+    assert cluster["enableInTreeAutoscaling"] is True
+    assert cluster["autoscalerOptions"]["idleTimeoutSeconds"] == 120 and cluster["autoscalerOptions"]["upscalingMode"] == "Default"
+    groups = {g["groupName"]: (g["replicas"], g["minReplicas"], g["maxReplicas"]) for g in cluster["workerGroupSpecs"]}
+    assert groups == {"prefill": (1, 1, 2), "decode": (1, 1, 3)}
+    for group in cluster["workerGroupSpecs"]:
+        assert group["template"]["metadata"]["annotations"] == {"cluster-autoscaler.kubernetes.io/safe-to-evict": "false"}
+    # The sidecar talks to the API server with the head's service account token.
+    assert cluster["headGroupSpec"]["template"]["spec"]["automountServiceAccountToken"] is True
+
+
+def test_the_gpu_nodegroup_covers_both_maxima(autoscaling_synth: Synth) -> None:
+    (nodegroup,) = autoscaling_synth.resources("gpu", "AWS::EKS::Nodegroup").values()
+    assert nodegroup["Properties"]["ScalingConfig"] == {"MinSize": 2, "DesiredSize": 2, "MaxSize": 5}
+
+
+def test_without_maxima_nothing_of_it_is_there(default_synth: Synth) -> None:
+    rs = _ray_service(default_synth)
+    cluster = rs["spec"]["rayClusterConfig"]
+    assert "enableInTreeAutoscaling" not in cluster and "autoscalerOptions" not in cluster
+    assert all(c["deployment_config"] == {"num_replicas": 1} and c["accelerator_type"] == "L4" for c in _llm_configs(rs).values())
+    assert not [r for r in default_synth.resources("system", "Custom::AWSCDK-EKS-HelmChart").values() if r["Properties"]["Chart"] == "cluster-autoscaler"]
+    (nodegroup,) = default_synth.resources("gpu", "AWS::EKS::Nodegroup").values()
+    assert nodegroup["Properties"]["ScalingConfig"] == {"MinSize": 2, "DesiredSize": 2, "MaxSize": 2}
+
+
+def test_the_cluster_autoscaler_is_pinned_on_the_system_nodes_and_discovers_only_the_gpu_group(autoscaling_synth: Synth) -> None:
+    (release,) = [r for r in autoscaling_synth.resources("system", "Custom::AWSCDK-EKS-HelmChart").values() if r["Properties"]["Chart"] == "cluster-autoscaler"]
+    props = release["Properties"]
+    assert (props["Repository"], props["Version"], props["Namespace"]) == (cluster_autoscaler.PIN.repository, cluster_autoscaler.PIN.version, "kube-system")
+    values = json.loads(props["Values"])
+    assert values["image"]["tag"] == "v1.35.2" and values["nodeSelector"] == {"role": "system"}
+    assert values["autoDiscovery"]["tags"] == [
+        "k8s.io/cluster-autoscaler/enabled",
+        "k8s.io/cluster-autoscaler/ray-llm-multinode",
+        "eks:nodegroup-name=gpu-workers",
+    ]
+    assert values["rbac"]["serviceAccount"]["name"] == "cluster-autoscaler"
+    # Every supported Kubernetes minor has its Cluster Autoscaler.
+    from settings.versions import SUPPORTED_KUBERNETES_VERSIONS
+
+    assert set(cluster_autoscaler.IMAGE_TAGS) == set(SUPPORTED_KUBERNETES_VERSIONS)
+    assert all(tag.startswith(f"v{minor}.") for minor, tag in cluster_autoscaler.IMAGE_TAGS.items())
+
+
+def test_the_cluster_autoscaler_may_resize_only_the_gpu_nodegroup(autoscaling_synth: Synth) -> None:
+    resources = autoscaling_synth.templates["system"]["Resources"]
+    (association,) = [a for a in autoscaling_synth.resources("system", "AWS::EKS::PodIdentityAssociation").values()]
+    assert (association["Properties"]["Namespace"], association["Properties"]["ServiceAccount"]) == ("kube-system", "cluster-autoscaler")
+    role_id = association["Properties"]["RoleArn"]["Fn::GetAtt"][0]
+    (policy,) = [v for v in resources.values() if v["Type"] == "AWS::IAM::Policy" and {"Ref": role_id} in v["Properties"]["Roles"]]
+    document = Resolver(autoscaling_synth.templates, autoscaling_synth.settings.region).resolve(policy["Properties"]["PolicyDocument"], "system")
+    asg = "arn:aws:autoscaling:sa-east-1:123456789012:autoScalingGroup:1234:autoScalingGroupName/eks-gpu-workers-abc"
+    gpu = {"aws:ResourceTag/eks:cluster-name": "ray-llm-multinode", "aws:ResourceTag/eks:nodegroup-name": "gpu-workers"}
+    system = {**gpu, "aws:ResourceTag/eks:nodegroup-name": "system-nodes"}
+    other_cluster = {**gpu, "aws:ResourceTag/eks:cluster-name": "prod"}
+    got = decisions(
+        [
+            Request("autoscaling:SetDesiredCapacity", asg, gpu),
+            Request("autoscaling:TerminateInstanceInAutoScalingGroup", asg, gpu),
+            Request("autoscaling:SetDesiredCapacity", asg, system),
+            Request("autoscaling:SetDesiredCapacity", asg, other_cluster),
+            Request("autoscaling:UpdateAutoScalingGroup", asg, gpu),
+            Request("autoscaling:DescribeAutoScalingGroups", "*"),
+            Request("eks:DescribeNodegroup", "arn:aws:eks:sa-east-1:123456789012:nodegroup/ray-llm-multinode/gpu-workers/0c1"),
+            Request("eks:DescribeNodegroup", "arn:aws:eks:sa-east-1:123456789012:nodegroup/ray-llm-multinode/system-nodes/0c1"),
+            Request("ec2:TerminateInstances", "arn:aws:ec2:sa-east-1:123456789012:instance/i-1"),
+        ],
+        identity_policy=document,
+    )
+    assert got == [ALLOWED, ALLOWED, DENIED, DENIED, DENIED, ALLOWED, ALLOWED, DENIED, DENIED]
+
+
+# --- settings -----------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("env", "name", "fragment"),
+    [
+        ({"PREFILL_REPLICAS": "2", "PREFILL_MAX_REPLICAS": "1"}, "PREFILL_MAX_REPLICAS", "at least PREFILL_REPLICAS (2)"),
+        ({"DECODE_MAX_REPLICAS": "0"}, "DECODE_MAX_REPLICAS", "empty, or integer 1-64"),
+        ({"DECODE_MAX_REPLICAS": "many"}, "DECODE_MAX_REPLICAS", "empty, or integer 1-64"),
+        ({"PREFILL_MAX_REPLICAS": "40", "DECODE_MAX_REPLICAS": "40"}, "PREFILL_MAX_REPLICAS", "fit the GPU nodegroup's 64: 40 prefill + 40 decode"),
+    ],
+)
+def test_a_bad_maximum_is_one_line(env: dict[str, str], name: str, fragment: str) -> None:
+    with pytest.raises(SettingError) as error:
+        settings_for(env)
+    assert error.value.env_name == name and fragment in str(error.value) and "\n" not in str(error.value)
+
+
+def test_one_phase_can_scale_alone() -> None:
+    settings = settings_for({"DECODE_MAX_REPLICAS": "2"})
+    configs = _llm_configs(build_rayservice_chart(settings).ray_service.to_json())
+    assert configs["prefill"]["deployment_config"] == {"num_replicas": 1} and configs["prefill"]["accelerator_type"] == "L4"
+    assert configs["decode"]["deployment_config"]["autoscaling_config"]["max_replicas"] == 2 and "accelerator_type" not in configs["decode"]
+    assert (settings.gpu_node_count, settings.gpu_node_max) == (2, 3)
+    assert settings_for({"DECODE_MAX_REPLICAS": "2", "GPU_NODE_COUNT": "0"}).gpu_node_max == 0  # parked
+
+
+# --- what a new node can take: Ray's own bin-packer on Ray's own node types -----------------------------------------
+
+
+def test_a_new_node_of_the_phases_group_takes_its_bundles_and_only_with_the_fix() -> None:
+    from ray.autoscaler._private.resource_demand_scheduler import get_bin_pack_residual
+
+    elastic = _ray_service_of(ELASTIC)
+    types = _node_types(elastic)
+    assert set(types) == {"prefill", "decode"}
+    for phase, llm in _llm_configs(elastic).items():
+        bundles, _ = ray_serve_llm_placement(llm)
+        own, other = types[phase]["resources"], types["decode" if phase == "prefill" else "prefill"]["resources"]
+        assert get_bin_pack_residual([dict(own)], bundles)[0] == [], (phase, own, bundles)
+        assert get_bin_pack_residual([dict(other)], bundles)[0] != [], "a phase's bundle must not fit the other phase's node"
+    # The control: the same phase with accelerator_type, as a fixed deployment has it.
+    fixed = _llm_configs(_ray_service_of({}))["decode"]
+    bundles, _ = ray_serve_llm_placement(fixed)
+    assert any(k.startswith("accelerator_type:") for b in bundles for k in b)
+    assert get_bin_pack_residual([dict(types["decode"]["resources"])], bundles)[0] != []
+
+
+def _ray_service_of(env: dict[str, str]) -> dict[str, Any]:
+    return build_rayservice_chart(settings_for(env)).ray_service.to_json()
+
+
+# --- the whole chain, on a real Ray cluster with Ray's autoscaler ---------------------------------------------------
+
+
+def test_load_on_decode_adds_a_decode_node_only_and_the_cluster_returns_to_its_minimum(tmp_path: Path) -> None:
+    rs = _ray_service_of({"PREFILL_MAX_REPLICAS": "2", "DECODE_MAX_REPLICAS": "2"})
+    phases, node_types = {}, {}
+    for phase, llm in _llm_configs(rs).items():
+        bundles, strategy = ray_serve_llm_placement(llm)
+        scaling = dict(llm["deployment_config"]["autoscaling_config"])
+        # Ours, with the delays of a test (seconds, not Ray's 30 s up and 10 min down).
+        scaling.update({"upscale_delay_s": 1, "downscale_delay_s": 3, "look_back_period_s": 2})
+        phases[phase] = {"bundles": bundles, "strategy": strategy, "autoscaling_config": scaling}
+    for name, node_type in _node_types(rs).items():
+        # The node type as derived; Ray's object store kept small (four raylets on a CI machine) and memory left
+        # out (a fake node would try to reserve the GPU node's 113 GiB; no bundle asks for memory).
+        resources = {k: v for k, v in node_type["resources"].items() if k != "memory"} | {"object_store_memory": 78643200}
+        node_types[name] = {**node_type, "resources": resources}
+    control, _ = ray_serve_llm_placement(_llm_configs(_ray_service_of({}))["decode"])
+    spec = {
+        "node_types": node_types,
+        "phase_resources": {"prefill": "pd_prefill", "decode": "pd_decode"},
+        "phases": phases,
+        "min_nodes": ["decode", "prefill"],
+        "decode_in_flight": 3 * phases["decode"]["autoscaling_config"]["target_ongoing_requests"] // 2,
+        "idle_timeout_minutes": 0.1,
+        "timeout_s": 120,
+        "control_bundles": control,
+        "control_wait_s": 8,
+    }
+    (tmp_path / "spec.json").write_text(json.dumps(spec))
+    done = subprocess.run(
+        [sys.executable, "-m", "tests.autoscaling_scenario", str(tmp_path / "spec.json")], capture_output=True, text=True, cwd=REPO, timeout=420
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    seen = json.loads(done.stdout.strip().splitlines()[-1])
+    print(json.dumps(seen["log"]))
+    assert seen["nodes_at_start"] == ["decode", "prefill"], seen
+    assert seen["grew"], seen
+    # One more node, of the decode group; the new replica runs on a decode node; prefill untouched.
+    assert seen["nodes_under_load"] == ["decode", "decode", "prefill"], seen
+    assert seen["decode_replica_phases"] == ["decode", "decode"] and seen["prefill_replicas_under_load"] == 1, seen
+    assert seen["shrank"] and seen["nodes_after_load"] == ["decode", "prefill"], seen
+    # Without the fix (the bundle carries accelerator_type): pending, and no node launched for it.
+    assert not seen["control_placed"] and seen["control_nodes_added"] == 0, seen
