@@ -11,7 +11,7 @@ result plus the run's label), which `make bench-serving` collects from the Job's
 from __future__ import annotations
 
 import shlex
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import cdk8s
 import cdk8s_plus_28 as kplus
@@ -35,6 +35,13 @@ class Workload:
 LONG = Workload("long", input_len=3000, output_len=64, num_prompts=40)
 SHORT = Workload("short", input_len=128, output_len=256, num_prompts=60)
 RATES = (0.5, 1.0, 2.0)  # requests/s of each stream
+# Then a ramp of mid-sized requests alone, at rates past one decode replica's capacity (~16 streams at once, the
+# decode target): each step lasts RAMP_STEP_S, the last RAMP_HOLD_S, long enough for a new GPU node to join when
+# DECODE_MAX_REPLICAS allows one (`make bench-serving` records the replicas and GPU nodes meanwhile).
+RAMP = Workload("ramp", input_len=512, output_len=256, num_prompts=0)
+RAMP_RATES = (1.0, 2.0, 4.0, 8.0)
+RAMP_STEP_S = 120
+RAMP_HOLD_S = 900
 
 
 @dataclass(frozen=True)
@@ -48,6 +55,10 @@ class BenchJobProps:
     rates: tuple[float, ...] = RATES
     long: Workload = LONG
     short: Workload = SHORT
+    ramp_rates: tuple[float, ...] = RAMP_RATES
+    ramp_step_s: int = RAMP_STEP_S
+    ramp_hold_s: int = RAMP_HOLD_S
+    ramp_rate_workload: Workload = RAMP
 
 
 def bench_command(props: BenchJobProps, workload: Workload, rate: float) -> str:
@@ -67,14 +78,24 @@ def bench_command(props: BenchJobProps, workload: Workload, rate: float) -> str:
     return f"{shlex.join(args)} > /tmp/{workload.label}-{rate}.log 2>&1 && {merge} {result} {shlex.quote(label)}"
 
 
+def ramp_steps(props: BenchJobProps) -> list[tuple[Workload, float]]:
+    """The ramp's runs: each rate for a step's length, the last one held."""
+    steps = []
+    for number, rate in enumerate(props.ramp_rates, 1):
+        seconds = props.ramp_hold_s if number == len(props.ramp_rates) else props.ramp_step_s
+        steps.append((replace(props.ramp_rate_workload, num_prompts=max(1, int(rate * seconds))), rate))
+    return steps
+
+
 def bench_script(props: BenchJobProps) -> str:
-    """For each rate: the long and the short stream at the same time, then both results."""
+    """For each rate: the long and the short stream at the same time, then both results; then the ramp."""
     steps = ["set -e"]
     for rate in props.rates:
         # `wait PID` returns the run's own status, so a failed run fails the Job.
         steps.append(
             f"( {bench_command(props, props.long, rate)} ) & long=$!; ( {bench_command(props, props.short, rate)} ) & short=$!; wait $long; wait $short"
         )
+    steps += [bench_command(props, workload, rate) for workload, rate in ramp_steps(props)]
     return "\n".join(steps)
 
 
@@ -88,7 +109,7 @@ class BenchJobChart(cdk8s.Chart):
             "Bench",
             metadata=cdk8s.ApiObjectMetadata(name=props.name, namespace=props.namespace, labels={"app.kubernetes.io/name": props.name}),
             backoff_limit=0,
-            active_deadline=cdk8s.Duration.hours(1),
+            active_deadline=cdk8s.Duration.hours(2),
             ttl_after_finished=cdk8s.Duration.hours(12),
             automount_service_account_token=False,
             security_context=kplus.PodSecurityContextProps(ensure_non_root=False),

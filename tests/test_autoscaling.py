@@ -238,3 +238,31 @@ def test_load_on_decode_adds_a_decode_node_only_and_the_cluster_returns_to_its_m
     assert seen["shrank"] and seen["nodes_after_load"] == ["decode", "prefill"], seen
     # Without the fix (the bundle carries accelerator_type): pending, and no node launched for it.
     assert not seen["control_placed"] and seen["control_nodes_added"] == 0, seen
+
+
+# --- day 2: the preflight ------------------------------------------------------------------------------------------
+
+
+def test_a_new_maximum_is_refused_while_the_autoscaler_holds_more_nodes_than_the_minimum() -> None:
+    from preflight.redeploy import check_stack_changes
+    from tests.day2_helpers import deployed_as, redeploy_of
+
+    before = {"DECODE_MAX_REPLICAS": "3"}
+    after = redeploy_of(DECODE_MAX_REPLICAS="4")
+    # The Cluster Autoscaler has grown the group to 4 nodes; the new maximum changes ScalingConfig (MaxSize), so
+    # CloudFormation would send DesiredSize 2 with it.
+    busy = check_stack_changes(after, deployed_as(before, gpu_desired=4))
+    assert not busy.ok and "runs 4 nodes (the Cluster Autoscaler grew it)" in busy.fix and "set it back to 2" in busy.fix
+    # At the minimum, the same change applies in place; so does any change that leaves ScalingConfig alone.
+    assert check_stack_changes(after, deployed_as(before, gpu_desired=2)).ok
+    assert check_stack_changes(redeploy_of(DECODE_MAX_REPLICAS="3", MAX_MODEL_LEN="2048"), deployed_as(before, gpu_desired=4)).ok
+    # Parking is meant to drop the nodes.
+    assert check_stack_changes(redeploy_of(DECODE_MAX_REPLICAS="3", GPU_NODE_COUNT="0"), deployed_as(before, gpu_desired=4)).ok
+
+
+def test_the_preflight_counts_quota_and_reservation_room_for_the_maxima() -> None:
+    from tools.preflight import preflight_input
+
+    assert preflight_input(settings_for(ELASTIC)).gpu_node_count == 5
+    assert preflight_input(settings_for()).gpu_node_count == 2
+    assert preflight_input(settings_for({**ELASTIC, "GPU_NODE_COUNT": "0"})).gpu_node_count == 0

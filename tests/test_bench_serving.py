@@ -13,9 +13,9 @@ import cdk8s
 import kubernetes_validate
 import yaml
 
-from k8s_constructs.bench_job import BenchJobChart, bench_script
+from k8s_constructs.bench_job import RESULT_MARKER, BenchJobChart, bench_script
 from tests.conftest import settings_for
-from tools.bench_serving import bench_props, parse_results, summarize, table
+from tools.bench_serving import bench_props, parse_results, run_job, summarize, table
 
 SETTINGS = settings_for()
 
@@ -38,7 +38,7 @@ def test_the_job_passes_strict_validation_and_is_a_cpu_client_of_the_serve_servi
     ]
     script = container["command"][-1]
     assert "--base-url http://ray-llm-serve-svc.inference.svc.cluster.local:8000" in script
-    assert script.count("vllm bench serve") == 6  # long and short streams at three rates
+    assert script.count("vllm bench serve") == 10  # long and short streams at three rates, then the ramp's four steps
 
 
 FAKE_VLLM = """#!/usr/bin/env python3
@@ -68,7 +68,9 @@ def test_the_script_runs_both_streams_at_each_rate_and_reports_every_run(tmp_pat
     result = _run_script(tmp_path)
     assert result.returncode == 0, result.stderr
     runs = parse_results(result.stdout)
-    assert [(r["workload"], r["rate"]) for r in runs] == [(w, r) for r in (0.5, 1.0, 2.0) for w in ("long", "short")]
+    mixed = [(w, r) for r in (0.5, 1.0, 2.0) for w in ("long", "short")]
+    ramp = [("ramp", r) for r in (1.0, 2.0, 4.0, 8.0)]
+    assert sorted((r["workload"], r["rate"]) for r in runs) == sorted(mixed + ramp)
     rows = summarize(runs)
     assert rows[0] == {
         "workload": "long",
@@ -111,3 +113,56 @@ def test_results_are_saved_as_json(tmp_path: Path) -> None:
     path = tmp_path / "bench.json"
     path.write_text(json.dumps({"runs": rows}))
     assert table(json.loads(path.read_text())["runs"]) == table(rows)
+
+
+def test_the_ramp_goes_past_one_replicas_capacity_and_holds_its_last_rate() -> None:
+    from k8s_constructs.bench_job import ramp_steps
+    from k8s_constructs.serve_config import TARGET_ONGOING_REQUESTS
+
+    steps = ramp_steps(bench_props(SETTINGS))
+    assert [rate for _, rate in steps] == [1.0, 2.0, 4.0, 8.0]
+    assert [w.num_prompts for w, _ in steps] == [120, 240, 480, 7200]
+    # At the top rate, with a request taking a few seconds (256 tokens), far more streams than a decode replica's target.
+    top_workload, top_rate = steps[-1]
+    assert top_rate * 4 > TARGET_ONGOING_REQUESTS["decode"] and top_workload.output_len == 256
+
+
+class _Cluster:
+    """kubectl as the benchmark sees it: a decode pod and a GPU node join on the second sample; the Job succeeds on the third."""
+
+    def __init__(self) -> None:
+        self.samples = 0
+
+    def __call__(self, args: list[str], stdin: str | None = None) -> subprocess.CompletedProcess[str]:
+        out = ""
+        if args[:2] == ["get", "pods"]:
+            self.samples += 1
+            pods = [("prefill", "Running"), ("decode", "Running")] + ([("decode", "Running"), ("decode", "Pending")] if self.samples >= 2 else [])
+            out = json.dumps({"items": [{"metadata": {"labels": {"ray.io/group": g}}, "status": {"phase": p}} for g, p in pods]})
+        elif args[:2] == ["get", "nodes"]:
+            ready = {"type": "Ready", "status": "True"}
+            out = json.dumps({"items": [{"status": {"conditions": [ready]}}] * (3 if self.samples >= 2 else 2)})
+        elif args[0] == "get":
+            out = "1," if self.samples >= 3 else ","
+        elif args[0] == "logs":
+            out = RESULT_MARKER + json.dumps({"workload": "ramp", "rate": 8.0, "p50_ttft_ms": 90.0})
+        return subprocess.CompletedProcess(args, 0, out, "")
+
+
+def test_the_run_samples_replicas_and_gpu_nodes_until_the_job_ends() -> None:
+    log, timeline = run_job(SETTINGS, _Cluster(), 60, poll_s=0)
+    assert parse_results(log)[0]["workload"] == "ramp"
+    assert [(s["prefill"], s["decode"], s["gpu_nodes"]) for s in timeline] == [(1, 1, 2), (1, 2, 3), (1, 2, 3)]
+
+
+def test_every_run_draws_a_png_beside_its_json(tmp_path: Path) -> None:
+    from matplotlib import image
+
+    from tools.bench_chart import draw
+
+    rows = summarize(parse_results(_run_script(tmp_path).stdout))
+    timeline = [{"t": 0, "prefill": 1, "decode": 1, "gpu_nodes": 2}, {"t": 600, "prefill": 1, "decode": 2, "gpu_nodes": 3}]
+    chart = draw(rows, timeline, tmp_path / "bench-serving.png", title="test")
+    assert chart.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    height, width, _ = image.imread(chart).shape
+    assert width > 1000 and height > 400

@@ -1,6 +1,7 @@
 """`make bench-serving`: run the in-cluster benchmark Job (k8s_constructs/bench_job.py) against the Serve
-endpoint, collect its results, save them as JSON and print a table; with COMPARE=previous.json, the change
-of each figure against an earlier result.
+endpoint, sample the Ray worker pods per phase and the GPU nodes while it runs, save the results as JSON and a
+PNG chart beside it (tools/bench_chart.py) and print a table; with COMPARE=previous.json, the change of each
+figure against an earlier result.
 
 Reported per run (workload class and request rate): TTFT p50/p99, ITL p50/p99 (ms), output tokens/s and
 requests/s, as `vllm bench serve` measured them.
@@ -19,10 +20,14 @@ from typing import Any
 import cdk8s
 
 from k8s_constructs.bench_job import RESULT_MARKER, BenchJobChart, BenchJobProps
-from k8s_constructs.ray_facts import SERVE_PORT
+from k8s_constructs.ray_facts import GROUP_LABEL, NODE_TYPE_LABEL, SERVE_PORT, selector
 from preflight.cluster_access import ClusterUnreachable, Kubectl, cluster_kubectl
 from settings import Settings
+from settings.scheduling import GPU_NODE_LABELS
+from tools.bench_chart import draw
 from tools.entry import one_line_errors, project_settings
+
+SAMPLE_SECONDS = 15
 
 # (label, key in vLLM's saved result, higher is better)
 FIGURES: tuple[tuple[str, str, bool], ...] = (
@@ -42,8 +47,25 @@ def bench_props(settings: Settings) -> BenchJobProps:
         image=settings.dlc_image,
         base_url=f"http://{settings.serve_service_name}.{settings.namespace}.svc.cluster.local:{SERVE_PORT}",
         model_id=settings.model_id,
-        tokenizer=settings.model_source,
+        tokenizer=bench_tokenizer(settings),
     )
+
+
+def bench_tokenizer(settings: Settings) -> str:
+    """The Hub repository whose tokenizer counts the benchmark's tokens: MODEL_SOURCE, or for an S3 copy the
+    repository `make mirror-model` recorded on its `hash` (BENCH_TOKENIZER overrides either)."""
+    if os.environ.get("BENCH_TOKENIZER"):
+        return os.environ["BENCH_TOKENIZER"]
+    source = settings.model_s3
+    if source is None:
+        return settings.model_source
+    import boto3
+
+    head = boto3.session.Session().client("s3", region_name=settings.region).head_object(Bucket=source.bucket, Key=f"{source.key_prefix}hash")
+    repo = str(head.get("Metadata", {}).get("hf-repo", ""))
+    if not repo:
+        raise RuntimeError(f"{source.uri} names no Hub repository (not made by `make mirror-model`): set BENCH_TOKENIZER=ORG/NAME")
+    return repo
 
 
 def parse_results(log: str) -> list[dict[str, Any]]:
@@ -81,7 +103,26 @@ def table(rows: list[dict[str, Any]], previous: list[dict[str, Any]] | None = No
     return "\n".join(lines)
 
 
-def run_job(settings: Settings, kubectl: Kubectl, timeout_s: int) -> str:
+def sample(kubectl: Kubectl, namespace: str) -> dict[str, Any]:
+    """Running Ray worker pods per phase and Ready GPU nodes, now."""
+    pods = kubectl(["get", "pods", "-n", namespace, "-l", selector(NODE_TYPE_LABEL, "worker"), "-o", "json"])
+    nodes = kubectl(["get", "nodes", "-l", selector("role", GPU_NODE_LABELS["role"]), "-o", "json"])
+    point: dict[str, Any] = {"t": round(time.time(), 1), "prefill": 0, "decode": 0, "gpu_nodes": 0}
+    try:
+        for pod in json.loads(pods.stdout or "{}").get("items", []):
+            group = pod["metadata"].get("labels", {}).get(GROUP_LABEL)
+            if group in ("prefill", "decode") and pod.get("status", {}).get("phase") == "Running":
+                point[group] += 1
+        for node in json.loads(nodes.stdout or "{}").get("items", []):
+            if any(c["type"] == "Ready" and c["status"] == "True" for c in node.get("status", {}).get("conditions", [])):
+                point["gpu_nodes"] += 1
+    except (ValueError, KeyError):
+        pass  # a sample that could not be read is a gap, not a failure
+    return point
+
+
+def run_job(settings: Settings, kubectl: Kubectl, timeout_s: int, *, poll_s: float = SAMPLE_SECONDS) -> tuple[str, list[dict[str, Any]]]:
+    """The Job's log, and the replicas and GPU nodes sampled while it ran."""
     props = bench_props(settings)
     manifest = cdk8s.App.of(BenchJobChart(cdk8s.App(), "bench", props=props)).synth_yaml()
     kubectl(["delete", "job", "-n", props.namespace, props.name, "--ignore-not-found", "--wait=true"])
@@ -89,15 +130,19 @@ def run_job(settings: Settings, kubectl: Kubectl, timeout_s: int) -> str:
     if applied.returncode != 0:
         raise RuntimeError(f"cannot create Job {props.namespace}/{props.name}: {applied.stderr.strip()}")
     print(f"running Job {props.namespace}/{props.name} against {props.base_url} (up to {timeout_s // 60} min)...", flush=True)
-    start = time.monotonic()
-    done = kubectl(["wait", "-n", props.namespace, f"job/{props.name}", "--for=condition=complete", f"--timeout={timeout_s}s"])
+    start, timeline, state = time.monotonic(), [], ""
+    while time.monotonic() - start < timeout_s:
+        timeline.append(sample(kubectl, props.namespace))
+        state = kubectl(["get", "-n", props.namespace, f"job/{props.name}", "-o", "jsonpath={.status.succeeded},{.status.failed}"]).stdout.strip()
+        if state.startswith("1") or state.endswith(",1"):
+            break
+        time.sleep(poll_s)
     log = kubectl(["logs", "-n", props.namespace, f"job/{props.name}"]).stdout
-    if done.returncode != 0:
+    if not state.startswith("1"):
         raise RuntimeError(
-            f"Job {props.namespace}/{props.name} did not complete in {int(time.monotonic() - start)}s: "
-            f"`kubectl logs -n {props.namespace} job/{props.name}` ({done.stderr.strip()[:200]})"
+            f"Job {props.namespace}/{props.name} did not complete in {int(time.monotonic() - start)}s: `kubectl logs -n {props.namespace} job/{props.name}`"
         )
-    return log
+    return log, timeline
 
 
 @one_line_errors
@@ -111,7 +156,7 @@ def main(argv: list[str] | None = None) -> int:
     previous = json.loads(args.compare.read_text())["runs"] if args.compare else None
     try:
         with cluster_kubectl(settings.region, settings.cluster_name, timeout=args.timeout_minutes * 60 + 120) as kubectl:
-            log = run_job(settings, kubectl, args.timeout_minutes * 60)
+            log, timeline = run_job(settings, kubectl, args.timeout_minutes * 60)
     except ClusterUnreachable as error:
         print(f"error: cannot reach cluster {settings.cluster_name} in {settings.region}: {error}", file=sys.stderr)
         return 2
@@ -119,9 +164,11 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {error}", file=sys.stderr)
         return 1
     rows = summarize(parse_results(log))
-    args.output.write_text(json.dumps({"model": settings.model_id, "gpu_node_type": settings.gpu_node.name, "runs": rows}, indent=2) + "\n")
+    result = {"model": settings.model_id, "gpu_node_type": settings.gpu_node.name, "runs": rows, "timeline": timeline}
+    args.output.write_text(json.dumps(result, indent=2) + "\n")
+    chart = draw(rows, timeline, args.output.with_suffix(".png"), title=f"{settings.model_id} on {settings.gpu_node.name}: prefill/decode")
     print(table(rows, previous))
-    print(f"saved {args.output}")
+    print(f"saved {args.output} and {chart}")
     return 0 if rows else 1
 
 

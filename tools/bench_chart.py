@@ -1,0 +1,49 @@
+"""The chart of a `make bench-serving` run, beside its JSON: time to first token and inter-token latency (p50 and
+p99) per request rate, one line per workload, and the Ray worker pods of each phase and the GPU nodes over the
+run's time, so that PD (short requests' ITL flat while long prompts rise) and scaling read at a glance."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import matplotlib
+
+matplotlib.use("Agg")  # files only, no display
+import matplotlib.pyplot as plt  # after the backend is chosen
+
+PANELS = (("TTFT (ms)", "ttft"), ("ITL (ms)", "itl"))
+STYLES = {"long": "tab:red", "short": "tab:blue", "ramp": "tab:green"}
+
+
+def draw(runs: Sequence[dict[str, Any]], timeline: Sequence[dict[str, Any]], path: Path, *, title: str) -> Path:
+    figure, axes = plt.subplots(1, 3, figsize=(16, 4.8), constrained_layout=True)
+    for axis, (label, figure_key) in zip(axes[:2], PANELS, strict=True):
+        for workload in sorted({str(r["workload"]) for r in runs}):
+            rows = sorted((r for r in runs if r["workload"] == workload), key=lambda r: float(r["rate"]))
+            rates = [float(r["rate"]) for r in rows]
+            color = STYLES.get(workload, "tab:gray")
+            for percentile, style in (("p50", "-"), ("p99", "--")):
+                values = [r.get(f"{percentile}_{figure_key}_ms") for r in rows]
+                points = [(x, y) for x, y in zip(rates, values, strict=True) if y is not None]
+                if points:
+                    axis.plot(*zip(*points, strict=True), style, marker="o", color=color, label=f"{workload} {percentile}")
+        axis.set_xlabel("request rate (req/s)")
+        axis.set_ylabel(label)
+        axis.grid(alpha=0.3)
+        axis.legend(fontsize=8)
+    scaling = axes[2]
+    if timeline:
+        start = float(timeline[0]["t"])
+        minutes = [(float(s["t"]) - start) / 60 for s in timeline]
+        for key, color in (("prefill", "tab:purple"), ("decode", "tab:orange"), ("gpu_nodes", "black")):
+            scaling.step(minutes, [s.get(key, 0) for s in timeline], where="post", color=color, label=key.replace("_", " "))
+        scaling.legend(fontsize=8)
+    scaling.set_xlabel("minutes into the run")
+    scaling.set_ylabel("Ray worker pods / GPU nodes")
+    scaling.grid(alpha=0.3)
+    figure.suptitle(title)
+    figure.savefig(path, dpi=110)
+    plt.close(figure)
+    return path
