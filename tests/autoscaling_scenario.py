@@ -6,8 +6,8 @@ placement bundles (as Ray Serve LLM builds them from our LLMConfig) and autoscal
 delays shortened), and a control bundle. The scenario: start the head (no CPU, as ours) with the autoscaler;
 it launches each group's minimum; deploy a stand-in of each phase (no GPU, no vLLM: a deployment that waits a
 while per request, on our placement bundles); keep the decode phase busy; record which nodes join and where
-the replicas run; stop the load and wait for the cluster to shrink back; then ask for a placement group with
-the control bundle and watch whether any node is launched for it.
+the replicas run; stop the load, ask for a placement group with the control bundle, and wait for the cluster to
+shrink back (it cannot while a node launched for the control is up).
 """
 
 from __future__ import annotations
@@ -182,6 +182,9 @@ def run(spec: dict[str, Any]) -> dict[str, Any]:
         observed["decode_replica_phases"] = sorted(nodes.get(n, "head") for n in _replica_nodes("decode"))
         observed["prefill_replicas_under_load"] = len(_replica_nodes("prefill"))
         stop.set()
+        # The control, meanwhile: a bundle that also asks for Ray's accelerator_type resource, which a new node's
+        # type lacks. If the autoscaler launched a node for it, the cluster could not return to its minimum.
+        group, asked = ray.util.placement_group(spec["control_bundles"], strategy="STRICT_PACK"), time.monotonic()
         shrunk = _wait(
             "back to the minimum",
             lambda: len(_replica_nodes("decode")) == 1 and sorted(_worker_nodes(ray, phases).values()) == expected_min,
@@ -190,13 +193,10 @@ def run(spec: dict[str, Any]) -> dict[str, Any]:
         )
         observed["shrank"] = shrunk
         observed["nodes_after_load"] = sorted(_worker_nodes(ray, phases).values())
-
-        # The control: a bundle that also asks for Ray's accelerator_type resource, which a new node's type lacks.
-        before = len(_worker_nodes(ray, phases))
-        group = ray.util.placement_group(spec["control_bundles"], strategy="STRICT_PACK")
-        ready, _ = ray.wait([group.ready()], timeout=spec["control_wait_s"])
+        ready, _ = ray.wait([group.ready()], timeout=max(1.0, spec["control_wait_s"] - (time.monotonic() - asked)))
         observed["control_placed"] = bool(ready)
-        observed["control_nodes_added"] = len(_worker_nodes(ray, phases)) - before
+        observed["control_pending_s"] = round(time.monotonic() - asked)
+        observed["control_nodes_added"] = len(_worker_nodes(ray, phases)) - len(expected_min)
         ray.util.remove_placement_group(group)
         serve.shutdown()
         ray.shutdown()

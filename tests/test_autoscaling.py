@@ -218,7 +218,7 @@ def test_load_on_decode_adds_a_decode_node_only_and_the_cluster_returns_to_its_m
         "phases": phases,
         "min_nodes": ["decode", "prefill"],
         "decode_in_flight": 3 * phases["decode"]["autoscaling_config"]["target_ongoing_requests"] // 2,
-        "idle_timeout_minutes": 0.1,
+        "idle_timeout_minutes": 0.05,
         "timeout_s": 120,
         "control_bundles": control,
         "control_wait_s": 8,
@@ -237,7 +237,7 @@ def test_load_on_decode_adds_a_decode_node_only_and_the_cluster_returns_to_its_m
     assert seen["decode_replica_phases"] == ["decode", "decode"] and seen["prefill_replicas_under_load"] == 1, seen
     assert seen["shrank"] and seen["nodes_after_load"] == ["decode", "prefill"], seen
     # Without the fix (the bundle carries accelerator_type): pending, and no node launched for it.
-    assert not seen["control_placed"] and seen["control_nodes_added"] == 0, seen
+    assert not seen["control_placed"] and seen["control_nodes_added"] == 0 and seen["control_pending_s"] >= 8, seen
 
 
 # --- day 2: the preflight ------------------------------------------------------------------------------------------
