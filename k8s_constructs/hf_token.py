@@ -40,18 +40,21 @@ def hf_token_of(settings: Settings) -> HfToken | None:
     return HfToken(secret_name=settings.hf_token_secret_name, region=settings.region, service_account=worker_service_account(settings.ray_service_name))
 
 
-class HfTokenProviderClass(Construct):
-    """A SecretProviderClass (secrets-store.csi.x-k8s.io/v1) for the token, synced to a Kubernetes Secret."""
+class SyncedSecretProviderClass(Construct):
+    """A SecretProviderClass (secrets-store.csi.x-k8s.io/v1) for one Secrets Manager secret, synced to a Kubernetes
+    Secret of one key while a pod mounts it (the Hub token; the GCS store's AUTH token)."""
 
-    def __init__(self, scope: Construct, construct_id: str, *, token: HfToken, namespace: str) -> None:
+    def __init__(
+        self, scope: Construct, construct_id: str, *, name: str, namespace: str, region: str, object_name: str, kubernetes_secret: str, key: str
+    ) -> None:
         super().__init__(scope, construct_id)
-        objects = [{"objectName": token.secret_name, "objectType": "secretsmanager", "objectAlias": SECRET_KEY}]
+        objects = [{"objectName": object_name, "objectType": "secretsmanager", "objectAlias": key}]
         self.api_object = cdk8s.ApiObject(
             self,
             "Resource",
             api_version="secrets-store.csi.x-k8s.io/v1",
             kind="SecretProviderClass",
-            metadata=cdk8s.ApiObjectMetadata(name=token.provider_class, namespace=namespace),
+            metadata=cdk8s.ApiObjectMetadata(name=name, namespace=namespace),
         )
         self.api_object.add_json_patch(
             cdk8s.JsonPatch.add(
@@ -59,11 +62,27 @@ class HfTokenProviderClass(Construct):
                 {
                     "provider": "aws",
                     "parameters": {
-                        "region": token.region,
+                        "region": region,
                         "usePodIdentity": "true",
                         "objects": yaml.safe_dump(objects, sort_keys=False),
                     },
-                    "secretObjects": [{"secretName": KUBERNETES_SECRET, "type": "Opaque", "data": [{"objectName": SECRET_KEY, "key": SECRET_KEY}]}],
+                    "secretObjects": [{"secretName": kubernetes_secret, "type": "Opaque", "data": [{"objectName": key, "key": key}]}],
                 },
             )
+        )
+
+
+class HfTokenProviderClass(SyncedSecretProviderClass):
+    """The token's SecretProviderClass, synced to the Kubernetes Secret HF_TOKEN reads."""
+
+    def __init__(self, scope: Construct, construct_id: str, *, token: HfToken, namespace: str) -> None:
+        super().__init__(
+            scope,
+            construct_id,
+            name=token.provider_class,
+            namespace=namespace,
+            region=token.region,
+            object_name=token.secret_name,
+            kubernetes_secret=KUBERNETES_SECRET,
+            key=SECRET_KEY,
         )

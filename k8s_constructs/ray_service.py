@@ -62,7 +62,7 @@ from imports.io.ray import (
     RayServiceSpecRayClusterConfigWorkerGroupSpecsTemplateSpecVolumesHostPath,
     RayServiceSpecUpgradeStrategy,
 )
-from k8s_constructs import hf_token
+from k8s_constructs import gcs_ft, hf_token
 from k8s_constructs.hf_token import HfTokenProviderClass, hf_token_of
 from k8s_constructs.network_policies import NetworkPolicyProps, RayNetworkPolicies
 from k8s_constructs.ray_autoscaling import WORKER_ANNOTATIONS, autoscaler_options
@@ -104,6 +104,8 @@ def worker_identity_needed(settings: Settings) -> bool:
 @dataclass(frozen=True)
 class RayServiceProps:
     settings: Settings
+    # GCS_FAULT_TOLERANCE=redis: the deployed store (the serving stack's tokens); None: placeholders (dist/, validators).
+    gcs_store: gcs_ft.GcsStoreRef | None = None
 
 
 def _quantities(make: Callable[[str], Q], cpu_milli: int, memory_mib: int) -> dict[str, Q]:
@@ -159,6 +161,12 @@ class PdRayServiceChart(cdk8s.Chart):
         if token is not None:
             self.hf_token_provider = HfTokenProviderClass(self, "HfToken", token=token, namespace=s.namespace)
             self.hf_token_provider.node.add_dependency(self.namespace_object)
+        store = (props.gcs_store or gcs_ft.GcsStoreRef(gcs_ft.PLACEHOLDER_ADDRESS, gcs_ft.PLACEHOLDER_SECRET)) if s.gcs_redis else None
+        if store is not None:
+            self.gcs_store_objects = gcs_ft.GcsStoreObjects(
+                self, "GcsStore", store=store, namespace=s.namespace, region=s.region, ray_service_name=s.ray_service_name
+            )
+            self.gcs_store_objects.node.add_dependency(self.namespace_object)
 
         self.ray_service = RayService(
             self,
@@ -174,12 +182,13 @@ class PdRayServiceChart(cdk8s.Chart):
                     # own dashboard calls. Without it any pod that reaches the head's dashboard could submit
                     # a job, i.e. run code as root on the privileged GPU workers.
                     auth_options=RayServiceSpecRayClusterConfigAuthOptions(mode=RayServiceSpecRayClusterConfigAuthOptionsMode.TOKEN),
-                    head_group_spec=self._head_group(s),
+                    head_group_spec=self._head_group(s, fault_tolerant=store is not None),
                     worker_group_specs=[
                         self._worker_group(s, "prefill", s.prefill_nodes, s.prefill_max_nodes),
                         self._worker_group(s, "decode", s.decode_nodes, s.decode_max_nodes),
                     ],
                     enable_in_tree_autoscaling=True if s.autoscaling else None,
+                    gcs_fault_tolerance_options=gcs_ft.fault_tolerance_options(store) if store else None,
                     autoscaler_options=autoscaler_options() if s.autoscaling else None,
                 ),
             ),
@@ -191,13 +200,15 @@ class PdRayServiceChart(cdk8s.Chart):
         """A short hash of what KubeRay does not apply in place under upgradeStrategy None: spec.rayClusterConfig
         less the worker groups' replica counts, which KubeRay does apply to the running cluster."""
         spec = self.ray_service.to_json()["spec"]["rayClusterConfig"]
+        if "gcsFaultToleranceOptions" in spec:  # the store's address is a token of another stack: its presence counts
+            spec["gcsFaultToleranceOptions"]["redisAddress"] = gcs_ft.PLACEHOLDER_ADDRESS
         for group in spec.get("workerGroupSpecs", []):
             for field_name in IN_PLACE_WORKER_FIELDS:
                 group.pop(field_name, None)
         return hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()[:16]
 
     @staticmethod
-    def _head_group(s: Settings) -> RayServiceSpecRayClusterConfigHeadGroupSpec:
+    def _head_group(s: Settings, *, fault_tolerant: bool) -> RayServiceSpecRayClusterConfigHeadGroupSpec:
         ports = [("gcs", GCS_PORT), ("dashboard", DASHBOARD_PORT), ("serve", SERVE_PORT)]
         return RayServiceSpecRayClusterConfigHeadGroupSpec(
             # The head runs no model and no Serve replica (as KubeRay's production samples): with no CPU or
@@ -210,6 +221,10 @@ class PdRayServiceChart(cdk8s.Chart):
                     # autoscaling, the autoscaler sidecar of this pod patches the RayCluster with the service
                     # account KubeRay creates for it (a Role on this RayCluster and its pods only).
                     automount_service_account_token=s.autoscaling,
+                    # With the GCS store: its own identity, whose Pod Identity reads the store's token (KubeRay's
+                    # autoscaler Role, if any, is then bound to it).
+                    service_account_name=gcs_ft.head_service_account(s.ray_service_name) if fault_tolerant else None,
+                    volumes=gcs_ft.head_volumes() if fault_tolerant else None,
                     security_context=RayServiceSpecRayClusterConfigHeadGroupSpecTemplateSpecSecurityContext(
                         seccomp_profile=RayServiceSpecRayClusterConfigHeadGroupSpecTemplateSpecSecurityContextSeccompProfile(type="RuntimeDefault")
                     ),
@@ -217,6 +232,8 @@ class PdRayServiceChart(cdk8s.Chart):
                         RayServiceSpecRayClusterConfigHeadGroupSpecTemplateSpecContainers(
                             name=HEAD_CONTAINER,
                             image=s.dlc_image,
+                            env=gcs_ft.head_env() if fault_tolerant else None,
+                            volume_mounts=gcs_ft.head_mounts() if fault_tolerant else None,
                             ports=[
                                 RayServiceSpecRayClusterConfigHeadGroupSpecTemplateSpecContainersPorts(name=name, container_port=port) for name, port in ports
                             ],

@@ -228,6 +228,12 @@ def _check_model(settings: Settings, raw: Mapping[str, str]) -> None:
 MAX_GPU_NODES = 64  # as GPU_NODE_COUNT
 
 
+def _store_node_type(value: str) -> str:
+    if not re.fullmatch(r"cache\.[a-z][a-z0-9]*\.[a-z0-9]+", value):
+        raise SettingError("GCS_STORE_NODE_TYPE", value, "an ElastiCache node type, cache.FAMILY.SIZE (e.g. cache.t4g.micro, cache.m7g.large)")
+    return value
+
+
 def _check_maxima(settings: Settings, raw: Mapping[str, str]) -> None:
     """Each maximum at least its phase's minimum, and the nodes of both maxima within what one nodegroup may hold here."""
     for env, minimum_env, maximum, minimum in (
@@ -315,6 +321,7 @@ def load_settings(environ: Mapping[str, str], context: Mapping[str, Any]) -> Set
         gpu_capacity_reservation_id=reservation,
         gpu_capacity_reservation_type=reservation_type,
         model_images=_parse(raw, "MODEL_IMAGES") == "on",
+        gcs_store_node_type=_store_node_type(raw["GCS_STORE_NODE_TYPE"].strip()),
         model_source_kms_key_arn=parse_kms_key_arn("MODEL_SOURCE_KMS_KEY_ARN", raw["MODEL_SOURCE_KMS_KEY_ARN"].strip(), model_source),
     )
     facts, facts_source = model_facts(model_source, context)

@@ -66,6 +66,8 @@ class Settings:
     model_facts_source: str = ""  # "cached look-up" | "built-in table" | "unknown model"
     model_images: bool = False  # MODEL_IMAGES: a multimodal model keeps its vision tower
     model_source_kms_key_arn: str = ""  # the S3 model bucket's SSE-KMS key; "" = none (SSE-S3)
+    gcs_fault_tolerance: str = "off"  # "off" | "redis"
+    gcs_store_node_type: str = "cache.t4g.micro"
     prefill_max_replicas: int | None = None  # None: fixed at prefill_replicas; else Serve autoscales up to it
     decode_max_replicas: int | None = None
 
@@ -111,6 +113,11 @@ class Settings:
     @property
     def decode_nodes(self) -> int:
         return self.nodes_for(self.decode_replicas)
+
+    @property
+    def gcs_redis(self) -> bool:
+        """GCS_FAULT_TOLERANCE=redis: the head's GCS in the ElastiCache store."""
+        return self.gcs_fault_tolerance == "redis"
 
     @property
     def autoscaling(self) -> bool:

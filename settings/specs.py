@@ -183,6 +183,25 @@ SPECS: tuple[SettingSpec, ...] = (
         ),
     ),
     SettingSpec(
+        "GCS_FAULT_TOLERANCE",
+        "off",
+        "`redis`: the Ray head's control state (GCS) in an ElastiCache (Valkey) store, so the workers keep their engines and Serve keeps answering while the head restarts; costs money while idle",
+        "",
+        parser=Choice(("off", "redis")),
+        change=(
+            RECREATE,
+            "the store and its secret come (or go) with the system stack in place; the RayCluster's gcsFaultToleranceOptions and the head's "
+            f"secret volume are a RayCluster change: {_RECREATE_HOW}. Back to `off`: the same, then the store is deleted with its data",
+        ),
+    ),
+    SettingSpec(
+        "GCS_STORE_NODE_TYPE",
+        "cache.t4g.micro",
+        "ElastiCache node type of the GCS store (GCS_FAULT_TOLERANCE=redis): a primary and a replica in another AZ",
+        "an ElastiCache node type, cache.FAMILY.SIZE (the preflight checks that the Region offers it)",
+        change=(IN_PLACE, "ElastiCache modifies the nodes (the replica first, then a failover)"),
+    ),
+    SettingSpec(
         "HF_TOKEN_SECRET_NAME",
         "",
         "Secrets Manager secret holding a Hugging Face token (empty = none)",

@@ -87,6 +87,7 @@ def build_stacks(app: App, settings: Settings) -> Deployment:
         system_nodegroup=system.system_nodegroup,
         gpu_nodegroup=gpu.gpu_nodes.nodegroup,
         kuberay=system.kuberay,
+        gcs_store=system.gcs_store,
         env=env,
     )
     observability = (

@@ -2,26 +2,40 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import cdk8s
 from aws_cdk import Aws, CfnOutput, Environment, Stack
 from aws_cdk import aws_eks_v2 as eks
 from aws_cdk import aws_iam as iam
 from constructs import Construct
 
+from k8s_constructs import gcs_ft
+from k8s_constructs.gcs_ft import GcsStoreRef, head_service_account
 from k8s_constructs.hf_token import HfToken, hf_token_of
 from k8s_constructs.ray_facts import SERVE_PORT, worker_service_account
 from k8s_constructs.ray_service import PdRayServiceChart, RayServiceProps, worker_identity_needed
 from settings import Settings
 from stacks import addons, model_access, nag
+from stacks.gcs_store import GcsStore
 from stacks.pod_identity import pod_identity_role
 
 # The objects that belong to the namespace, not to one RayService: they move only with NAMESPACE.
 NAMESPACE_KINDS = frozenset({"Namespace", "NetworkPolicy"})
+# And what KubeRay's Redis cleanup Job (a copy of the head pod, run when the RayService is deleted) needs: the
+# head's service account, the store's token and its CA must outlive the RayService's manifest.
+GCS_STORE_OBJECTS = frozenset({("SecretProviderClass", gcs_ft.PROVIDER_CLASS), ("ConfigMap", gcs_ft.CA_CONFIG_MAP)})
 
 
-def build_rayservice_chart(settings: Settings) -> PdRayServiceChart:
+def namespace_scoped(obj: dict[str, Any], settings: Settings) -> bool:
+    name = obj["metadata"].get("name")
+    head = ("ServiceAccount", gcs_ft.head_service_account(settings.ray_service_name))
+    return obj["kind"] in NAMESPACE_KINDS or (settings.gcs_redis and ((obj["kind"], name) in GCS_STORE_OBJECTS or (obj["kind"], name) == head))
+
+
+def build_rayservice_chart(settings: Settings, gcs_store: GcsStoreRef | None = None) -> PdRayServiceChart:
     """The cdk8s chart in a cdk8s app of its own (``cdk8s.App.of(chart)``); `make synth` writes it to dist/."""
-    return PdRayServiceChart(cdk8s.App(), "rayservice", props=RayServiceProps(settings=settings))
+    return PdRayServiceChart(cdk8s.App(), "rayservice", props=RayServiceProps(settings=settings, gcs_store=gcs_store))
 
 
 class ServingStack(Stack):
@@ -39,10 +53,12 @@ class ServingStack(Stack):
         gpu_nodegroup: eks.Nodegroup,
         kuberay: eks.HelmChart,
         env: Environment,
+        gcs_store: GcsStore | None = None,
     ) -> None:
         super().__init__(scope, construct_id, env=env, description=f"{settings.cluster_name}: the PD RayService")
         self.kuberay = kuberay
-        self.chart = build_rayservice_chart(settings)
+        store = GcsStoreRef(address=gcs_store.address, secret_arn=gcs_store.secret.secret_arn) if gcs_store else None
+        self.chart = build_rayservice_chart(settings, store)
         objects = self.chart.to_json()
         # Two manifests whose construct ids carry the names: renaming the namespace or the RayService
         # replaces the resource, so CloudFormation applies the new objects and then deletes the old ones
@@ -54,22 +70,27 @@ class ServingStack(Stack):
             self,
             f"Namespace-{settings.namespace}",
             cluster=cluster,
-            manifest=[o for o in objects if o["kind"] in NAMESPACE_KINDS],
+            manifest=[o for o in objects if namespace_scoped(o, settings)],
             overwrite=True,
         )
         self.ray_service = eks.KubernetesManifest(
             self,
             f"RayService-{settings.namespace}-{settings.ray_service_name}",
             cluster=cluster,
-            manifest=[o for o in objects if o["kind"] not in NAMESPACE_KINDS],
+            manifest=[o for o in objects if not namespace_scoped(o, settings)],
             # Field ownership conflicts (someone kubectl-edited the RayService) are overwritten by the
             # template: the stack is the source of truth.
             overwrite=True,
         )
         self.ray_service.node.add_dependency(self.namespace_manifest)
+        # The Secrets Manager CSI provider (an add-on) for the Hub token and the GCS store's token.
+        for provider in addons.install(self, "serving", cluster=cluster, settings=settings).values():
+            self.ray_service.node.add_dependency(provider)
         if worker_identity_needed(settings):
             for dependency in self._worker_access(cluster, settings):
                 self.ray_service.node.add_dependency(dependency)
+        if gcs_store is not None:
+            self.ray_service.node.add_dependency(self._head_access(cluster, settings, gcs_store))
 
         # Create after, and so delete before, the operator (it owns the finalizers and the pods) and
         # both nodegroups (the pods must drain while their nodes still run).
@@ -112,8 +133,6 @@ class ServingStack(Stack):
         )
         needs: list[Construct] = [association]
         if token is not None:
-            (provider,) = addons.install(self, "serving", cluster=cluster, settings=settings).values()
-            needs.append(provider)
             role.add_to_policy(self._token_secret_statement(role, token))
         if source is not None:
             for statement in model_access.reader_statements(source, settings.model_source_kms_key_arn):
@@ -123,6 +142,21 @@ class ServingStack(Stack):
             if token is not None:
                 mirror.add_to_policy(self._token_secret_statement(mirror, token))
         return needs
+
+    def _head_access(self, cluster: eks.ICluster, settings: Settings, store: GcsStore) -> Construct:
+        """The head's Pod Identity role: it may read the GCS store's AUTH token, nothing else."""
+        account = head_service_account(settings.ray_service_name)
+        role, association = pod_identity_role(
+            self,
+            "HeadRole",
+            "HeadPodIdentity",
+            cluster=cluster,
+            namespace=settings.namespace,
+            service_account=account,
+            description=f"EKS Pod Identity of {settings.namespace}/{account}: reads the GCS store's AUTH token",
+        )
+        store.secret.grant_read(role)
+        return association
 
     @staticmethod
     def _token_secret_statement(role: iam.Role, token: HfToken) -> iam.PolicyStatement:

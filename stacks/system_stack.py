@@ -17,12 +17,13 @@ from stacks import addons
 from stacks.addons import cluster_autoscaler, kuberay_operator
 from stacks.addons.managed import install_managed
 from stacks.cluster_stack import node_role
+from stacks.gcs_store import GcsStore
 from stacks.node_launch_template import metadata_options, pin_kubernetes_version, rolling_update, root_volume
 
 
 class SystemStack(Stack):
     """Exposes ``system_nodegroup``, ``coredns`` (the managed add-on), ``kuberay`` (the Helm release) and
-    ``cluster_autoscaler`` (its release with PREFILL/DECODE_MAX_REPLICAS, else None)."""
+    ``cluster_autoscaler`` (its release with PREFILL/DECODE_MAX_REPLICAS, else None), ``gcs_store`` (GCS_FAULT_TOLERANCE=redis, else None)."""
 
     def __init__(self, scope: Construct, construct_id: str, *, settings: Settings, cluster: eks.ICluster, env: Environment) -> None:
         super().__init__(scope, construct_id, env=env, description=f"{settings.cluster_name}: system nodes, CoreDNS and the KubeRay operator")
@@ -67,6 +68,12 @@ class SystemStack(Stack):
         self.kuberay = releases[kuberay_operator.RELEASE_NAME]
         for release in releases.values():
             release.node.add_dependency(self.system_nodegroup)
+        # GCS_FAULT_TOLERANCE=redis: the store the Ray head keeps its GCS in.
+        self.gcs_store = (
+            GcsStore(self, "GcsStore", settings=settings, vpc=cluster.vpc, nodes_security_group_id=cluster.cluster_security_group_id)
+            if settings.gcs_redis
+            else None
+        )
         # PREFILL/DECODE_MAX_REPLICAS: the Cluster Autoscaler, with its Pod Identity before its pods start.
         self.cluster_autoscaler = releases.get(cluster_autoscaler.ADDON.release)
         if self.cluster_autoscaler is not None:

@@ -110,3 +110,9 @@ def s3_synth(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Synth]:
 def autoscaling_synth(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Synth]:
     """PREFILL_MAX_REPLICAS=2 DECODE_MAX_REPLICAS=3: Serve, the Ray autoscaler and the Cluster Autoscaler."""
     yield synthesize(settings_for({"PREFILL_MAX_REPLICAS": "2", "DECODE_MAX_REPLICAS": "3"}), tmp_path_factory.mktemp("autoscaling"))
+
+
+@pytest.fixture(scope="session")
+def gcs_synth(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Synth]:
+    """GCS_FAULT_TOLERANCE=redis: the ElastiCache store, its token, the head's identity and the RayCluster's options."""
+    yield synthesize(settings_for({"GCS_FAULT_TOLERANCE": "redis"}), tmp_path_factory.mktemp("gcs"))

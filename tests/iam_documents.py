@@ -47,6 +47,8 @@ class Resolver:
                 resource = resources[arg]
                 if resource["Type"] == "AWS::SSM::Parameter":
                     return self.resolve(resource["Properties"].get("Name", arg), stack)
+                if resource["Type"] == "AWS::SecretsManager::Secret":  # a secret's Ref is its ARN
+                    return _ARN[resource["Type"]].format(region=self.region, account=ACCOUNT, name=f"{arg}-AbCdEf")
                 return arg
             if key == "Fn::GetAtt":
                 name, attribute = arg

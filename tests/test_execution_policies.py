@@ -25,9 +25,9 @@ import pytest
 
 from tests.conftest import REPO, Synth
 
-EXECUTION_POLICIES = ("cfn-execution-policy.json", "cfn-execution-policy-eks.json", "cfn-execution-policy-observability.json")
+EXECUTION_POLICIES = ("cfn-execution-policy.json", "cfn-execution-policy-eks.json", "cfn-execution-policy-observability.json", "cfn-execution-policy-gcs.json")
 CLUSTER = "ray-llm-multinode"
-SYNTHS = ("default_synth", "observed_synth", "hf_token_synth", "private_synth", "s3_synth", "autoscaling_synth")
+SYNTHS = ("default_synth", "observed_synth", "hf_token_synth", "private_synth", "s3_synth", "autoscaling_synth", "gcs_synth")
 CFN_DATA = Path(cfnlint.__file__).parent / "data"
 
 # Handler permissions of features no stack uses, per resource type: the policies leave them out. The reads a
@@ -52,6 +52,12 @@ UNUSED_FEATURES: dict[tuple[str, str], str] = {
     ("AWS::EC2::FlowLog", "s3:*BucketPolicy"): "flow logs to S3 (ours go to CloudWatch Logs)",
     ("AWS::EC2::VPCEndpoint", "vpc-lattice:*"): "VPC Lattice service network endpoints (ours is an S3 gateway endpoint)",
     ("AWS::EC2::VPCEndpoint", "vpce:AllowMultiRegion"): "a cross-Region endpoint (ours is this Region's S3)",
+    ("AWS::ElastiCache::ReplicationGroup", "firehose:*"): "log delivery to Firehose (LogDeliveryConfigurations not set)",
+    ("AWS::ElastiCache::ReplicationGroup", "logs:*"): "log delivery to CloudWatch Logs (LogDeliveryConfigurations not set)",
+    ("AWS::ElastiCache::ReplicationGroup", "kms:*"): "a customer managed key at rest (KmsKeyId not set: ElastiCache's own key)",
+    ("AWS::ElastiCache::ReplicationGroup", "s3:GetObject"): "seeding from a snapshot in S3 (SnapshotArns not set)",
+    ("AWS::ElastiCache::ReplicationGroup", "elasticache:CreateSnapshot"): "snapshots (SnapshotRetentionLimit 0, no final snapshot)",
+    ("AWS::SecretsManager::Secret", "secretsmanager:*Regions*"): "replicas in other Regions (ReplicaRegions not set)",
     ("AWS::EKS::Cluster", "iam:*InstanceProfile"): "EKS Auto Mode's node instance profile (Auto Mode off: managed nodegroups only)",
     ("AWS::Lambda::Function", "kms:*"): "a customer managed key on a function's environment (KmsKeyArn not set)",
     ("AWS::Lambda::Function", "lambda:*CodeSigningConfig"): "code signing (CodeSigningConfigArn not set)",
@@ -116,6 +122,8 @@ NAMES = [
     "aws-service-role/scraper.aps.amazonaws.com/AWSServiceRoleForAmazonPrometheusScraper_x",
     "cdk-hnb659fds-assets-123456789012-us-east-2/x",  # the bootstrap bucket's assets
     "CFN-x",  # the parameters CloudFormation names for aws-cdk-lib's kubectl readiness
+    "GcsStoreAuthTokenA1B2C3D4-AbCdEfGhIjKl",  # the GCS store's token: CloudFormation names it after its logical ID
+    "aws-service-role/elasticache.amazonaws.com/AWSServiceRoleForElastiCache",
     "x",
 ]
 

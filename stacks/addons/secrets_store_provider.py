@@ -36,6 +36,6 @@ ADDON = HelmAddon(
     release="secrets-store-csi-driver-provider-aws",
     namespace=lambda s: "kube-system",
     values=values,
-    enabled=lambda s: bool(s.hf_token_secret_name),
+    enabled=lambda s: bool(s.hf_token_secret_name) or s.gcs_redis,
     purpose="mounts the Hugging Face token from Secrets Manager (HF_TOKEN_SECRET_NAME only)",
 )

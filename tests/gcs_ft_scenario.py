@@ -1,0 +1,115 @@
+"""A real Ray 2.58 head and worker, with or without GCS fault tolerance on a TLS Redis, whose GCS is killed while
+requests go to the worker's Serve proxy: run by tests/test_gcs_fault_tolerance.py in a process of its own,
+`python -m tests.gcs_ft_scenario SPEC.json`, which prints one JSON line.
+
+With fault tolerance the head takes the store as the RayService does (KubeRay's RAY_REDIS_ADDRESS, here a
+rediss:// address; the password as `ray start --redis-password`; RAY_REDIS_CA_CERT for the CA). The Serve
+application's replica is on the worker (it asks for the decode phase's resource; the head has no CPU, as
+ours); both nodes run a Serve proxy on one port (Serve binds with SO_REUSEPORT); when the GCS is killed, the
+head's proxy is killed too, so every request of the outage is the worker's proxy's. The driver disconnects
+first: it would otherwise exit with the GCS.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+
+def _get(url: str) -> bool:
+    try:
+        with urllib.request.urlopen(url, timeout=3) as answer:
+            return bool(answer.status == 200 and answer.read() == b"ok")
+    except OSError:
+        return False
+
+
+def run(spec: dict[str, Any]) -> dict[str, Any]:
+    import ray
+    from ray import serve
+    from ray.cluster_utils import Cluster
+    from ray.util.state import list_actors
+
+    head_args: dict[str, Any] = {
+        "num_cpus": 0,
+        "num_gpus": 0,
+        "object_store_memory": 78 * 1024 * 1024,
+        "include_dashboard": True,  # the state API finds the proxies and the replica through it
+        "dashboard_host": "127.0.0.1",
+        "dashboard_port": spec["dashboard_port"],
+    }
+    if spec.get("redis_password"):
+        head_args["redis_password"] = spec["redis_password"]
+    cluster = Cluster(initialize_head=True, head_node_args=head_args)
+    seen: dict[str, Any] = {}
+    url = f"http://127.0.0.1:{spec['serve_port']}/"
+    try:
+        cluster.add_node(num_cpus=2, resources={"pd_decode": 1}, object_store_memory=78 * 1024 * 1024)
+        ray.init(address=cluster.address, log_to_driver=False)
+        serve.start(http_options={"host": "127.0.0.1", "port": spec["serve_port"], "location": "EveryNode"})
+
+        @serve.deployment(ray_actor_options={"num_cpus": 0, "resources": {"pd_decode": 0.5}})
+        class Engine:
+            def __call__(self, request: Any) -> str:
+                return "ok"
+
+        serve.run(Engine.bind(), name="pd", route_prefix="/")  # type: ignore[attr-defined]
+        head_id = cluster.head_node.node_id
+        dashboard = f"http://127.0.0.1:{spec['dashboard_port']}"
+        deadline = time.monotonic() + 60
+        proxies: list[dict[str, Any]] = []
+        while time.monotonic() < deadline:
+            actors = list_actors(address=dashboard, filters=[("state", "=", "ALIVE")])
+            proxies = [a for a in actors if a["class_name"] == "ProxyActor"]
+            replicas = [a for a in actors if a["class_name"].startswith("ServeReplica:pd:")]
+            if len(proxies) == 2 and replicas and _get(url):
+                break
+            time.sleep(0.5)
+        seen["replica_on_worker"] = bool(replicas) and all(r["node_id"] != head_id for r in replicas)
+        seen["proxies"] = len(proxies)
+        seen["before"] = _get(url)
+        ray.shutdown()  # the driver would exit with the GCS
+
+        cluster.head_node.kill_gcs_server()
+        head_proxy = [p for p in proxies if p["node_id"] == head_id]
+        for proxy in head_proxy:
+            os.kill(proxy["pid"], 9)
+        outage: list[bool] = []
+        start = time.monotonic()
+        while time.monotonic() - start < spec["outage_s"]:
+            outage.append(_get(url))
+            time.sleep(0.2)
+        seen["outage_requests"] = len(outage)
+        seen["outage_ok"] = sum(outage)
+        seen["outage_ok_at_the_end"] = sum(outage[-10:])
+
+        if spec.get("restart"):
+            cluster.head_node.start_gcs_server()
+            ray.init(address=cluster.address, log_to_driver=False)
+            deadline = time.monotonic() + 60
+            status = None
+            while time.monotonic() < deadline:
+                try:
+                    status = serve.status().applications["pd"].status
+                except Exception:
+                    status = None
+                if status == "RUNNING" and _get(url):
+                    break
+                time.sleep(1)
+            seen["after_restart_status"] = str(getattr(status, "value", status))
+            seen["after_restart"] = _get(url)
+            seen["worker_alive"] = any(n["Alive"] and n["NodeID"] != head_id for n in ray.nodes())
+            ray.shutdown()
+    finally:
+        cluster.shutdown()
+    return seen
+
+
+if __name__ == "__main__":
+    print(json.dumps(run(json.loads(Path(sys.argv[1]).read_text()))), flush=True)
+    os._exit(0)  # not Ray's exit handlers: the GCS they would wait for may be gone

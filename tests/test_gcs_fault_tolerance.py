@@ -1,0 +1,143 @@
+"""GCS fault tolerance (GCS_FAULT_TOLERANCE=redis), proved on a real Ray 2.58 head and worker against a real Redis
+server with TLS and a password (Debian's redis-server, started here on 127.0.0.1; `.ci/run` installs it), in the
+form the RayService gives them: KubeRay's rediss:// RAY_REDIS_ADDRESS, the password, RAY_REDIS_CA_CERT.
+
+The head's GCS is killed (and the head's Serve proxy with it): with fault tolerance the worker keeps its replica
+and its proxy answers every request of the outage, and after the GCS restarts the application is still there;
+without it the worker's raylet gives up after its reconnect timeout and the replica is gone.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.conftest import REPO
+
+PASSWORD = "local-test-password-not-a-secret"
+REDIS = shutil.which("redis-server")
+# In CI the server is installed by .ci/run: there the test must run, not skip.
+pytestmark = pytest.mark.skipif(
+    REDIS is None and os.environ.get("CI") != "true", reason="redis-server is not installed (.ci/run installs it: apt-get install redis-server)"
+)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _tls_files(directory: Path) -> dict[str, Path]:
+    """A CA and a server certificate for 127.0.0.1 signed by it (openssl), as ElastiCache's chain to Amazon's roots."""
+    files = {name: directory / f"{name}.pem" for name in ("ca", "ca-key", "server", "server-key")}
+    run = lambda *args: subprocess.run(["openssl", *args], check=True, capture_output=True, timeout=60)  # noqa: E731
+    run("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj", "/CN=test CA", "-keyout", str(files["ca-key"]), "-out", str(files["ca"]))
+    csr = directory / "server.csr"
+    run("req", "-newkey", "rsa:2048", "-nodes", "-subj", "/CN=127.0.0.1", "-keyout", str(files["server-key"]), "-out", str(csr))
+    ext = directory / "san.cnf"
+    ext.write_text("subjectAltName=IP:127.0.0.1,DNS:localhost\n")
+    run(
+        "x509",
+        "-req",
+        "-in",
+        str(csr),
+        "-CA",
+        str(files["ca"]),
+        "-CAkey",
+        str(files["ca-key"]),
+        "-CAcreateserial",
+        "-days",
+        "1",
+        "-extfile",
+        str(ext),
+        "-out",
+        str(files["server"]),
+    )
+    return files
+
+
+@pytest.fixture(scope="module")
+def tls_redis(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Path]]:
+    assert REDIS is not None, "redis-server is not installed: .ci/run installs it (apt-get install redis-server)"
+    directory = tmp_path_factory.mktemp("redis")
+    files = _tls_files(directory)
+    port = _free_port()
+    server = subprocess.Popen(
+        [
+            REDIS, "--port", "0", "--tls-port", str(port), "--bind", "127.0.0.1", "--requirepass", PASSWORD,
+            "--tls-cert-file", str(files["server"]), "--tls-key-file", str(files["server-key"]), "--tls-ca-cert-file", str(files["ca"]),
+            "--tls-auth-clients", "no", "--save", "", "--appendonly", "no", "--dir", str(directory),
+        ],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        with socket.socket() as s:
+            if s.connect_ex(("127.0.0.1", port)) == 0:
+                break
+        time.sleep(0.1)
+    try:
+        yield f"rediss://127.0.0.1:{port}", files["ca"]
+    finally:
+        server.kill()
+        server.wait(timeout=10)
+
+
+def _scenario(tmp_path: Path, name: str, spec: dict[str, Any], env: dict[str, str]) -> dict[str, Any]:
+    (tmp_path / f"{name}.json").write_text(json.dumps(spec))
+    done = subprocess.run(
+        [sys.executable, "-m", "tests.gcs_ft_scenario", str(tmp_path / f"{name}.json")],
+        capture_output=True, text=True, cwd=REPO, timeout=300, env={**os.environ, "RAY_USAGE_STATS_ENABLED": "0", **env},
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
+    return result
+
+
+def test_the_worker_serves_through_a_gcs_outage_with_the_store_and_not_without(tls_redis: tuple[str, Path], tmp_path: Path) -> None:
+    address, ca = tls_redis
+    # Ray's default reconnect timeout is 60 s; shorter here so that the control shows its end within the test.
+    store = {
+        "RAY_REDIS_ADDRESS": address,
+        "RAY_REDIS_CA_CERT": str(ca),
+        "RAY_external_storage_namespace": "pd-test",
+        "RAY_gcs_rpc_server_reconnect_timeout_s": "60",
+    }
+    control = {"RAY_gcs_rpc_server_reconnect_timeout_s": "5"}
+    with ThreadPoolExecutor(2) as pool:  # both at once: each is mostly waiting
+        with_store = pool.submit(
+            _scenario,
+            tmp_path,
+            "ft",
+            {"serve_port": _free_port(), "dashboard_port": _free_port(), "outage_s": 15, "restart": True, "redis_password": PASSWORD},
+            store,
+        )
+        without = pool.submit(
+            _scenario, tmp_path, "control", {"serve_port": _free_port(), "dashboard_port": _free_port(), "outage_s": 15, "restart": False}, control
+        )
+        seen, lost = with_store.result(), without.result()
+    for result in (seen, lost):
+        assert result["replica_on_worker"] and result["proxies"] == 2 and result["before"], result
+    # The store: every request of the 15 s outage answered by the worker's proxy; the application still there after.
+    assert seen["outage_requests"] >= 30 and seen["outage_ok"] == seen["outage_requests"], seen
+    assert seen["after_restart_status"] == "RUNNING" and seen["after_restart"] and seen["worker_alive"], seen
+    # Without it: once the worker's raylet gives up on the GCS (5 s here), its replica and proxy are gone.
+    assert lost["outage_ok_at_the_end"] == 0, lost
+    # And the state was in the TLS store, under the namespace, written with the password.
+    keys = subprocess.run(
+        ["redis-cli", "--tls", "--cacert", str(ca), "-h", "127.0.0.1", "-p", address.rsplit(":", 1)[1], "--no-auth-warning", "-a", PASSWORD, "--scan", "--pattern", "*pd-test*"],
+        capture_output=True, text=True, timeout=30, check=True,
+    )  # fmt: skip
+    assert keys.stdout.split(), "no GCS key under the storage namespace in the store"
