@@ -84,6 +84,7 @@ class PreflightInput:
     gpu_placement_group: str = "on"
     model_source: str = ""  # MODEL_SOURCE: checked on the Hub, or its S3 prefix
     model_source_kms_key: bool = False  # MODEL_SOURCE_KMS_KEY_ARN is set
+    gcs_store_node_type: str = ""  # GCS_FAULT_TOLERANCE=redis: the store's node type; "" = no store
     hf_token_secret_name: str = ""  # HF_TOKEN_SECRET_NAME: read only for a gated model
     dlc_image: str = ""  # the reference the pods pull
     # Where the tools run (RUNNER_ENVIRONMENT tells a GitHub-hosted runner): a private API must be reachable from it.

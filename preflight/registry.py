@@ -17,12 +17,14 @@ from preflight import redeploy as day2
 from preflight.charts import check_helm_charts
 from preflight.context import CheckFunction, Context
 from preflight.deployed import Deployed
+from preflight.gcs_store_checks import check_gcs_store
 from preflight.hub import check_model_source
 from preflight.image_checks import check_image
 from preflight.model_bucket import check_s3_model_source
 from preflight.redeploy import Redeploy
 from preflight.results import CheckResult, ok
 from settings.model_source import s3_source
+from settings.versions import GCS_ENGINE, GCS_ENGINE_VERSION
 
 
 def _check_model_source(ctx: Context) -> CheckResult:
@@ -172,6 +174,14 @@ CHECKS: tuple[Check, ...] = (
         "its token cannot read it; warns when the Hub does not answer. An s3:// source: the bucket does not exist, or the prefix is empty "
         "(no `make mirror-model` yet) while GPU nodes are deployed; warns for a bucket in another Region",
         ("secretsmanager:GetSecretValue", "s3:GetBucketLocation", "s3:GetObject", "s3:ListBucket"),
+    ),
+    Check(
+        "gcs-store",
+        lambda ctx: check_gcs_store(
+            ctx.client("elasticache"), node_type=ctx.inp.gcs_store_node_type, engine=GCS_ENGINE, engine_version=GCS_ENGINE_VERSION, region=ctx.inp.region
+        ),
+        "GCS_FAULT_TOLERANCE=redis and ElastiCache does not offer GCS_STORE_NODE_TYPE or Valkey 8.1 in the Region",
+        ("elasticache:DescribeReservedCacheNodesOfferings", "elasticache:DescribeCacheEngineVersions"),
     ),
     Check(
         "dlc-image",

@@ -55,3 +55,9 @@ EKS_ADDON_VERSIONS: Final[dict[str, str | None]] = {
 def addon_versions_context_key(region: str, kubernetes_version: str) -> str:
     """Where `make lookup` caches EKS's default add-on builds for a Kubernetes version (cdk.context.json)."""
     return f"ray-llm:eks-addon-versions:region={region}:kubernetes={kubernetes_version}"
+
+
+# The GCS store (GCS_FAULT_TOLERANCE=redis): ElastiCache for Valkey, the newest major it offers (December 2026: 7.2,
+# 8.0, 8.1); the preflight asks the Region for it.
+GCS_ENGINE: Final = "valkey"
+GCS_ENGINE_VERSION: Final = "8.1"

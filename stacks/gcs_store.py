@@ -20,10 +20,9 @@ from aws_cdk import aws_secretsmanager as secretsmanager
 from constructs import Construct
 
 from settings import Settings
+from settings.versions import GCS_ENGINE, GCS_ENGINE_VERSION
+from stacks import nag
 
-ENGINE = "valkey"
-# The newest Valkey major ElastiCache offers (December 2026: 7.2, 8.0, 8.1); the preflight asks the Region.
-ENGINE_VERSION = "8.1"
 PORT = 6379
 # What ElastiCache accepts in an AUTH token: 16-128 printable characters without '@', '"' or '/'.
 TOKEN_LENGTH = 64
@@ -53,12 +52,18 @@ class GcsStore(Construct):
             generate_secret_string=secretsmanager.SecretStringGenerator(password_length=TOKEN_LENGTH, exclude_punctuation=True),
             removal_policy=RemovalPolicy.DESTROY,
         )
+        nag.acknowledge(
+            self.secret,
+            "AwsSolutions-SMG4",
+            "Not rotated by Secrets Manager: a new AUTH token must reach the store (ModifyReplicationGroup, ROTATE) and the running head "
+            "(a new pod) together; the token never leaves the VPC's store and the head's identity, and the store is reachable only from the nodes.",
+        )
         self.replication_group = elasticache.CfnReplicationGroup(
             self,
             "ReplicationGroup",
             replication_group_description=f"{settings.cluster_name}: Ray GCS fault tolerance",
-            engine=ENGINE,
-            engine_version=ENGINE_VERSION,
+            engine=GCS_ENGINE,
+            engine_version=GCS_ENGINE_VERSION,
             cache_node_type=settings.gcs_store_node_type,
             num_cache_clusters=2,
             automatic_failover_enabled=True,

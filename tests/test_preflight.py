@@ -70,6 +70,7 @@ def test_all_checks_pass(aws: None, capsys: pytest.CaptureFixture[str]) -> None:
         ("admin-principals", True, "none listed (only the CloudFormation execution role and the kubectl provider will be admins)", ""),
         ("api-endpoint", True, "public-and-private, public side open to 0.0.0.0/0 (IAM authentication still applies)", ""),
         ("model-source", True, "not set", ""),
+        ("gcs-store", True, "GCS_FAULT_TOLERANCE=off: no store", ""),
         ("dlc-image", True, "not set", ""),
         ("helm-charts", True, "no Helm chart to install", ""),
         ("metrics-destination", True, "OBSERVABILITY=off: nothing to check", ""),

@@ -14,13 +14,16 @@ import yaml
 from k8s_constructs.serve_config import PdApplication, pd_application
 from settings import versions
 from tests.conftest import Synth, settings_for
+from tests.iam_documents import Resolver
 from tests.validators import crd_errors, pd_serving_args_fields, ray_serve_errors
 
 
 def deployed_manifest(synth: Synth) -> list[dict[str, Any]]:
     """The objects the serving stack applies, without the prune label CDK adds to find them later."""
     resources = synth.resources("serving", "Custom::AWSCDK-EKS-KubernetesResource").values()
-    manifests = [json.loads(resource["Properties"]["Manifest"]) for resource in resources]
+    # A manifest with another stack's value in it (the GCS store's address) is a Fn::Join: resolved as deployed.
+    resolver = Resolver(synth.templates, synth.settings.region)
+    manifests = [json.loads(resolver.resolve(resource["Properties"]["Manifest"], "serving")) for resource in resources]
     # The Namespace's manifest first, as the chart (and dist/) orders the objects.
     manifest: list[dict[str, Any]] = [o for m in sorted(manifests, key=lambda m: m[0]["kind"] != "Namespace") for o in m]
     for obj in manifest:

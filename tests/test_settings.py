@@ -74,6 +74,8 @@ def test_environment_beats_context() -> None:
         ({"MODEL_SOURCE": "s3://Bucket/qwen"}, "MODEL_SOURCE", "S3's bucket naming rules"),
         ({"PREFILL_REPLICAS": "2", "PREFILL_MAX_REPLICAS": "1"}, "PREFILL_MAX_REPLICAS", "at least PREFILL_REPLICAS (2)"),
         ({"DECODE_MAX_REPLICAS": "0"}, "DECODE_MAX_REPLICAS", "empty, or integer 1-64"),
+        ({"GCS_FAULT_TOLERANCE": "rocksdb"}, "GCS_FAULT_TOLERANCE", "off or redis"),
+        ({"GCS_FAULT_TOLERANCE": "redis", "GCS_STORE_NODE_TYPE": "t4g.micro"}, "GCS_STORE_NODE_TYPE", "cache.FAMILY.SIZE"),
         ({"MODEL_SOURCE": "s3://bucket/qwen*"}, "MODEL_SOURCE", "no '*'"),
         ({"MODEL_SOURCE": "s3://bucket/q", "MODEL_SOURCE_KMS_KEY_ARN": "alias/models"}, "MODEL_SOURCE_KMS_KEY_ARN", "a KMS key ARN"),
         ({"VPC_CIDR": "10.0.0.0/18"}, "VPC_CIDR", "/16 to /17"),

@@ -84,6 +84,7 @@ def preflight_input(
         gpu_placement_group=settings.gpu_placement_group,
         model_source=settings.model_source,
         model_source_kms_key=bool(settings.model_source_kms_key_arn),
+        gcs_store_node_type=settings.gcs_store_node_type if settings.gcs_redis else "",
         hf_token_secret_name=settings.hf_token_secret_name,
         dlc_image=settings.dlc_image,
         environ=dict(environ or {}),
