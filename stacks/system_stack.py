@@ -68,6 +68,16 @@ class SystemStack(Stack):
         self.kuberay = releases[kuberay_operator.RELEASE_NAME]
         for release in releases.values():
             release.node.add_dependency(self.system_nodegroup)
+        # SYSTEM_NODE_COUNT >= 2: the operator may lose one of its two pods to a drain, never both.
+        if settings.system_node_count >= 2:
+            budget = eks.KubernetesManifest(
+                self,
+                "KubeRayOperatorDisruptionBudget",
+                cluster=cluster,
+                manifest=[kuberay_operator.disruption_budget(settings.kuberay_namespace)],
+                overwrite=True,
+            )
+            budget.node.add_dependency(self.kuberay)
         # GCS_FAULT_TOLERANCE=redis: the store the Ray head keeps its GCS in.
         self.gcs_store = (
             GcsStore(self, "GcsStore", settings=settings, vpc=cluster.vpc, nodes_security_group_id=cluster.cluster_security_group_id)

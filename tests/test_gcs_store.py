@@ -149,7 +149,9 @@ def _stubbed(offerings: list[dict[str, Any]], versions: list[dict[str, Any]]) ->
 
     client = boto3.client("elasticache", region_name="sa-east-1", aws_access_key_id="x", aws_secret_access_key="x")
     stub = Stubber(client)
-    stub.add_response("describe_reserved_cache_nodes_offerings", {"ReservedCacheNodesOfferings": offerings}, {"CacheNodeType": "cache.t4g.micro", "MaxRecords": 20})
+    stub.add_response(
+        "describe_reserved_cache_nodes_offerings", {"ReservedCacheNodesOfferings": offerings}, {"CacheNodeType": "cache.t4g.micro", "MaxRecords": 20}
+    )
     stub.add_response("describe_cache_engine_versions", {"CacheEngineVersions": versions}, {"Engine": "valkey", "EngineVersion": "8.1"})
     stub.activate()
     return client
@@ -167,3 +169,53 @@ def test_the_preflight_wants_the_store_type_and_version_offered_in_the_region() 
     missing_version = check_gcs_store(_stubbed(offering, []), **args)
     assert not missing_version.ok and "no valkey 8.1" in missing_version.detail
     assert check_gcs_store(None, node_type="", engine="valkey", engine_version="8.1", region="sa-east-1").ok  # off: nothing asked
+
+
+# --- system nodes that can lose one (SYSTEM_NODE_COUNT >= 2) -----------------------------------------------------------
+
+
+def test_two_system_nodes_spread_coredns_and_the_operator_over_azs() -> None:
+    from tests.day2_helpers import synth
+
+    settings, templates = synth(SYSTEM_NODE_COUNT="2")
+    system = templates["system"]["Resources"]
+    (nodegroup,) = [r for r in system.values() if r["Type"] == "AWS::EKS::Nodegroup"]
+    assert nodegroup["Properties"]["ScalingConfig"]["MinSize"] == 2 and len(nodegroup["Properties"]["Subnets"]) == len(settings.availability_zones)
+    (coredns,) = [r for r in system.values() if r["Type"] == "AWS::EKS::Addon" and r["Properties"]["AddonName"] == "coredns"]
+    affinity = json.loads(coredns["Properties"]["ConfigurationValues"])["affinity"]
+    zone_terms = [
+        t
+        for t in affinity["podAntiAffinity"]["preferredDuringSchedulingIgnoredDuringExecution"]
+        if t["podAffinityTerm"]["topologyKey"] == "topology.kubernetes.io/zone"
+    ]
+    assert zone_terms and zone_terms[0]["podAffinityTerm"]["labelSelector"] == {"matchLabels": {"k8s-app": "kube-dns"}}
+    (operator,) = [r for r in system.values() if r["Type"] == "Custom::AWSCDK-EKS-HelmChart" and r["Properties"]["Chart"] == "kuberay-operator"]
+    values = json.loads(operator["Properties"]["Values"])
+    assert values["replicas"] == 2 and "podAntiAffinity" in values["affinity"]
+    (budget,) = [
+        json.loads(r["Properties"]["Manifest"]) for k, r in system.items() if k.startswith("KubeRayOperatorDisruptionBudget") and "Manifest" in r["Properties"]
+    ]
+    kubernetes_validate.validate(budget[0], "1.35", strict=True)
+    assert budget[0]["spec"] == {"minAvailable": 1, "selector": {"matchLabels": {"app.kubernetes.io/name": "kuberay-operator"}}}
+    # One system node: as before (the add-on's defaults, one operator, no budget that would block a drain).
+    _, one = synth()
+    assert not [k for k in one["system"]["Resources"] if k.startswith("KubeRayOperatorDisruptionBudget")]
+
+
+# --- make verify ---------------------------------------------------------------------------------------------------
+
+
+def test_verify_wants_kuberays_ft_annotation_and_the_gcs_on_the_store() -> None:
+    from tests.conftest import settings_for
+    from tools.verify import check_gcs_store
+
+    settings = settings_for({"GCS_FAULT_TOLERANCE": "redis"})
+    head = {"metadata": {"name": "ray-llm-head-x", "annotations": {"ray.io/ft-enabled": "true"}}}
+    # The line Ray 2.58's GCS logs at start, as the local failover test's head wrote it.
+    persist = "[2026-12-01 12:24:51,560 I 3884 3884] (gcs_server) gcs_server.cc:179: GCS storage type is StorageType::REDIS_PERSIST"
+    memory = persist.replace("REDIS_PERSIST", "IN_MEMORY")
+    assert check_gcs_store(settings, head, persist).ok
+    assert not check_gcs_store(settings, head, memory).ok
+    assert not check_gcs_store(settings, {"metadata": {"annotations": {"ray.io/ft-enabled": "false"}}}, persist).ok
+    missing = check_gcs_store(settings, None, "")
+    assert not missing.ok and "kubectl logs" in missing.look_closer

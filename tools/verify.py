@@ -102,6 +102,21 @@ def check_nixl(settings: Settings, backends: dict[str, str]) -> Step:
     return Step("nixl", ok, detail, "" if ok else look)
 
 
+GCS_STORAGE_LINE = "GCS storage type is"  # gcs_server.cc logs it at start: StorageType::REDIS_PERSIST with a store
+
+
+def check_gcs_store(settings: Settings, head: dict[str, Any] | None, storage_line: str) -> Step:
+    """GCS_FAULT_TOLERANCE=redis: KubeRay started the head with fault tolerance (its pod's ray.io/ft-enabled), and the
+    GCS keeps its state in the store (its log: StorageType::REDIS_PERSIST, not IN_MEMORY)."""
+    look = f"kubectl logs -n {settings.namespace} -l ray.io/node-type=head -c {HEAD_CONTAINER}; kubectl get secret -n {settings.namespace} gcs-store"
+    if head is None:
+        return Step("gcs-store", False, "no head pod", look)
+    enabled = head["metadata"].get("annotations", {}).get("ray.io/ft-enabled") == "true"
+    persisted = "REDIS_PERSIST" in storage_line
+    detail = f"ray.io/ft-enabled={'true' if enabled else 'false'}; {storage_line.split('] ')[-1].strip() or 'no GCS storage line in the head log'}"
+    return Step("gcs-store", enabled and persisted, detail, "" if enabled and persisted else look)
+
+
 def check_completion(settings: Settings, answer: dict[str, Any] | None, error: str) -> Step:
     try:
         text = str(answer["choices"][0]["message"]["content"]).strip() if answer else ""
@@ -270,6 +285,27 @@ def verify(
     workers = [p["metadata"]["name"] for p in pods.get("items", []) if p["metadata"].get("labels", {}).get(NODE_TYPE_LABEL) == "worker"]
     backends = worker_backends(settings, kubectl, workers)
     result.steps.append(check_nixl(settings, backends))
+
+    if settings.gcs_redis:
+        heads = [p for p in pods.get("items", []) if p["metadata"].get("labels", {}).get(NODE_TYPE_LABEL) == "head"]
+        line = ""
+        if heads:
+            logs = kubectl(
+                [
+                    "exec",
+                    "-n",
+                    ns,
+                    heads[0]["metadata"]["name"],
+                    "-c",
+                    HEAD_CONTAINER,
+                    "--",
+                    "sh",
+                    "-c",
+                    f"grep -m1 '{GCS_STORAGE_LINE}' /tmp/ray/session_latest/logs/gcs_server.out",
+                ]
+            )
+            line = logs.stdout.strip()
+        result.steps.append(check_gcs_store(settings, heads[0] if heads else None, line))
 
     answer, error = _completion(settings, kubectl) if ready else (None, "skipped: the RayService is not ready")
     first_token = clock() if answer else None

@@ -43,3 +43,17 @@ class HelmAddon:
             values=self.values(settings),
             create_namespace=self.create_namespace,
         )
+
+
+def spread_affinity(match_labels: dict[str, str]) -> dict[str, Any]:
+    """Pods of one Deployment preferably on different AZs, then on different nodes (preferred: with fewer system
+    nodes than replicas they still schedule)."""
+    selector = {"matchLabels": dict(match_labels)}
+    return {
+        "podAntiAffinity": {
+            "preferredDuringSchedulingIgnoredDuringExecution": [
+                {"weight": 100, "podAffinityTerm": {"labelSelector": selector, "topologyKey": "topology.kubernetes.io/zone"}},
+                {"weight": 50, "podAffinityTerm": {"labelSelector": selector, "topologyKey": "kubernetes.io/hostname"}},
+            ]
+        }
+    }

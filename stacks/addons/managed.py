@@ -13,6 +13,7 @@ from aws_cdk import aws_eks_v2 as eks
 from constructs import Construct
 
 from settings import Settings
+from stacks.addons.base import spread_affinity
 
 
 def _no_configuration(_: Settings) -> dict[str, Any] | None:
@@ -46,6 +47,27 @@ class ManagedAddon:
         return addon
 
 
+def _coredns_configuration(settings: Settings) -> dict[str, Any] | None:
+    """SYSTEM_NODE_COUNT >= 2: CoreDNS's two replicas preferably in different AZs (the add-on's default spreads them
+    over hosts only). Its schema's `affinity` replaces the default, so the default's node terms are kept."""
+    if settings.system_node_count < 2:
+        return None
+    node_terms = [
+        {
+            "matchExpressions": [
+                {"key": "kubernetes.io/os", "operator": "In", "values": ["linux"]},
+                {"key": "kubernetes.io/arch", "operator": "In", "values": ["amd64", "arm64"]},
+            ]
+        }
+    ]
+    return {
+        "affinity": {
+            "nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": node_terms}},
+            **spread_affinity({"k8s-app": "kube-dns"}),
+        }
+    }
+
+
 def _cloudwatch_configuration(_: Settings) -> dict[str, Any]:
     """Container Insights with its default node agent (GPU via DCGM, EFA)."""
     return {"containerInsights": {"enabled": True}}
@@ -57,7 +79,7 @@ MANAGED_ADDONS: tuple[ManagedAddon, ...] = (
     ManagedAddon("vpc-cni", "cluster", "Addon-vpc-cni", lambda s: {"enableNetworkPolicy": "true"}, purpose="pod networking, NetworkPolicy enforcement"),
     ManagedAddon("kube-proxy", "cluster", "Addon-kube-proxy", purpose="Service routing on the nodes"),
     ManagedAddon("eks-pod-identity-agent", "cluster", "Addon-eks-pod-identity-agent", purpose="EKS Pod Identity credentials"),
-    ManagedAddon("coredns", "system", "Addon-coredns", purpose="cluster DNS, on the system nodes"),
+    ManagedAddon("coredns", "system", "Addon-coredns", _coredns_configuration, purpose="cluster DNS, on the system nodes"),
     ManagedAddon(
         "amazon-cloudwatch-observability",
         "observability",
