@@ -100,19 +100,30 @@ def private_synth(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Synth]:
     yield synthesize(settings_for({"ENDPOINT_ACCESS": "private"}), tmp_path_factory.mktemp("private"))
 
 
+# One configuration with every feature that adds resources of its own (an S3 model source, the maxima, the GCS store):
+# synthesized once instead of three times; each feature's tests read it under their own name.
+FEATURES = {"MODEL_SOURCE": "s3://example-models/qwen3.5-9b", "PREFILL_MAX_REPLICAS": "2", "DECODE_MAX_REPLICAS": "3", "GCS_FAULT_TOLERANCE": "redis"}
+
+
 @pytest.fixture(scope="session")
-def s3_synth(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Synth]:
+def features_synth(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Synth]:
+    yield synthesize(settings_for(FEATURES), tmp_path_factory.mktemp("features"))
+
+
+@pytest.fixture(scope="session")
+def s3_synth(features_synth: Synth) -> Synth:
     """MODEL_SOURCE=s3://...: the workers' Pod Identity reads the prefix; the mirror Job's role writes it."""
-    yield synthesize(settings_for({"MODEL_SOURCE": "s3://example-models/qwen3.5-9b"}), tmp_path_factory.mktemp("s3"))
+    return features_synth
 
 
 @pytest.fixture(scope="session")
-def autoscaling_synth(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Synth]:
+def autoscaling_synth(features_synth: Synth) -> Synth:
     """PREFILL_MAX_REPLICAS=2 DECODE_MAX_REPLICAS=3: Serve, the Ray autoscaler and the Cluster Autoscaler."""
-    yield synthesize(settings_for({"PREFILL_MAX_REPLICAS": "2", "DECODE_MAX_REPLICAS": "3"}), tmp_path_factory.mktemp("autoscaling"))
+    return features_synth
 
 
 @pytest.fixture(scope="session")
-def gcs_synth(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Synth]:
+def gcs_synth(features_synth: Synth) -> Synth:
     """GCS_FAULT_TOLERANCE=redis: the ElastiCache store, its token, the head's identity and the RayCluster's options."""
-    yield synthesize(settings_for({"GCS_FAULT_TOLERANCE": "redis"}), tmp_path_factory.mktemp("gcs"))
+    return features_synth
+

@@ -21,11 +21,24 @@ from pathlib import Path
 from typing import Any
 
 
+def _alive(pid: int) -> bool:
+    import psutil
+
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
+ERRORS: list[str] = []
+
+
 def _get(url: str) -> bool:
     try:
-        with urllib.request.urlopen(url, timeout=3) as answer:
+        with urllib.request.urlopen(url, timeout=5) as answer:
             return bool(answer.status == 200 and answer.read() == b"ok")
-    except OSError:
+    except OSError as error:
+        ERRORS.append(f"{time.monotonic():.1f} {type(error).__name__}: {error}"[:200])
         return False
 
 
@@ -61,7 +74,7 @@ def run(spec: dict[str, Any]) -> dict[str, Any]:
         serve.run(Engine.bind(), name="pd", route_prefix="/")  # type: ignore[attr-defined]
         head_id = cluster.head_node.node_id
         dashboard = f"http://127.0.0.1:{spec['dashboard_port']}"
-        deadline = time.monotonic() + 60
+        deadline = time.monotonic() + 120
         proxies: list[dict[str, Any]] = []
         while time.monotonic() < deadline:
             actors = list_actors(address=dashboard, filters=[("state", "=", "ALIVE")])
@@ -79,6 +92,12 @@ def run(spec: dict[str, Any]) -> dict[str, Any]:
         head_proxy = [p for p in proxies if p["node_id"] == head_id]
         for proxy in head_proxy:
             os.kill(proxy["pid"], 9)
+        # Until the head proxy's process is gone its socket may still take a connection (SO_REUSEPORT): from then on
+        # the port is the worker's proxy's alone.
+        for proxy in head_proxy:
+            deadline = time.monotonic() + 10
+            while time.monotonic() < deadline and _alive(proxy["pid"]):
+                time.sleep(0.05)
         outage: list[bool] = []
         start = time.monotonic()
         while time.monotonic() - start < spec["outage_s"]:
@@ -87,11 +106,12 @@ def run(spec: dict[str, Any]) -> dict[str, Any]:
         seen["outage_requests"] = len(outage)
         seen["outage_ok"] = sum(outage)
         seen["outage_ok_at_the_end"] = sum(outage[-10:])
+        seen["outage_errors"] = ERRORS[-3:]
 
         if spec.get("restart"):
             cluster.head_node.start_gcs_server()
             ray.init(address=cluster.address, log_to_driver=False)
-            deadline = time.monotonic() + 60
+            deadline = time.monotonic() + 120
             status = None
             while time.monotonic() < deadline:
                 try:

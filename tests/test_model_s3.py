@@ -79,8 +79,8 @@ def test_both_phases_load_from_the_prefix_and_ray_accepts_it(s3_synth: Synth) ->
 
 
 def test_the_workers_run_under_their_service_account_with_the_region(s3_synth: Synth) -> None:
-    (account,) = _objects(s3_synth, "ServiceAccount")
-    assert account["metadata"] == {"name": "ray-llm-worker", "namespace": "inference"}
+    accounts = {a["metadata"]["name"]: a for a in _objects(s3_synth, "ServiceAccount")}
+    assert accounts["ray-llm-worker"]["metadata"] == {"name": "ray-llm-worker", "namespace": "inference"}
     (rs,) = _objects(s3_synth, "RayService")
     cluster = rs["spec"]["rayClusterConfig"]
     for group in cluster["workerGroupSpecs"]:
@@ -89,12 +89,13 @@ def test_the_workers_run_under_their_service_account_with_the_region(s3_synth: S
         env = {e["name"]: e.get("value") for e in spec["containers"][0]["env"]}
         assert env["AWS_REGION"] == env["AWS_DEFAULT_REGION"] == s3_synth.settings.region
         assert "HF_TOKEN" not in env
-    # The head runs no engine and downloads nothing: no AWS identity.
-    assert "serviceAccountName" not in cluster["headGroupSpec"]["template"]["spec"]
+    # The head runs no engine and downloads nothing: not the workers' identity (here it has the GCS store's own).
+    assert cluster["headGroupSpec"]["template"]["spec"].get("serviceAccountName") != "ray-llm-worker"
     association = _association(s3_synth, "ray-llm-worker")
     assert association["Properties"]["Namespace"] == "inference"
-    # No Hub token: no Secrets Store provider.
-    assert not [r for r in s3_synth.resources("serving", "Custom::AWSCDK-EKS-HelmChart").values() if "secrets-store" in json.dumps(r)]
+    # No Hub token: the workers' role reads no secret (the Secrets Store provider here is the GCS store's).
+    role_id = association["Properties"]["RoleArn"]["Fn::GetAtt"][0]
+    assert "secretsmanager" not in json.dumps(_role_policy(s3_synth, role_id))
 
 
 def test_the_default_synth_has_the_s3_gateway_endpoint_on_every_private_route_table(default_synth: Synth) -> None:

@@ -21,7 +21,7 @@ from tests.iam_documents import identity_policies
 from tools.accepted_findings import Finding, accepted, unaccepted, unused
 
 ci = test_ci_access.ci  # the CI access stack, synthesized once for this module
-SYNTHS = ("default_synth", "observed_synth", "hf_token_synth", "private_synth", "s3_synth", "autoscaling_synth", "gcs_synth")
+SYNTHS = ("default_synth", "observed_synth", "hf_token_synth", "private_synth", "features_synth")
 DOCUMENTED = sorted(p.name for p in (REPO / "docs").glob("cfn-execution-policy*.json"))
 
 
