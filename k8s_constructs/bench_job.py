@@ -22,6 +22,18 @@ from settings.scheduling import SYSTEM_NODE_LABELS
 RESULT_MARKER = "BENCH_RESULT "
 
 
+def client_security_context(*, read_only_root_filesystem: bool) -> kplus.ContainerSecurityContextProps:
+    """The Jobs that are clients of the cluster or of AWS (the benchmark, the mirror): no capability, no escalation;
+    root only because the Ray LLM image's user is root."""
+    return kplus.ContainerSecurityContextProps(
+        ensure_non_root=False,
+        read_only_root_filesystem=read_only_root_filesystem,
+        allow_privilege_escalation=False,
+        capabilities=kplus.ContainerSecutiryContextCapabilities(drop=[kplus.Capability.ALL]),
+        seccomp_profile=kplus.SeccompProfile(type=kplus.SeccompProfileType.RUNTIME_DEFAULT),
+    )
+
+
 @dataclass(frozen=True)
 class Workload:
     """One class of requests: prompt and output lengths, how many, at what rate (requests/s)."""
@@ -123,14 +135,7 @@ class BenchJobChart(cdk8s.Chart):
                         cpu=kplus.CpuResources(request=kplus.Cpu.units(1), limit=kplus.Cpu.units(2)),
                         memory=kplus.MemoryResources(request=cdk8s.Size.gibibytes(2), limit=cdk8s.Size.gibibytes(4)),
                     ),
-                    # A client needs no capability; root only because the image's user is root.
-                    security_context=kplus.ContainerSecurityContextProps(
-                        ensure_non_root=False,
-                        read_only_root_filesystem=False,
-                        allow_privilege_escalation=False,
-                        capabilities=kplus.ContainerSecutiryContextCapabilities(drop=[kplus.Capability.ALL]),
-                        seccomp_profile=kplus.SeccompProfile(type=kplus.SeccompProfileType.RUNTIME_DEFAULT),
-                    ),
+                    security_context=client_security_context(read_only_root_filesystem=False),
                     env_variables={"HF_HOME": kplus.EnvValue.from_value("/tmp/hf")},
                 )
             ],

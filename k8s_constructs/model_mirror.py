@@ -12,6 +12,7 @@ import cdk8s_plus_28 as kplus
 from constructs import Construct
 
 from k8s_constructs import hf_token
+from k8s_constructs.bench_job import client_security_context
 from settings.scheduling import SYSTEM_NODE_LABELS
 
 SCRIPT = Path(__file__).with_name("model_mirror_script.py")
@@ -78,14 +79,7 @@ class MirrorJobChart(cdk8s.Chart):
                 cpu=kplus.CpuResources(request=kplus.Cpu.units(1), limit=kplus.Cpu.units(2)),
                 memory=kplus.MemoryResources(request=cdk8s.Size.gibibytes(2), limit=cdk8s.Size.gibibytes(3)),
             ),
-            # A client needs no capability; root only because the image's user is root.
-            security_context=kplus.ContainerSecurityContextProps(
-                ensure_non_root=False,
-                read_only_root_filesystem=True,
-                allow_privilege_escalation=False,
-                capabilities=kplus.ContainerSecutiryContextCapabilities(drop=[kplus.Capability.ALL]),
-                seccomp_profile=kplus.SeccompProfile(type=kplus.SeccompProfileType.RUNTIME_DEFAULT),
-            ),
+            security_context=client_security_context(read_only_root_filesystem=True),
             env_variables={k: kplus.EnvValue.from_value(v) for k, v in env.items()},
             volume_mounts=[kplus.VolumeMount(path=SCRIPT_DIR, volume=volumes[0], read_only=True)]
             + ([kplus.VolumeMount(path=hf_token.MOUNT_PATH, volume=volumes[1], read_only=True)] if props.token_provider_class else []),

@@ -126,4 +126,3 @@ def autoscaling_synth(features_synth: Synth) -> Synth:
 def gcs_synth(features_synth: Synth) -> Synth:
     """GCS_FAULT_TOLERANCE=redis: the ElastiCache store, its token, the head's identity and the RayCluster's options."""
     return features_synth
-

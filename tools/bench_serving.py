@@ -21,11 +21,11 @@ import cdk8s
 
 from k8s_constructs.bench_job import RESULT_MARKER, BenchJobChart, BenchJobProps
 from k8s_constructs.ray_facts import GROUP_LABEL, NODE_TYPE_LABEL, SERVE_PORT, selector
-from preflight.cluster_access import ClusterUnreachable, Kubectl, cluster_kubectl
+from preflight.cluster_access import Kubectl
 from settings import Settings
 from settings.scheduling import GPU_NODE_LABELS
 from tools.bench_chart import draw
-from tools.entry import one_line_errors, project_settings
+from tools.entry import on_cluster, one_line_errors, project_settings
 
 SAMPLE_SECONDS = 15
 
@@ -154,15 +154,10 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     settings = project_settings()
     previous = json.loads(args.compare.read_text())["runs"] if args.compare else None
-    try:
-        with cluster_kubectl(settings.region, settings.cluster_name, timeout=args.timeout_minutes * 60 + 120) as kubectl:
-            log, timeline = run_job(settings, kubectl, args.timeout_minutes * 60)
-    except ClusterUnreachable as error:
-        print(f"error: cannot reach cluster {settings.cluster_name} in {settings.region}: {error}", file=sys.stderr)
-        return 2
-    except RuntimeError as error:
-        print(f"error: {error}", file=sys.stderr)
-        return 1
+    ran, code = on_cluster(settings, lambda kubectl: run_job(settings, kubectl, args.timeout_minutes * 60), timeout=args.timeout_minutes * 60 + 120)
+    if ran is None:
+        return code
+    log, timeline = ran
     rows = summarize(parse_results(log))
     result = {"model": settings.model_id, "gpu_node_type": settings.gpu_node.name, "runs": rows, "timeline": timeline}
     args.output.write_text(json.dumps(result, indent=2) + "\n")

@@ -6,8 +6,10 @@ from __future__ import annotations
 import functools
 import os
 import sys
-from typing import Protocol
+from collections.abc import Callable
+from typing import Protocol, TypeVar
 
+from preflight.cluster_access import ClusterUnreachable, Kubectl, cluster_kubectl
 from settings import SettingError, Settings, load_settings
 from settings.context_files import read_project_context
 
@@ -31,3 +33,20 @@ def one_line_errors(main: Main) -> Main:
             return 2
 
     return run
+
+
+T = TypeVar("T")
+
+
+def on_cluster(settings: Settings, work: Callable[[Kubectl], T], *, timeout: int = 900) -> tuple[T | None, int]:
+    """`work` with kubectl bound to this cluster: (its result, 0), or a cluster that cannot be reached (exit 2) or a
+    RuntimeError of `work` (exit 1) as one line on stderr and (None, the exit code)."""
+    try:
+        with cluster_kubectl(settings.region, settings.cluster_name, timeout=timeout) as kubectl:
+            return work(kubectl), 0
+    except ClusterUnreachable as error:
+        print(f"error: cannot reach cluster {settings.cluster_name} in {settings.region}: {error}", file=sys.stderr)
+        return None, 2
+    except RuntimeError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return None, 1

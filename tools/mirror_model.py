@@ -17,11 +17,11 @@ import cdk8s
 from k8s_constructs.hf_token import hf_token_of
 from k8s_constructs.model_mirror import MirrorJobChart, MirrorJobProps
 from k8s_constructs.model_mirror_script import RESULT_MARKER
-from preflight.cluster_access import ClusterUnreachable, Kubectl, cluster_kubectl
+from preflight.cluster_access import Kubectl
 from settings import Settings
 from settings.model_source import HUB_REPOSITORY
 from stacks.model_access import MIRROR_SERVICE_ACCOUNT
-from tools.entry import one_line_errors, project_settings
+from tools.entry import on_cluster, one_line_errors, project_settings
 
 JOB_NAME = "model-mirror"
 POLL_SECONDS = 10
@@ -121,15 +121,9 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
-    try:
-        with cluster_kubectl(settings.region, settings.cluster_name, timeout=600) as kubectl:
-            result = run_job(props, kubectl, args.timeout_minutes * 60)
-    except ClusterUnreachable as error:
-        print(f"error: cannot reach cluster {settings.cluster_name} in {settings.region}: {error}", file=sys.stderr)
-        return 2
-    except RuntimeError as error:
-        print(f"error: {error}", file=sys.stderr)
-        return 1
+    result, code = on_cluster(settings, lambda kubectl: run_job(props, kubectl, args.timeout_minutes * 60), timeout=600)
+    if result is None:
+        return code
     gib = result["bytes"] / 1024**3
     print(
         f"mirrored {result['repo']}@{result['commit'][:12]}: {result['files']} files, {gib:.1f} GiB in {result['copy_seconds']:.0f} s "
