@@ -53,7 +53,10 @@ RATES = (0.5, 1.0, 2.0)  # requests/s of each stream
 RAMP = Workload("ramp", input_len=512, output_len=256, num_prompts=0)
 RAMP_RATES = (1.0, 2.0, 4.0, 8.0)
 RAMP_STEP_S = 120
-RAMP_HOLD_S = 900
+RAMP_HOLD_S = 600
+# At most this many ramp requests in flight (3 decode replicas' target): the rest wait in the client, so a rate
+# past the cluster's capacity does not queue without bound and the run ends in about its planned time.
+RAMP_MAX_CONCURRENCY = 48
 
 
 @dataclass(frozen=True)
@@ -73,7 +76,7 @@ class BenchJobProps:
     ramp_rate_workload: Workload = RAMP
 
 
-def bench_command(props: BenchJobProps, workload: Workload, rate: float) -> str:
+def bench_command(props: BenchJobProps, workload: Workload, rate: float, *, max_concurrency: int | None = None) -> str:
     """One `vllm bench serve` run, printing its saved result on one line."""
     result = f"/tmp/{workload.label}-{rate}.json"
     args = [
@@ -85,6 +88,8 @@ def bench_command(props: BenchJobProps, workload: Workload, rate: float) -> str:
         "--percentile-metrics", "ttft,tpot,itl,e2el", "--metric-percentiles", "50,99",
         "--save-result", "--result-dir", "/tmp", "--result-filename", result.removeprefix("/tmp/"),
     ]  # fmt: skip
+    if max_concurrency:
+        args += ["--max-concurrency", str(max_concurrency)]
     label = f'{{"workload": "{workload.label}", "rate": {rate}}}'
     merge = f"python3 -c 'import json,sys; r=json.load(open(sys.argv[1])); r.update(json.loads(sys.argv[2])); print(\"{RESULT_MARKER}\" + json.dumps(r))'"
     return f"{shlex.join(args)} > /tmp/{workload.label}-{rate}.log 2>&1 && {merge} {result} {shlex.quote(label)}"
@@ -107,7 +112,7 @@ def bench_script(props: BenchJobProps) -> str:
         steps.append(
             f"( {bench_command(props, props.long, rate)} ) & long=$!; ( {bench_command(props, props.short, rate)} ) & short=$!; wait $long; wait $short"
         )
-    steps += [bench_command(props, workload, rate) for workload, rate in ramp_steps(props)]
+    steps += [bench_command(props, workload, rate, max_concurrency=RAMP_MAX_CONCURRENCY) for workload, rate in ramp_steps(props)]
     return "\n".join(steps)
 
 

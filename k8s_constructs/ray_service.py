@@ -89,8 +89,6 @@ RAY_STOP = ["/bin/sh", "-c", "ray stop"]
 # default NewCluster strategy would wait forever for GPUs for its replacement. Serve config changes
 # still roll out in place; cluster-level changes are applied by re-creating the serving stack.
 UPGRADE_STRATEGY = "None"
-# What KubeRay reconciles on the running RayCluster even under upgradeStrategy None (it scales worker groups).
-IN_PLACE_WORKER_FIELDS = ("replicas", "minReplicas", "maxReplicas")
 
 
 Q = TypeVar("Q")
@@ -197,14 +195,13 @@ class PdRayServiceChart(cdk8s.Chart):
 
     @property
     def ray_cluster_fingerprint(self) -> str:
-        """A short hash of what KubeRay does not apply in place under upgradeStrategy None: spec.rayClusterConfig
-        less the worker groups' replica counts, which KubeRay does apply to the running cluster."""
+        """A short hash of spec.rayClusterConfig: what KubeRay 1.7 does not apply to the running cluster under
+        upgradeStrategy None. The worker groups' replicas, minReplicas and maxReplicas are in it too: KubeRay leaves
+        them out of its own hash (utils.GenerateHashWithoutReplicasAndWorkersToDelete) and updates a RayService's
+        running RayCluster only when that hash changes or worker groups are appended (shouldUpdateCluster)."""
         spec = self.ray_service.to_json()["spec"]["rayClusterConfig"]
         if "gcsFaultToleranceOptions" in spec:  # the store's address is a token of another stack: its presence counts
             spec["gcsFaultToleranceOptions"]["redisAddress"] = gcs_ft.PLACEHOLDER_ADDRESS
-        for group in spec.get("workerGroupSpecs", []):
-            for field_name in IN_PLACE_WORKER_FIELDS:
-                group.pop(field_name, None)
         return hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()[:16]
 
     @staticmethod

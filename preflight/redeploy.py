@@ -183,12 +183,14 @@ def _desired_size_reset(change: ResourceChange, redeploy: Redeploy, deployed: De
     name = str(change.after.get("Properties", {}).get("NodegroupName"))
     running = next((n for n in deployed.nodegroups.values() if n.name == name), None)
     desired = int(change.after.get("Properties", {}).get("ScalingConfig", {}).get("DesiredSize", 0))
-    if running is None or running.desired_size <= desired:
+    # Nodes the autoscaler added are those above the deployed minimum: a lower new minimum resets only those.
+    deployed_minimum = int((change.before or {}).get("Properties", {}).get("ScalingConfig", {}).get("MinSize", 0))
+    if running is None or running.desired_size <= max(desired, deployed_minimum):
         return None
     return (
         f"nodegroup {name} runs {running.desired_size} nodes (the Cluster Autoscaler grew it) and this deploy changes its scaling, "
-        f"so CloudFormation would set it back to {desired} and drain busy GPU nodes: deploy once it is back at {desired} "
-        "(idle nodes go ~12 min after the load: `make status`), or park first"
+        f"so CloudFormation would set it back to {desired} and drain busy GPU nodes: deploy once it is back at "
+        f"{max(desired, deployed_minimum)} (idle nodes go ~12 min after the load: `make status`), or park first"
     )
 
 

@@ -100,7 +100,10 @@ SPECS: tuple[SettingSpec, ...] = (
         "Prefill replicas (one vLLM engine of TENSOR_PARALLEL_SIZE GPUs each)",
         "",
         parser=Integer(1, 64),
-        change=(IN_PLACE, "serveConfigV2, and KubeRay scales the prefill worker group (the GPU nodegroup follows when GPU_NODE_COUNT is empty)"),
+        change=(
+            RECREATE,
+            f"serveConfigV2, the GPU nodegroup (when GPU_NODE_COUNT is empty) and the prefill worker group's size, which KubeRay 1.7 does not apply to a running cluster: {_RECREATE_HOW}",
+        ),
     ),
     SettingSpec(
         "DECODE_REPLICAS",
@@ -108,7 +111,10 @@ SPECS: tuple[SettingSpec, ...] = (
         "Decode replicas (one vLLM engine of TENSOR_PARALLEL_SIZE GPUs each)",
         "",
         parser=Integer(1, 64),
-        change=(IN_PLACE, "serveConfigV2, and KubeRay scales the decode worker group (the GPU nodegroup follows when GPU_NODE_COUNT is empty)"),
+        change=(
+            RECREATE,
+            f"serveConfigV2, the GPU nodegroup (when GPU_NODE_COUNT is empty) and the decode worker group's size, which KubeRay 1.7 does not apply to a running cluster: {_RECREATE_HOW}",
+        ),
     ),
     SettingSpec(
         "PREFILL_MAX_REPLICAS",
@@ -118,10 +124,9 @@ SPECS: tuple[SettingSpec, ...] = (
         parser=OptionalInteger(1, 64),
         change=(
             RECREATE,
-            "turning autoscaling on or off switches the RayCluster's in-tree autoscaler (and the head's service-account token): "
-            f"{_RECREATE_HOW}. Changing a maximum is in place (serveConfigV2, the worker group's maxReplicas, the GPU nodegroup's "
-            "maximum); the preflight refuses it while the node autoscaler holds the nodegroup above its minimum (CloudFormation "
-            "would reset the desired size)",
+            "the RayCluster's in-tree autoscaler (on or off) and the worker group's maxReplicas, which KubeRay 1.7 does not apply to a "
+            f"running cluster: {_RECREATE_HOW}; serveConfigV2 and the GPU nodegroup's maximum in place. The preflight refuses a nodegroup "
+            "scaling change while the node autoscaler holds it above its minimum (CloudFormation would reset the desired size)",
         ),
     ),
     SettingSpec(
@@ -137,7 +142,11 @@ SPECS: tuple[SettingSpec, ...] = (
         "1",
         "GPUs of one vLLM engine (tensor parallelism), inside one node; one value for both phases (NIXL cannot mix TP sizes for Qwen3.5's hybrid layers)",
         "1, 2, 4 or 8, at most the GPUs of GPU_NODE_TYPE",
-        change=(IN_PLACE, "serveConfigV2 (the engines' bundles), and KubeRay scales the worker groups when the node counts change"),
+        change=(
+            RECREATE,
+            "serveConfigV2 (the engines' bundles) in place; when the node counts change, the worker groups' sizes, which KubeRay 1.7 does "
+            f"not apply to a running cluster: {_RECREATE_HOW}",
+        ),
     ),
     SettingSpec(
         "MAX_MODEL_LEN",

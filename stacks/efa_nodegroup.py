@@ -5,7 +5,8 @@ This is what eksctl's `efaEnabled: true` does, done explicitly so every part is 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 
 from aws_cdk import Fn
 from aws_cdk import aws_ec2 as ec2
@@ -75,6 +76,7 @@ class EfaNodegroupProps:
     capacity_reservation_id: str = ""  # "" = none
     capacity_block: bool = False  # the reservation is a Capacity Block for ML
     max_node_count: int = 0  # PREFILL/DECODE_MAX_REPLICAS: the Cluster Autoscaler may grow it to this; 0 = node_count
+    extra_labels: Mapping[str, str] = field(default_factory=dict)
 
 
 class EfaNodegroup(Construct):
@@ -133,7 +135,7 @@ class EfaNodegroup(Construct):
             # desired size between min and max; CloudFormation sends DesiredSize again only when ScalingConfig
             # changes, which the preflight refuses while the autoscaler holds the group above its minimum.
             max_size=max(1, props.node_count, props.max_node_count),
-            labels=GPU_NODE_LABELS,
+            labels={**GPU_NODE_LABELS, **props.extra_labels},
             taints=[GPU_TAINT],
             subnets=ec2.SubnetSelection(subnets=[props.subnet]),
             node_role=node_role(self, "NodeRole"),

@@ -10,6 +10,7 @@ from constructs import Construct
 
 from k8s_constructs.image_prepull import ImagePrepullChart, ImagePrepullProps
 from settings import Settings
+from stacks.addons import cluster_autoscaler
 from stacks.device_plugins import DevicePlugins
 from stacks.efa_nodegroup import EfaNodegroup, EfaNodegroupProps
 
@@ -47,6 +48,10 @@ class GpuCapacityStack(Stack):
                 instance=settings.gpu_node,
                 node_count=settings.gpu_node_count,
                 max_node_count=settings.gpu_node_max if settings.autoscaling else 0,
+                # The Cluster Autoscaler's GPU label on AWS: a node that has joined but whose device plugin has not yet
+                # advertised nvidia.com/gpu counts as a GPU node still starting, not as one the pod cannot use (which
+                # would make it launch another).
+                extra_labels={cluster_autoscaler.GPU_LABEL: settings.gpu_node.gpu_model.lower()} if settings.autoscaling else {},
                 root_volume_gib=settings.gpu_root_volume_gib,
                 update_strategy=settings.gpu_update_strategy,
                 placement_group=settings.gpu_placement_group,

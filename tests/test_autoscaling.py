@@ -256,6 +256,9 @@ def test_a_new_maximum_is_refused_while_the_autoscaler_holds_more_nodes_than_the
     # At the minimum, the same change applies in place; a deploy that leaves ScalingConfig alone never asks.
     assert check_stack_changes(after, deployed_as(before, gpu_desired=2)).ok
     assert check_stack_changes(redeploy_of(DECODE_MAX_REPLICAS="3"), deployed_as(before, gpu_desired=4)).ok
+    # A lower minimum, with the group at the old minimum: the reset is what was asked for.
+    lower = {"PREFILL_REPLICAS": "2", "PREFILL_MAX_REPLICAS": "2", "DECODE_MAX_REPLICAS": "3"}
+    assert check_stack_changes(redeploy_of(PREFILL_MAX_REPLICAS="2", DECODE_MAX_REPLICAS="3"), deployed_as(lower, gpu_desired=3)).ok
 
 
 def test_the_preflight_counts_quota_and_reservation_room_for_the_maxima() -> None:
@@ -264,3 +267,10 @@ def test_the_preflight_counts_quota_and_reservation_room_for_the_maxima() -> Non
     assert preflight_input(settings_for(ELASTIC)).gpu_node_count == 5
     assert preflight_input(settings_for()).gpu_node_count == 2
     assert preflight_input(settings_for({**ELASTIC, "GPU_NODE_COUNT": "0"})).gpu_node_count == 0
+
+
+def test_new_gpu_nodes_carry_the_cluster_autoscalers_gpu_label(autoscaling_synth: Synth, default_synth: Synth) -> None:
+    (nodegroup,) = autoscaling_synth.resources("gpu", "AWS::EKS::Nodegroup").values()
+    assert nodegroup["Properties"]["Labels"]["k8s.amazonaws.com/accelerator"] == "l4"
+    (fixed,) = default_synth.resources("gpu", "AWS::EKS::Nodegroup").values()
+    assert "k8s.amazonaws.com/accelerator" not in fixed["Properties"]["Labels"]

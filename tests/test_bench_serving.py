@@ -121,7 +121,8 @@ def test_the_ramp_goes_past_one_replicas_capacity_and_holds_its_last_rate() -> N
 
     steps = ramp_steps(bench_props(SETTINGS))
     assert [rate for _, rate in steps] == [1.0, 2.0, 4.0, 8.0]
-    assert [w.num_prompts for w, _ in steps] == [120, 240, 480, 7200]
+    assert [w.num_prompts for w, _ in steps] == [120, 240, 480, 4800]
+    assert bench_script(bench_props(SETTINGS)).count("--max-concurrency 48") == 4
     # At the top rate, with a request taking a few seconds (256 tokens), far more streams than a decode replica's target.
     top_workload, top_rate = steps[-1]
     assert top_rate * 4 > TARGET_ONGOING_REQUESTS["decode"] and top_workload.output_len == 256
@@ -150,7 +151,8 @@ class _Cluster:
 
 
 def test_the_run_samples_replicas_and_gpu_nodes_until_the_job_ends() -> None:
-    log, timeline = run_job(SETTINGS, _Cluster(), 60, poll_s=0)
+    log, timeline, unfinished = run_job(SETTINGS, _Cluster(), 60, poll_s=0)
+    assert unfinished == ""
     assert parse_results(log)[0]["workload"] == "ramp"
     assert [(s["prefill"], s["decode"], s["gpu_nodes"]) for s in timeline] == [(1, 1, 2), (1, 2, 3), (1, 2, 3)]
 

@@ -221,11 +221,13 @@ def test_cluster_fingerprint_output_changes_only_with_the_cluster(default_synth:
     # A serve-config-only change (context length) leaves the cluster, and the fingerprint, alone.
     assert build_rayservice_chart(settings_for({"MAX_MODEL_LEN": "2048"})).ray_cluster_fingerprint == fingerprint
     assert build_rayservice_chart(settings_for({"DLC_IMAGE": "example.com/ray:2"})).ray_cluster_fingerprint != fingerprint
-    # KubeRay applies worker replica counts in place: a third GPU node for a second prefill replica is
-    # not a re-create, so the fingerprint stays (the worker count itself does change).
+    # KubeRay 1.7 does not apply worker counts to a RayService's running cluster (they are out of its hash):
+    # a second prefill replica's node is a re-create, so the fingerprint moves.
     more = build_rayservice_chart(settings_for({"PREFILL_REPLICAS": "2", "GPU_NODE_COUNT": "3"}))
-    assert more.ray_cluster_fingerprint == fingerprint
+    assert more.ray_cluster_fingerprint != fingerprint
     assert [g["replicas"] for g in more.ray_service.to_json()["spec"]["rayClusterConfig"]["workerGroupSpecs"]] == [2, 1]
+    # Parking moves the nodegroup only, not the RayCluster.
+    assert build_rayservice_chart(settings_for({"GPU_NODE_COUNT": "0"})).ray_cluster_fingerprint == fingerprint
 
 
 def test_port_forward_output(default_synth: Synth) -> None:

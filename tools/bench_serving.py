@@ -121,8 +121,9 @@ def sample(kubectl: Kubectl, namespace: str) -> dict[str, Any]:
     return point
 
 
-def run_job(settings: Settings, kubectl: Kubectl, timeout_s: int, *, poll_s: float = SAMPLE_SECONDS) -> tuple[str, list[dict[str, Any]]]:
-    """The Job's log, and the replicas and GPU nodes sampled while it ran."""
+def run_job(settings: Settings, kubectl: Kubectl, timeout_s: int, *, poll_s: float = SAMPLE_SECONDS) -> tuple[str, list[dict[str, Any]], str]:
+    """The Job's log, the replicas and GPU nodes sampled while it ran, and "" or why it did not finish (the
+    samples and finished runs are kept either way)."""
     props = bench_props(settings)
     manifest = cdk8s.App.of(BenchJobChart(cdk8s.App(), "bench", props=props)).synth_yaml()
     kubectl(["delete", "job", "-n", props.namespace, props.name, "--ignore-not-found", "--wait=true"])
@@ -138,11 +139,12 @@ def run_job(settings: Settings, kubectl: Kubectl, timeout_s: int, *, poll_s: flo
             break
         time.sleep(poll_s)
     log = kubectl(["logs", "-n", props.namespace, f"job/{props.name}"]).stdout
+    unfinished = ""
     if not state.startswith("1"):
-        raise RuntimeError(
+        unfinished = (
             f"Job {props.namespace}/{props.name} did not complete in {int(time.monotonic() - start)}s: `kubectl logs -n {props.namespace} job/{props.name}`"
         )
-    return log, timeline
+    return log, timeline, unfinished
 
 
 @one_line_errors
@@ -150,20 +152,23 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--output", type=Path, default=Path(os.environ.get("BENCH_RESULT", "bench-serving.json")))
     parser.add_argument("--compare", type=Path, default=Path(os.environ["COMPARE"]) if os.environ.get("COMPARE") else None)
-    parser.add_argument("--timeout-minutes", type=int, default=60)
+    parser.add_argument("--timeout-minutes", type=int, default=90)  # the mixed runs and the ramp take ~35 min
     args = parser.parse_args(argv)
     settings = project_settings()
     previous = json.loads(args.compare.read_text())["runs"] if args.compare else None
     ran, code = on_cluster(settings, lambda kubectl: run_job(settings, kubectl, args.timeout_minutes * 60), timeout=args.timeout_minutes * 60 + 120)
     if ran is None:
         return code
-    log, timeline = ran
+    log, timeline, unfinished = ran
     rows = summarize(parse_results(log))
     result = {"model": settings.model_id, "gpu_node_type": settings.gpu_node.name, "runs": rows, "timeline": timeline}
     args.output.write_text(json.dumps(result, indent=2) + "\n")
     chart = draw(rows, timeline, args.output.with_suffix(".png"), title=f"{settings.model_id} on {settings.gpu_node.name}: prefill/decode")
     print(table(rows, previous))
     print(f"saved {args.output} and {chart}")
+    if unfinished:
+        print(f"error: {unfinished} (the finished runs and the samples are saved)", file=sys.stderr)
+        return 1
     return 0 if rows else 1
 
 
