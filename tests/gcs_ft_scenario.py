@@ -110,8 +110,17 @@ def run(spec: dict[str, Any]) -> dict[str, Any]:
 
         if spec.get("restart"):
             cluster.head_node.start_gcs_server()
-            ray.init(address=cluster.address, log_to_driver=False)
             deadline = time.monotonic() + 120
+            while True:  # the raylets register with the new GCS a moment after it starts
+                try:
+                    ray.init(address=cluster.address, log_to_driver=False)
+                    break
+                except (RuntimeError, ConnectionError) as error:
+                    ray.shutdown()
+                    if time.monotonic() > deadline:
+                        raise
+                    ERRORS.append(f"reconnect: {error}"[:200])
+                    time.sleep(1)
             status = None
             while time.monotonic() < deadline:
                 try:
