@@ -12,6 +12,7 @@ first: it would otherwise exit with the GCS.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import sys
@@ -21,13 +22,20 @@ from pathlib import Path
 from typing import Any
 
 
-def _alive(pid: int) -> bool:
+def _listeners(port: int) -> set[int]:
+    """The live processes (of this user) with a socket listening on 127.0.0.1:port."""
     import psutil
 
-    try:
-        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
-    except psutil.NoSuchProcess:
-        return False
+    found = set()
+    for process in psutil.process_iter():
+        try:
+            if process.status() == psutil.STATUS_ZOMBIE:
+                continue
+            if any(c.status == psutil.CONN_LISTEN and c.laddr and c.laddr.port == port for c in process.net_connections(kind="tcp")):
+                found.add(process.pid)
+        except (psutil.NoSuchProcess, psutil.AccessDenied):
+            continue
+    return found
 
 
 ERRORS: list[str] = []
@@ -89,15 +97,20 @@ def run(spec: dict[str, Any]) -> dict[str, Any]:
         ray.shutdown()  # the driver would exit with the GCS
 
         cluster.head_node.kill_gcs_server()
-        head_proxy = [p for p in proxies if p["node_id"] == head_id]
-        for proxy in head_proxy:
-            os.kill(proxy["pid"], 9)
-        # Until the head proxy's process is gone its socket may still take a connection (SO_REUSEPORT): from then on
-        # the port is the worker's proxy's alone.
-        for proxy in head_proxy:
-            deadline = time.monotonic() + 10
-            while time.monotonic() < deadline and _alive(proxy["pid"]):
-                time.sleep(0.05)
+        # Every process listening on the Serve port but the worker's proxy (the head's proxy, and any process that
+        # inherited its socket): from then on the port (SO_REUSEPORT) is the worker's proxy's alone.
+        worker_proxies = {p["pid"] for p in proxies if p["node_id"] != head_id}
+        deadline = time.monotonic() + 15
+        while time.monotonic() < deadline:
+            others = [pid for pid in _listeners(spec["serve_port"]) if pid not in worker_proxies]
+            if not others:
+                break
+            for pid in others:
+                with contextlib.suppress(OSError):
+                    os.kill(pid, 9)
+            time.sleep(0.1)
+        seen["listeners_in_outage"] = sorted(_listeners(spec["serve_port"]))
+        seen["worker_proxy_pids"] = sorted(worker_proxies)
         outage: list[bool] = []
         start = time.monotonic()
         while time.monotonic() - start < spec["outage_s"]:

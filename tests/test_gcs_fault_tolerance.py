@@ -128,13 +128,16 @@ def test_the_worker_serves_through_a_gcs_outage_with_the_store_and_not_without(t
             _scenario, tmp_path, "control", {"serve_port": _free_port(), "dashboard_port": _free_port(), "outage_s": 10, "restart": False}, control
         )
         seen, lost = with_store.result(), without.result()
+    shown = json.dumps({"with_store": seen, "without": lost})
     for result in (seen, lost):
-        assert result["replica_on_worker"] and result["proxies"] == 2 and result["before"], result
-    # The store: every request of the 10 s outage answered by the worker's proxy; the application still there after.
-    assert seen["outage_requests"] >= 20 and seen["outage_ok"] == seen["outage_requests"], seen
-    assert seen["after_restart_status"] == "RUNNING" and seen["after_restart"] and seen["worker_alive"], seen
+        assert result["replica_on_worker"] and result["proxies"] == 2 and result["before"], shown
+    # The store: the worker's proxy alone on the port, every request of the 10 s outage answered; the application
+    # still there after.
+    assert seen["listeners_in_outage"] == seen["worker_proxy_pids"] and len(seen["worker_proxy_pids"]) == 1, shown
+    assert seen["outage_requests"] >= 20 and seen["outage_ok"] == seen["outage_requests"], shown
+    assert seen["after_restart_status"] == "RUNNING" and seen["after_restart"] and seen["worker_alive"], shown
     # Without it: once the worker's raylet gives up on the GCS (5 s here), its replica and proxy are gone.
-    assert lost["outage_ok_at_the_end"] == 0, lost
+    assert lost["outage_ok_at_the_end"] == 0, shown
     # And the state was in the TLS store, under the namespace, written with the password.
     keys = subprocess.run(
         ["redis-cli", "--tls", "--cacert", str(ca), "-h", "127.0.0.1", "-p", address.rsplit(":", 1)[1], "--no-auth-warning", "-a", PASSWORD, "--scan", "--pattern", "*pd-test*"],
