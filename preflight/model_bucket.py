@@ -13,11 +13,9 @@ from botocore.exceptions import ClientError
 from preflight.hub import HubError, facts_from_files
 from preflight.results import CheckResult, fail, ok, warn
 from settings.model_facts import BUILT_IN_MODELS, ModelFacts
-from settings.model_source import S3Prefix
+from settings.model_source import COMPLETION_OBJECT, MIRRORED_FROM, S3Prefix
 
 NAME = "model-source"
-COMPLETION_OBJECT = "hash"  # written last by the mirror Job (k8s_constructs/model_mirror_script.py)
-MIRRORED_FROM = "hf-repo"  # its metadata: the Hub repository it was copied from
 
 
 def _code(error: ClientError) -> str:

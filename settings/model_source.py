@@ -16,6 +16,11 @@ from dataclasses import dataclass
 from settings.errors import SettingError
 
 S3_SCHEME = "s3://"
+# What `make mirror-model` writes last under the prefix (Ray names the snapshot after its text, the commit) and the
+# metadata key on it that names the Hub repository (k8s_constructs/model_mirror_script.py keeps copies: it runs
+# alone in the Job; a test holds them equal).
+COMPLETION_OBJECT = "hash"
+MIRRORED_FROM = "hf-repo"
 HUB_REPOSITORY = re.compile(r"[A-Za-z0-9][\w.-]*/[\w.-]+")
 # S3's general purpose bucket naming rules (docs.aws.amazon.com/AmazonS3/latest/userguide/bucketnamingrules.html).
 _BUCKET = re.compile(r"[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]")

@@ -13,11 +13,10 @@ from aws_cdk import aws_iam as iam
 from constructs import Construct
 
 from settings import Settings
-from settings.model_source import S3Prefix
+from settings.model_source import COMPLETION_OBJECT, S3Prefix
 from stacks import nag
 from stacks.pod_identity import pod_identity_role
 
-COMPLETION_OBJECT = "hash"  # the mirror's last write (k8s_constructs/model_mirror_script.py)
 # The mirror Job's ServiceAccount (created with the Job by tools/mirror_model.py, deleted with it).
 MIRROR_SERVICE_ACCOUNT = "model-mirror"
 READ_ACTIONS = ("s3:GetObject",)

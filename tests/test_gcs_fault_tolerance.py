@@ -134,7 +134,7 @@ def test_the_worker_serves_through_a_gcs_outage_with_the_store_and_not_without(t
     # The store: the worker's proxy alone on the port, every request of the 10 s outage answered; the application
     # still there after.
     assert seen["listeners_in_outage"] == seen["worker_proxy_pids"] and len(seen["worker_proxy_pids"]) == 1, shown
-    assert seen["outage_requests"] >= 20 and seen["outage_ok"] == seen["outage_requests"], shown
+    assert seen["outage_requests"] >= 10 and seen["outage_ok"] == seen["outage_requests"], shown
     assert seen["after_restart_status"] == "RUNNING" and seen["after_restart"] and seen["worker_alive"], shown
     # Without it: once the worker's raylet gives up on the GCS (5 s here), its replica and proxy are gone.
     assert lost["outage_ok_at_the_end"] == 0, shown

@@ -312,6 +312,6 @@ def test_a_failed_job_reports_its_error_line() -> None:
 
 
 def test_the_job_and_the_preflight_agree_on_the_completion_object() -> None:
-    from preflight import model_bucket
+    from settings import model_source
 
-    assert (script.COMPLETION_OBJECT, script.MIRRORED_FROM) == (model_bucket.COMPLETION_OBJECT, model_bucket.MIRRORED_FROM)
+    assert (script.COMPLETION_OBJECT, script.MIRRORED_FROM) == (model_source.COMPLETION_OBJECT, model_source.MIRRORED_FROM)

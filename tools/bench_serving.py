@@ -23,6 +23,7 @@ from k8s_constructs.bench_job import RESULT_MARKER, BenchJobChart, BenchJobProps
 from k8s_constructs.ray_facts import GROUP_LABEL, NODE_TYPE_LABEL, SERVE_PORT, selector
 from preflight.cluster_access import Kubectl
 from settings import Settings
+from settings.model_source import COMPLETION_OBJECT, MIRRORED_FROM
 from settings.scheduling import GPU_NODE_LABELS
 from tools.bench_chart import draw
 from tools.entry import on_cluster, one_line_errors, project_settings
@@ -61,8 +62,8 @@ def bench_tokenizer(settings: Settings) -> str:
         return settings.model_source
     import boto3
 
-    head = boto3.session.Session().client("s3", region_name=settings.region).head_object(Bucket=source.bucket, Key=f"{source.key_prefix}hash")
-    repo = str(head.get("Metadata", {}).get("hf-repo", ""))
+    head = boto3.session.Session().client("s3", region_name=settings.region).head_object(Bucket=source.bucket, Key=f"{source.key_prefix}{COMPLETION_OBJECT}")
+    repo = str(head.get("Metadata", {}).get(MIRRORED_FROM, ""))
     if not repo:
         raise RuntimeError(f"{source.uri} names no Hub repository (not made by `make mirror-model`): set BENCH_TOKENIZER=ORG/NAME")
     return repo
