@@ -15,8 +15,8 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -25,13 +25,9 @@ import time
 from pathlib import Path
 from typing import Any
 
+from tests.loopback import free_port
+
 RAY = str(Path(sys.executable).parent / "ray")
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _fake_config(node_types: dict[str, Any], gcs_address: str, idle_timeout_minutes: float) -> dict[str, Any]:
@@ -116,7 +112,7 @@ def _wait(what: str, check: Any, timeout: float, log: list[str]) -> bool:
 
 def run(spec: dict[str, Any]) -> dict[str, Any]:
     temp_dir = tempfile.mkdtemp(prefix="rayas", dir="/tmp")  # Ray's socket paths must stay short
-    port, dashboard = _free_port(), _free_port()
+    port, dashboard = free_port(), free_port()
     gcs = f"127.0.0.1:{port}"
     DASHBOARD["url"] = f"http://127.0.0.1:{dashboard}"
     config_file = Path(temp_dir) / "autoscaling.json"
@@ -210,6 +206,7 @@ def run(spec: dict[str, Any]) -> dict[str, Any]:
         os._exit(1)  # not Ray's exit handlers: they would wait a minute for the GCS killed below
     finally:
         _kill_cluster([temp_dir, f"127.0.0.1:{port}", f"--gcs-address=127.0.0.1:{port}"])
+        shutil.rmtree(temp_dir, ignore_errors=True)
     return observed
 
 

@@ -27,11 +27,13 @@ def _synth(items: frozenset[tuple[str, str]]) -> tuple[Settings, dict[str, dict[
     import json
 
     settings = settings_for(dict(items))
-    outdir = Path(tempfile.mkdtemp(prefix="day2-"))
-    app = new_app(str(outdir))
-    build_stacks(app, settings)
-    app.synth()
-    return settings, {part: json.loads((outdir / f"{name}.template.json").read_text()) for part, name in settings.stack_names.items()}
+    # Only the templates are kept: a synth's assembly (the kubectl layer's ~57 MB among it) is removed at once.
+    with tempfile.TemporaryDirectory(prefix="day2-") as tmp:
+        outdir = Path(tmp)
+        app = new_app(str(outdir))
+        build_stacks(app, settings)
+        app.synth()
+        return settings, {part: json.loads((outdir / f"{name}.template.json").read_text()) for part, name in settings.stack_names.items()}
 
 
 def synth(**env: str) -> tuple[Settings, dict[str, dict[str, Any]]]:

@@ -129,11 +129,12 @@ def _with_addon_versions(redeploy: Redeploy, kubernetes_version: str) -> Redeplo
         }
     }
     settings = load_settings({"K8S_VERSION": kubernetes_version}, context)
-    outdir = Path(tempfile.mkdtemp(prefix="day2-addons-"))
-    app = new_app(str(outdir))
-    build_stacks(app, settings)
-    app.synth()
-    templates = {name: json.loads((outdir / f"{name}.template.json").read_text()) for name in settings.stack_names.values()}
+    with tempfile.TemporaryDirectory(prefix="day2-addons-") as tmp:
+        outdir = Path(tmp)
+        app = new_app(str(outdir))
+        build_stacks(app, settings)
+        app.synth()
+        templates = {name: json.loads((outdir / f"{name}.template.json").read_text()) for name in settings.stack_names.values()}
     return replace(redeploy, templates=templates)
 
 

@@ -24,6 +24,7 @@ from typing import Any
 import pytest
 
 from tests.conftest import REPO
+from tests.loopback import free_port
 
 PASSWORD = "local-test-password-not-a-secret"
 REDIS = shutil.which("redis-server")
@@ -31,12 +32,6 @@ REDIS = shutil.which("redis-server")
 pytestmark = pytest.mark.skipif(
     REDIS is None and os.environ.get("CI") != "true", reason="redis-server is not installed (.ci/run installs it: apt-get install redis-server)"
 )
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _tls_files(directory: Path) -> dict[str, Path]:
@@ -73,7 +68,7 @@ def tls_redis(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, P
     assert REDIS is not None, "redis-server is not installed: .ci/run installs it (apt-get install redis-server)"
     directory = tmp_path_factory.mktemp("redis")
     files = _tls_files(directory)
-    port = _free_port()
+    port = free_port()
     server = subprocess.Popen(
         [
             REDIS, "--port", "0", "--tls-port", str(port), "--bind", "127.0.0.1", "--requirepass", PASSWORD,
@@ -121,11 +116,11 @@ def test_the_worker_serves_through_a_gcs_outage_with_the_store_and_not_without(t
             _scenario,
             tmp_path,
             "ft",
-            {"serve_port": _free_port(), "dashboard_port": _free_port(), "outage_s": 10, "restart": True, "redis_password": PASSWORD},
+            {"serve_port": free_port(), "dashboard_port": free_port(), "outage_s": 10, "restart": True, "redis_password": PASSWORD},
             store,
         )
         without = pool.submit(
-            _scenario, tmp_path, "control", {"serve_port": _free_port(), "dashboard_port": _free_port(), "outage_s": 10, "restart": False}, control
+            _scenario, tmp_path, "control", {"serve_port": free_port(), "dashboard_port": free_port(), "outage_s": 10, "restart": False}, control
         )
         seen, lost = with_store.result(), without.result()
     shown = json.dumps({"with_store": seen, "without": lost})

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import time
@@ -25,18 +24,14 @@ from typing import Any
 
 import pytest
 
+from tests.loopback import free_port
+
 SETPRIV = shutil.which("setpriv")
 pytestmark = pytest.mark.skipif(SETPRIV is None, reason="needs util-linux's setpriv (Debian and Ubuntu have it)")
 ROOT = os.geteuid() == 0
 # As root (the image's user, what the container runs) the bounding set is emptied too: root with no
 # capability. Any other user (a hosted CI runner) holds none to begin with; no_new_privs applies either way.
 NO_CAPABILITIES = [str(SETPRIV), "--no-new-privs", *(["--bounding-set=-all", "--inh-caps=-all", "--ambient-caps=-all"] if ROOT else [])]
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _capabilities(pid: int) -> dict[str, int]:
@@ -73,7 +68,7 @@ def test_the_head_container_drops_every_capability() -> None:
 @pytest.fixture(scope="module")
 def head_without_capabilities() -> Iterator[tuple[str, Path, int]]:
     temp_dir = Path("/tmp") / f"rayhead{os.getpid()}"  # Ray's socket paths must stay short
-    gcs_port, serve_port, dashboard_port = _free_port(), _free_port(), _free_port()
+    gcs_port, serve_port, dashboard_port = free_port(), free_port(), free_port()
     ray = str(Path(sys.executable).parent / "ray")
     env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0"}
     start = [
