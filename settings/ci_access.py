@@ -130,13 +130,13 @@ def _qualifier(raw: str) -> str:
     return raw
 
 
-def load_ci_access_settings(environ: Mapping[str, str], context: Mapping[str, Any]) -> CiAccessSettings:
+def load_ci_access_settings(environ: Mapping[str, str], context: Mapping[str, Any], defaults: Mapping[str, str] | None = None) -> CiAccessSettings:
     """Parse and check the CI access settings; raise SettingError on the first bad one.
 
     CLUSTER_NAME, REGION, HF_TOKEN_SECRET_NAME and MODEL_SOURCE come from where the main app reads them (environment, `-c`, cdk.json, default)
     so both apps agree on the cluster; the CI-only settings come from the environment.
     """
-    main_raw = raw_values(environ, context)
+    main_raw = raw_values(environ, context, defaults)
     region = region_name(main_raw["REGION"])
     cluster_name = _MAIN_SPECS["CLUSTER_NAME"].parse(main_raw["CLUSTER_NAME"])
     default_qualifier = str(context.get(BOOTSTRAP_QUALIFIER_CONTEXT_KEY, DEFAULT_CDK_QUALIFIER))

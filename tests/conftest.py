@@ -20,6 +20,7 @@ from cdk_nag import AwsSolutionsChecks
 
 from settings import Settings, load_settings
 from stacks.application import Deployment, build_stacks, new_app
+from tests.pinned import PINNED, VERSION_FOLLOWERS
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -60,11 +61,24 @@ def synthesize(settings: Settings, outdir: Path) -> Synth:
 
 
 def settings_for(env: Mapping[str, str] | None = None, context: Mapping[str, Any] | None = None) -> Settings:
-    return load_settings(env or {}, context or {})
+    """The settings of `env` and `context` over the configuration the tests pin (tests/pinned.py), not the code's
+    defaults: only the tests marked `defaults` read those (load_settings({}, {}))."""
+    return load_settings(env or {}, context or {}, PINNED)
+
+
+@pytest.fixture(autouse=True)
+def _pinned_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The tools read os.environ (tools/entry.py) and subprocesses inherit it: both see the pinned configuration,
+    never the code's defaults nor a setting exported in the shell that runs the tests."""
+    for env, value in PINNED.items():
+        monkeypatch.setenv(env, value)
+    for env in VERSION_FOLLOWERS:
+        monkeypatch.delenv(env, raising=False)
 
 
 @pytest.fixture(scope="session")
 def default_synth(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Synth]:
+    """The pinned base configuration (tests/pinned.py); equal to the built-in defaults while they agree (dist/)."""
     yield synthesize(settings_for(), tmp_path_factory.mktemp("default"))
 
 

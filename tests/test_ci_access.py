@@ -25,6 +25,7 @@ from settings.specs import SPECS
 from stacks.application import new_app
 from stacks.ci_access_stack import DEPLOY_READ_ONLY_UNSCOPED, PROMQL_QUERY_ACTIONS, SCOPED_READS, CiAccessStack
 from tests.conftest import REPO
+from tests.pinned import PINNED, pinned_environ
 
 REPOSITORY = "octo-org/ray-llm"
 EXISTING_PROVIDER = "arn:aws:iam::123456789012:oidc-provider/token.actions.githubusercontent.com"
@@ -84,7 +85,7 @@ def _synthesize(env: Mapping[str, str], outdir: Path) -> CiSynth:
     for key, value in json.loads((REPO / "cdk.json").read_text())["context"].items():
         app.node.set_context(key, value)
     Validations.of(app).add_plugins(AwsSolutionsChecks(app))
-    settings = load_ci_access_settings(env, app.node.get_all_context())
+    settings = load_ci_access_settings(env, app.node.get_all_context(), PINNED)
     stack = CiAccessStack(app, settings.stack_name, settings=settings, env=Environment(region=settings.region))
     nag_error = ""
     try:
@@ -185,7 +186,7 @@ def test_diff_role_may_assume_exactly_the_lookup_role(ci: CiSynth) -> None:
 
 
 def test_an_s3_model_source_lets_the_deploy_role_read_that_bucket_and_prefix_only() -> None:
-    settings = load_ci_access_settings({"GITHUB_REPOSITORY": "octo-org/ray-llm", "MODEL_SOURCE": "s3://example-models/qwen"}, {})
+    settings = load_ci_access_settings({"GITHUB_REPOSITORY": "octo-org/ray-llm", "MODEL_SOURCE": "s3://example-models/qwen"}, {}, PINNED)
     stack = CiAccessStack(new_app(), settings.stack_name, settings=settings, env=Environment(account="123456789012", region=settings.region))
     resources = Template.from_stack(stack).to_json()["Resources"].values()
     statements = [s for r in resources if r["Type"] == "AWS::IAM::Policy" for s in r["Properties"]["PolicyDocument"]["Statement"]]
@@ -320,7 +321,7 @@ def _run_ci_app(env: Mapping[str, str], outdir: Path) -> subprocess.Popen[str]:
     tmp = outdir.parent / f"{outdir.name}-tmp"  # jsii unpacks its kernel here: no shared path may leak
     tmp.mkdir(parents=True)
     clean = {k: v for k, v in os.environ.items() if k not in CI_ENV_NAMES}
-    full_env = clean | {"CDK_OUTDIR": str(outdir), "TMPDIR": str(tmp)} | dict(env)
+    full_env = clean | {"CDK_OUTDIR": str(outdir), "TMPDIR": str(tmp)} | pinned_environ(env)
     return subprocess.Popen([sys.executable, "ci_app.py"], cwd=REPO, env=full_env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
@@ -360,6 +361,7 @@ def test_two_synths_are_byte_identical(tmp_path: Path) -> None:
 # --- settings ---------------------------------------------------------------------------------------
 
 
+@pytest.mark.defaults
 def test_settings_defaults_follow_the_main_app() -> None:
     settings = load_ci_access_settings({"GITHUB_REPOSITORY": REPOSITORY}, {})
     main_defaults = {spec.env: spec.default for spec in SPECS}
@@ -367,11 +369,11 @@ def test_settings_defaults_follow_the_main_app() -> None:
     assert (settings.cdk_qualifier, settings.session_hours, settings.session_seconds) == ("hnb659fds", 2, 7200)
     assert settings.github_oidc_provider_arn == ""
     # CLUSTER_NAME and REGION are read where the main app reads them: `-c` / cdk.json context too.
-    other = load_ci_access_settings({"GITHUB_REPOSITORY": REPOSITORY}, {"cluster_name": "llm-a", "region": "us-east-2"})
+    other = load_ci_access_settings({"GITHUB_REPOSITORY": REPOSITORY}, {"cluster_name": "llm-a", "region": "us-east-2"}, PINNED)
     assert (other.stack_name, other.deploy_role_name) == ("llm-a-ci-access", "llm-a-ci-deploy-us-east-2")
     # The qualifier defaults to the one the CDK synthesizer of the main stacks reads from cdk.json.
-    assert load_ci_access_settings({"GITHUB_REPOSITORY": REPOSITORY}, {"@aws-cdk/core:bootstrapQualifier": "abc123"}).cdk_qualifier == "abc123"
-    assert load_ci_access_settings({"GITHUB_REPOSITORY": REPOSITORY, "CI_SESSION_HOURS": "12"}, {}).session_seconds == 43200
+    assert load_ci_access_settings({"GITHUB_REPOSITORY": REPOSITORY}, {"@aws-cdk/core:bootstrapQualifier": "abc123"}, PINNED).cdk_qualifier == "abc123"
+    assert load_ci_access_settings({"GITHUB_REPOSITORY": REPOSITORY, "CI_SESSION_HOURS": "12"}, {}, PINNED).session_seconds == 43200
 
 
 @pytest.mark.parametrize(
@@ -393,7 +395,7 @@ def test_settings_defaults_follow_the_main_app() -> None:
 )
 def test_each_bad_setting_names_itself(env: dict[str, str], setting: str) -> None:
     with pytest.raises(SettingError) as caught:
-        load_ci_access_settings({"GITHUB_REPOSITORY": REPOSITORY} | env, {})
+        load_ci_access_settings({"GITHUB_REPOSITORY": REPOSITORY} | env, {}, PINNED)
     assert caught.value.env_name == setting
     assert "\n" not in str(caught.value)
 

@@ -117,8 +117,8 @@ def _with_addon_versions(redeploy: Redeploy, kubernetes_version: str) -> Redeplo
     import json
     from dataclasses import replace
 
-    from settings import load_settings
     from settings.versions import addon_versions_context_key
+    from tests.conftest import settings_for
 
     context = {
         addon_versions_context_key("sa-east-1", kubernetes_version): {
@@ -128,7 +128,7 @@ def _with_addon_versions(redeploy: Redeploy, kubernetes_version: str) -> Redeplo
             "eks-pod-identity-agent": "v1.3.9-eksbuild.1",
         }
     }
-    settings = load_settings({"K8S_VERSION": kubernetes_version}, context)
+    settings = settings_for({"K8S_VERSION": kubernetes_version}, context)
     with tempfile.TemporaryDirectory(prefix="day2-addons-") as tmp:
         outdir = Path(tmp)
         app = new_app(str(outdir))

@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
+import pytest
+
 from tests.conftest import REPO
 from tools.write_dist import default_settings, render
+
+# The golden manifests are the defaults' (tools/write_dist.py), compared with the pinned base synth.
+pytestmark = pytest.mark.defaults
 
 
 def test_dist_is_in_step_with_the_code() -> None:

@@ -12,8 +12,9 @@ from typing import Any
 import pytest
 
 from preflight.hub import HubError, ShapeNotUnderstood, facts_from_files, hub_model_facts
-from settings import SettingError, load_settings
+from settings import SettingError
 from settings.model_facts import BUILT_IN_MODELS, model_facts_context_key
+from tests.conftest import settings_for
 from tests.loopback import serving
 
 # Qwen3.5-9B's config.json (its text part as published; vision config abridged) and index metadata.
@@ -151,7 +152,7 @@ def test_an_index_without_its_size_is_refused() -> None:
 def test_the_cached_facts_drive_the_fit_check(hub: str) -> None:
     facts = hub_model_facts("Qwen/Qwen3.5-9B", base=hub)
     context = {model_facts_context_key("Qwen/Qwen3.5-9B"): json.loads(json.dumps(facts.to_context()))}  # as cdk.context.json holds it
-    settings = load_settings({}, context)
+    settings = settings_for({}, context)
     # What vLLM skips of a built-in model comes from the table (the index has no per-tensor sizes).
     assert settings.model_facts == replace(facts, text_only_skipped_bytes=BUILT_IN_MODELS["Qwen/Qwen3.5-9B"].text_only_skipped_bytes)
     assert settings.model_facts_source == "cached look-up"
@@ -159,9 +160,9 @@ def test_the_cached_facts_drive_the_fit_check(hub: str) -> None:
     from settings.model_fit import fit
 
     largest = fit(BUILT_IN_MODELS["Qwen/Qwen3.5-9B"], settings.gpu_node, 1, text_only=True).largest_context
-    assert load_settings({"MAX_MODEL_LEN": str(largest)}, context).max_model_len == largest
+    assert settings_for({"MAX_MODEL_LEN": str(largest)}, context).max_model_len == largest
     with pytest.raises(SettingError, match="MAX_MODEL_LEN up to"):
-        load_settings({"MAX_MODEL_LEN": str(largest + 1)}, context)
+        settings_for({"MAX_MODEL_LEN": str(largest + 1)}, context)
 
 
 @pytest.mark.parametrize(

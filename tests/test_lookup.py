@@ -12,11 +12,12 @@ from botocore.stub import Stubber
 from moto import mock_aws
 
 from preflight.lookups import look_up
-from settings import SettingError, load_settings
+from settings import SettingError
 from settings.context_files import write_cached_lookups
 from settings.instance_types import instance_type_context_key
 from settings.versions import addon_versions_context_key
 from settings.zones import offerings_context_key, zones_context_key
+from tests.conftest import settings_for
 from tools.preflight import preflight_input
 
 ADDONS = ("coredns", "eks-pod-identity-agent", "kube-proxy", "vpc-cni")
@@ -72,13 +73,13 @@ def test_look_up_caches_zones_offerings_and_unknown_type_facts(aws: boto3.sessio
     path = tmp_path / "cdk.context.json"
     write_cached_lookups(entries, path)
     context = json.loads(path.read_text())
-    settings = load_settings({"SYSTEM_NODE_TYPE": "m6in.xlarge"}, context)
+    settings = settings_for({"SYSTEM_NODE_TYPE": "m6in.xlarge"}, context)
     assert settings.gpu_az == offering[0] and settings.gpu_az_source == "cached look-up"
     assert settings.system_node.vcpus == 4
     # The add-ons follow K8S_VERSION: EKS's default build of each, pinned in the template.
     assert entries[addon_versions_context_key("sa-east-1", "1.35")] == {name: f"v1.1.0-{name}" for name in ADDONS}
     assert dict(settings.eks_addon_versions) == {name: f"v1.1.0-{name}" for name in ADDONS} and settings.unresolved_addons == ()
-    assert set(load_settings({"K8S_VERSION": "1.36"}, context).unresolved_addons) == set(ADDONS)
+    assert set(settings_for({"K8S_VERSION": "1.36"}, context).unresolved_addons) == set(ADDONS)
 
 
 def test_looked_up_gpu_type_outside_the_table_becomes_usable(aws: boto3.session.Session) -> None:
@@ -89,14 +90,14 @@ def test_looked_up_gpu_type_outside_the_table_becomes_usable(aws: boto3.session.
     assert facts["gpus"] == 1 and facts["efa_supported"] is True
     # A T4 (16 GB) cannot hold Qwen3.5-9B: the fit check says so, with the type's looked-up facts.
     with pytest.raises(SettingError, match=r"g4dn.8xlarge \(T4, TP 1\) needs"):
-        load_settings({"REGION": "us-east-1", "GPU_NODE_TYPE": "g4dn.8xlarge"}, entries)
+        settings_for({"REGION": "us-east-1", "GPU_NODE_TYPE": "g4dn.8xlarge"}, entries)
     # A model without facts is not checked (the synth says so): the type's facts are what is used.
-    settings = load_settings({"REGION": "us-east-1", "GPU_NODE_TYPE": "g4dn.8xlarge", "MODEL_SOURCE": "acme/tiny-model"}, entries)
+    settings = settings_for({"REGION": "us-east-1", "GPU_NODE_TYPE": "g4dn.8xlarge", "MODEL_SOURCE": "acme/tiny-model"}, entries)
     assert settings.gpu_node.gpu_model == facts["gpu_model"]
 
 
 def test_preflight_input_comes_from_the_settings() -> None:
-    inp = preflight_input(load_settings({}, {}))
+    inp = preflight_input(settings_for({}, {}))
     assert (inp.gpu_instance_type, inp.gpu_vcpus, inp.gpu_node_count) == ("g6.8xlarge", 32, 2)
     assert (inp.gpu_quota_code, inp.system_vcpus, inp.system_node_count) == ("L-DB2E81BA", 4, 1)
 
@@ -115,7 +116,7 @@ def test_the_image_tag_is_resolved_to_its_digest_and_the_pods_use_it(aws: boto3.
     digest = entries[image_digest_context_key(image)]
     assert digest.startswith("sha256:") and len(digest) == 71
 
-    settings = load_settings({"DLC_IMAGE": image}, entries)
+    settings = settings_for({"DLC_IMAGE": image}, entries)
     assert settings.dlc_image == f"123456789012.dkr.ecr.sa-east-1.amazonaws.com/ray@{digest}" and settings.dlc_image_source == "cached look-up"
     cluster = build_rayservice_chart(settings).ray_service.to_json()["spec"]["rayClusterConfig"]
     images = [cluster["headGroupSpec"]["template"]["spec"]["containers"][0]["image"]]
@@ -126,7 +127,7 @@ def test_the_image_tag_is_resolved_to_its_digest_and_the_pods_use_it(aws: boto3.
     ecr.put_image(repositoryName="ray", imageManifest=manifest.replace("1" * 64, "2" * 64), imageTag="serve-llm-cuda-v1.0")
     moved = look_up(_Session(), region="sa-east-1", gpu_node_type="g6.8xlarge", system_node_type="m7i.xlarge", kubernetes_version="1.35", image=image)
     assert moved[image_digest_context_key(image)] != digest
-    assert load_settings({"DLC_IMAGE": image}, moved).dlc_image != settings.dlc_image
+    assert settings_for({"DLC_IMAGE": image}, moved).dlc_image != settings.dlc_image
 
 
 def test_without_a_cached_digest_the_synth_says_so(tmp_path: Path) -> None:
@@ -136,8 +137,9 @@ def test_without_a_cached_digest_the_synth_says_so(tmp_path: Path) -> None:
 
     from settings.specs import SPECS
     from tests.conftest import REPO
+    from tests.pinned import pinned_environ
 
-    env = {k: v for k, v in os.environ.items() if k not in {spec.env for spec in SPECS}} | {"CDK_OUTDIR": str(tmp_path / "out")}
+    env = {k: v for k, v in os.environ.items() if k not in {spec.env for spec in SPECS}} | pinned_environ() | {"CDK_OUTDIR": str(tmp_path / "out")}
     result = subprocess.run([sys.executable, "app.py"], cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr
     notices = [line for line in result.stderr.splitlines() if line.startswith("notice: DLC_IMAGE=")]

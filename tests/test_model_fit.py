@@ -11,11 +11,12 @@ from pathlib import Path
 import pytest
 import yaml
 
-from settings import SettingError, load_settings
+from settings import SettingError
 from settings.instance_types import BUILT_IN
 from settings.model_facts import BUILT_IN_MODELS, ModelFacts, model_facts_context_key, vllm_architectures
 from settings.model_fit import GIB, fit, gpu_budget, misfit
-from tests.conftest import REPO
+from tests.conftest import REPO, settings_for
+from tests.pinned import pinned_environ
 
 QWEN35 = BUILT_IN_MODELS["Qwen/Qwen3.5-9B"]
 LLAMA70 = BUILT_IN_MODELS["meta-llama/Llama-3.3-70B-Instruct"]
@@ -72,7 +73,7 @@ def test_the_vision_tower_counts_unless_the_endpoint_is_text_only() -> None:
 )
 def test_what_does_not_fit_is_one_line_naming_the_setting(env: dict[str, str], setting: str, fragments: list[str]) -> None:
     with pytest.raises(SettingError) as caught:
-        load_settings(env, {})
+        settings_for(env, {})
     assert caught.value.env_name == setting
     message = str(caught.value)
     assert "\n" not in message and all(f in message for f in fragments), message
@@ -80,7 +81,7 @@ def test_what_does_not_fit_is_one_line_naming_the_setting(env: dict[str, str], s
 
 def test_the_70b_model_passes_on_a_p5_at_tp_8() -> None:
     env = {"MODEL_SOURCE": "meta-llama/Llama-3.3-70B-Instruct", "MODEL_ID": "llama-3.3-70b", "GPU_NODE_TYPE": "p5.48xlarge", "TENSOR_PARALLEL_SIZE": "8"}
-    settings = load_settings({**env, "REGION": "us-east-2", "GPU_AZ": "us-east-2b"}, {})
+    settings = settings_for({**env, "REGION": "us-east-2", "GPU_AZ": "us-east-2b"}, {})
     assert settings.model_facts == LLAMA70 and not settings.text_only_multimodal
 
 
@@ -88,9 +89,9 @@ def test_an_architecture_vllm_026_does_not_serve_is_refused() -> None:
     facts = ModelFacts("acme/new-model", ("AcmeForCausalLM",), "bfloat16", 2 * GIB, 24, 24, 8, 128, 32_768, False)
     context = {model_facts_context_key("acme/new-model"): facts.to_context()}
     with pytest.raises(SettingError, match="AcmeForCausalLM is not in its registry"):
-        load_settings({"MODEL_SOURCE": "acme/new-model"}, context)
+        settings_for({"MODEL_SOURCE": "acme/new-model"}, context)
     served = ModelFacts("acme/llama-like", ("LlamaForCausalLM",), "bfloat16", 2 * GIB, 24, 24, 8, 128, 32_768, False)
-    settings = load_settings({"MODEL_SOURCE": "acme/llama-like"}, {model_facts_context_key("acme/llama-like"): served.to_context()})
+    settings = settings_for({"MODEL_SOURCE": "acme/llama-like"}, {model_facts_context_key("acme/llama-like"): served.to_context()})
     assert settings.model_facts == served and settings.model_facts_source == "cached look-up"
 
 
@@ -104,7 +105,6 @@ def test_the_registry_data_is_vllm_026s() -> None:
 
 def _serve_engine(settings_env: dict[str, str]) -> dict[str, object]:
     from stacks.serving_stack import build_rayservice_chart
-    from tests.conftest import settings_for
 
     ray_service = build_rayservice_chart(settings_for(settings_env)).ray_service.to_json()
     engine: dict[str, object] = yaml.safe_load(ray_service["spec"]["serveConfigV2"])["applications"][0]["args"]["prefill_config"]["engine_kwargs"]
@@ -119,10 +119,7 @@ def test_a_multimodal_model_serves_text_only_unless_images_are_asked_for() -> No
 
 
 def _app(env: dict[str, str], outdir: Path) -> subprocess.CompletedProcess[str]:
-    full_env = {**os.environ, "JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION": "20", "CDK_OUTDIR": str(outdir), **env}
-    for name in ("MODEL_SOURCE", "MODEL_ID", "MAX_MODEL_LEN", "GPU_NODE_TYPE", "TENSOR_PARALLEL_SIZE"):
-        if name not in env:
-            full_env.pop(name, None)
+    full_env = {**os.environ, "JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION": "20", "CDK_OUTDIR": str(outdir), **pinned_environ(env)}
     return subprocess.run([sys.executable, "app.py"], cwd=REPO, env=full_env, capture_output=True, text=True, timeout=300)
 
 

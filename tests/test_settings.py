@@ -13,17 +13,19 @@ import pytest
 from settings import SettingError, load_settings
 from settings.specs import SPECS, settings_table_markdown
 from settings.zones import offerings_context_key, zones_context_key
-from tests.conftest import REPO
+from tests.conftest import REPO, settings_for
+from tests.pinned import pinned_environ
 
 
 def _error(env: dict[str, str] | None = None, context: dict[str, Any] | None = None) -> SettingError:
     with pytest.raises(SettingError) as caught:
-        load_settings(env or {}, context or {})
+        settings_for(env or {}, context or {})
     message = str(caught.value)
     assert "\n" not in message
     return caught.value
 
 
+@pytest.mark.defaults
 def test_defaults_are_the_references() -> None:
     s = load_settings({}, {})
     assert (s.cluster_name, s.region, s.kubernetes_version, s.namespace) == ("ray-llm-multinode", "sa-east-1", "1.35", "inference")
@@ -36,7 +38,7 @@ def test_defaults_are_the_references() -> None:
 
 
 def test_environment_beats_context() -> None:
-    s = load_settings({"GPU_NODE_COUNT": "0"}, {"gpu_node_count": 2, "cluster_name": "from-context"})
+    s = settings_for({"GPU_NODE_COUNT": "0"}, {"gpu_node_count": 2, "cluster_name": "from-context"})
     assert s.gpu_node_count == 0 and s.cluster_name == "from-context"
 
 
@@ -136,13 +138,13 @@ def test_every_region_accepted_has_an_eks_add_on_registry() -> None:
 
 
 def test_capacity_settings() -> None:
-    s = load_settings({}, {})
+    s = settings_for({}, {})
     assert (s.gpu_placement_group, s.gpu_capacity_reservation_id, s.gpu_capacity_block) == ("on", "", False)
-    block = load_settings(
+    block = settings_for(
         {"GPU_CAPACITY_RESERVATION_ID": "cr-0123456789abcdef0", "GPU_CAPACITY_RESERVATION_TYPE": "capacity-block", "GPU_PLACEMENT_GROUP": "off"}, {}
     )
     assert block.gpu_capacity_block and block.gpu_placement_group == "off"
-    named = load_settings({"GPU_CAPACITY_RESERVATION_ID": "cr-0123456789abcdef0", "GPU_PLACEMENT_GROUP": "gpu-pg"}, {})
+    named = settings_for({"GPU_CAPACITY_RESERVATION_ID": "cr-0123456789abcdef0", "GPU_PLACEMENT_GROUP": "gpu-pg"}, {})
     assert (named.gpu_placement_group, named.gpu_capacity_block) == ("gpu-pg", False)
 
 
@@ -165,7 +167,7 @@ def test_unknown_context_key_suggests_the_closest() -> None:
 
 
 def test_cdk_context_keys_are_not_ours_to_reject() -> None:
-    load_settings({}, {"@aws-cdk/aws-eks:defaultToAL2023": True, "aws:cdk:enable-path-metadata": True, "availability-zones:account=1:region=x": ["a"]})
+    settings_for({}, {"@aws-cdk/aws-eks:defaultToAL2023": True, "aws:cdk:enable-path-metadata": True, "availability-zones:account=1:region=x": ["a"]})
 
 
 def test_cached_look_ups_choose_the_gpu_az_and_reject_one_known_not_to_offer_the_type() -> None:
@@ -173,7 +175,7 @@ def test_cached_look_ups_choose_the_gpu_az_and_reject_one_known_not_to_offer_the
         zones_context_key("sa-east-1"): ["sa-east-1a", "sa-east-1b", "sa-east-1c"],
         offerings_context_key("sa-east-1", "g6.8xlarge"): ["sa-east-1c"],
     }
-    s = load_settings({}, context)
+    s = settings_for({}, context)
     assert s.gpu_az == "sa-east-1c" and s.gpu_az_source == "cached look-up"
     assert "sa-east-1c" in s.availability_zones
     error = _error({"GPU_AZ": "sa-east-1a"}, context)
@@ -197,31 +199,33 @@ def test_a_gpu_type_without_efa_from_a_cached_look_up_is_rejected() -> None:
 
 def test_each_phase_gets_nodes_of_its_own() -> None:
     # g6.12xlarge (4 GPUs) alone: one prefill node and one decode node, never both phases on one node.
-    s = load_settings({"GPU_NODE_TYPE": "g6.12xlarge"}, {})
+    s = settings_for({"GPU_NODE_TYPE": "g6.12xlarge"}, {})
     assert (s.prefill_nodes, s.decode_nodes, s.gpu_node_count) == (1, 1, 2)
     # Four engines of each phase still fit one node each; a fifth prefill engine needs a second prefill node.
-    assert load_settings({"GPU_NODE_TYPE": "g6.12xlarge", "PREFILL_REPLICAS": "4", "DECODE_REPLICAS": "4"}, {}).gpu_node_count == 2
-    assert load_settings({"GPU_NODE_TYPE": "g6.12xlarge", "PREFILL_REPLICAS": "5"}, {}).gpu_node_count == 3
+    assert settings_for({"GPU_NODE_TYPE": "g6.12xlarge", "PREFILL_REPLICAS": "4", "DECODE_REPLICAS": "4"}, {}).gpu_node_count == 2
+    assert settings_for({"GPU_NODE_TYPE": "g6.12xlarge", "PREFILL_REPLICAS": "5"}, {}).gpu_node_count == 3
     # Tensor parallelism: two 2-GPU engines per g6.12xlarge.
-    tp = load_settings({"GPU_NODE_TYPE": "g6.12xlarge", "TENSOR_PARALLEL_SIZE": "2", "PREFILL_REPLICAS": "3"}, {})
+    tp = settings_for({"GPU_NODE_TYPE": "g6.12xlarge", "TENSOR_PARALLEL_SIZE": "2", "PREFILL_REPLICAS": "3"}, {})
     assert (tp.engines_per_node, tp.prefill_nodes, tp.decode_nodes) == (2, 2, 1)
     assert "empty or 2" in str(_error({"GPU_NODE_TYPE": "g6.12xlarge", "GPU_NODE_COUNT": "1"}))
     # p5.48xlarge with the defaults alone synthesizes: one node per phase.
-    assert load_settings({"GPU_NODE_TYPE": "p5.48xlarge", "REGION": "us-east-2", "GPU_AZ": "us-east-2b"}, {}).gpu_node_count == 2
+    assert settings_for({"GPU_NODE_TYPE": "p5.48xlarge", "REGION": "us-east-2", "GPU_AZ": "us-east-2b"}, {}).gpu_node_count == 2
 
 
 def test_an_explicit_node_count_must_match_and_zero_parks() -> None:
-    assert load_settings({"GPU_NODE_COUNT": "2"}, {}).gpu_node_count == 2
-    assert load_settings({"GPU_NODE_COUNT": "0"}, {}).gpu_node_count == 0
-    assert load_settings({"GPU_NODE_COUNT": ""}, {}).gpu_node_count == 2
+    assert settings_for({"GPU_NODE_COUNT": "2"}, {}).gpu_node_count == 2
+    assert settings_for({"GPU_NODE_COUNT": "0"}, {}).gpu_node_count == 0
+    assert settings_for({"GPU_NODE_COUNT": ""}, {}).gpu_node_count == 2
 
 
+@pytest.mark.defaults
 def test_the_docs_settings_table_is_generated_from_the_specs() -> None:
     settings_page = (REPO / "docs" / "settings.md").read_text()
     assert settings_table_markdown() in settings_page, "docs/settings.md's table is stale: run `make docs-tables`"
     assert len(SPECS) == len({s.env for s in SPECS})
 
 
+@pytest.mark.defaults
 def test_the_docs_say_what_changing_each_setting_does() -> None:
     from settings.specs import CHANGE_EFFECTS, change_table_markdown
 
@@ -229,6 +233,7 @@ def test_the_docs_say_what_changing_each_setting_does() -> None:
     assert change_table_markdown() in (REPO / "docs" / "day2.md").read_text(), "docs/day2.md's change table is stale: run `make docs-tables`"
 
 
+@pytest.mark.defaults
 def test_every_generated_part_of_the_docs_is_current() -> None:
     """The settings, change, preflight and chart tables and the defaults' quota, between their markers."""
     from tools.docs_tables import stale_pages
@@ -237,7 +242,7 @@ def test_every_generated_part_of_the_docs_is_current() -> None:
 
 
 def _run_app(env: dict[str, str]) -> subprocess.CompletedProcess[str]:
-    full_env = {k: v for k, v in os.environ.items() if k not in {s.env for s in SPECS}} | env
+    full_env = {k: v for k, v in os.environ.items() if k not in {s.env for s in SPECS}} | pinned_environ(env)
     full_env["CDK_OUTDIR"] = "/nonexistent-must-not-be-written"
     return subprocess.run([sys.executable, "app.py"], cwd=REPO, env=full_env, capture_output=True, text=True, timeout=120)
 

@@ -1,11 +1,14 @@
 """`make docs-tables`: rewrite the generated parts of the docs from the code, between their markers
 (`<!-- generated:NAME … -->` … `<!-- /generated:NAME -->`): the settings table (settings/loader.py), the
 change table (settings/specs.py), the preflight checks (preflight/registry.py), the Helm charts
-(stacks/addons/) and the quota the defaults need. `--check` changes nothing and exits 1 when a page is stale (the tests run it)."""
+(stacks/addons/) and the quota the defaults need; and adds a new setting, with its default, to the configuration the
+tests pin (tests/pinned_settings.json: a pinned value is never changed here). `--check` changes nothing and exits 1
+when a page or the pins are stale (the tests run it)."""
 
 from __future__ import annotations
 
 import argparse
+import json
 import re
 import sys
 from collections.abc import Callable
@@ -16,11 +19,13 @@ from settings import load_settings
 from settings.ci_access import ci_settings_table_markdown
 from settings.model_facts import BUILT_IN_MODELS
 from settings.model_fit import fit_table_markdown
-from settings.specs import change_table_markdown, settings_table_markdown
+from settings.specs import SPECS, change_table_markdown, settings_table_markdown
 from stacks.addons import chart_table_markdown
 from stacks.addons.managed import managed_table_markdown
 
-DOCS = Path(__file__).resolve().parent.parent / "docs"
+REPO = Path(__file__).resolve().parent.parent
+DOCS = REPO / "docs"
+PINS = REPO / "tests" / "pinned_settings.json"
 
 
 def default_quota_markdown() -> str:
@@ -65,13 +70,26 @@ def stale_pages(docs: Path = DOCS, *, write: bool) -> list[str]:
     return stale
 
 
+def stale_pins(path: Path = PINS, *, write: bool) -> bool:
+    """The tests' pinned configuration (tests/pinned.py) holds every setting: a new one is pinned at its default, a
+    removed one dropped; a pinned value stays what the tests were written for."""
+    pins: dict[str, str | None] = json.loads(path.read_text())
+    updated = {spec.env: pins.get(spec.env, spec.default) for spec in SPECS}
+    if updated == pins:
+        return False
+    if write:
+        path.write_text(json.dumps(updated, indent=2) + "\n")
+    return True
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--check", action="store_true", help="exit 1 if a page is stale, changing nothing")
     args = parser.parse_args(argv)
-    stale = stale_pages(write=not args.check)
+    stale = [f"docs/{page}" for page in stale_pages(write=not args.check)]
+    stale += ["tests/pinned_settings.json"] if stale_pins(write=not args.check) else []
     for page in stale:
-        print(f"docs/{page}: {'stale: run `make docs-tables`' if args.check else 'generated parts updated'}", file=sys.stderr if args.check else sys.stdout)
+        print(f"{page}: {'stale: run `make docs-tables`' if args.check else 'generated parts updated'}", file=sys.stderr if args.check else sys.stdout)
     return 1 if stale and args.check else 0
 
 

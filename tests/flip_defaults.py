@@ -1,0 +1,14 @@
+"""A pytest plugin that changes defaults before any test runs: `pytest -p tests.flip_defaults -m "not defaults"`
+shows that the tests read the configuration they pin (tests/pinned.py), not the code's defaults. Only the
+tests marked `defaults` (and the golden dist/) may notice; tests/test_pinned.py runs it."""
+
+from __future__ import annotations
+
+from settings.specs import SPECS_BY_CONTEXT_KEY
+
+# Another Region and another GPU type, both valid together (the defaults' own tests would see them).
+FLIPPED = {"REGION": "us-east-2", "GPU_NODE_TYPE": "g6e.8xlarge"}
+
+for _env, _value in FLIPPED.items():
+    # The specs are frozen on purpose; this plugin alone rewrites them, in its own test process.
+    object.__setattr__(SPECS_BY_CONTEXT_KEY[_env.lower()], "default", _value)
