@@ -26,7 +26,7 @@ from settings.model import Settings
 from settings.model_facts import model_facts, vllm_architectures
 from settings.model_fit import fit, misfit
 from settings.model_source import parse_kms_key_arn, parse_model_source
-from settings.parsers import cidr, closest, csv, integer, known_instance_types, namespaces, region_name, semver
+from settings.parsers import cidr, closest, csv, integer, known_instance_types, namespaces, region_name
 from settings.sizing import check_engine_cpus, check_head_fits, gpu_worker_resources
 from settings.specs import SPECS, SPECS_BY_CONTEXT_KEY
 from settings.zones import choose_zones
@@ -39,17 +39,6 @@ DLC_OPT_IN_REGIONS = frozenset(
         "me-central-1", "me-south-1", "mx-central-1",
     }
 )  # fmt: skip
-
-
-SPECS_BY_ENV = {spec.env: spec for spec in SPECS}
-# Settings with a parser that load_settings still hands over itself: they are converted (on/off to a bool)
-# or checked against others first.
-_PARSED_HERE = frozenset({"endpoint_access", "observability", "gpu_capacity_reservation_type", "model_images"})
-
-
-def _parse(raw: Mapping[str, str], env: str) -> Any:
-    """A setting that needs no other: its spec's parser (settings/specs.py) checks it."""
-    return SPECS_BY_ENV[env].parse(raw[env])
 
 
 def check_context_keys(context: Mapping[str, Any]) -> None:
@@ -137,12 +126,11 @@ def _principal_arns(raw: str) -> tuple[str, ...]:
     return arns
 
 
-def _capacity(raw: Mapping[str, str]) -> tuple[str, str, str]:
-    """(placement group, reservation ID, reservation type) of the GPU nodes."""
+def _capacity(raw: Mapping[str, str], kind: str) -> tuple[str, str]:
+    """(placement group, reservation ID) of the GPU nodes, with the reservation's type."""
     reservation = raw["GPU_CAPACITY_RESERVATION_ID"].strip()
     if reservation and not re.fullmatch(r"cr-[0-9a-f]{17}", reservation):
         raise SettingError("GPU_CAPACITY_RESERVATION_ID", reservation, "empty or a capacity reservation ID: cr- and 17 hexadecimal digits")
-    kind = _parse(raw, "GPU_CAPACITY_RESERVATION_TYPE")
     if kind == "capacity-block" and not reservation:
         raise SettingError("GPU_CAPACITY_RESERVATION_TYPE", kind, "on-demand unless GPU_CAPACITY_RESERVATION_ID names the Capacity Block")
     group = raw["GPU_PLACEMENT_GROUP"].strip()
@@ -157,7 +145,7 @@ def _capacity(raw: Mapping[str, str]) -> tuple[str, str, str]:
             "off, or the name of the cluster placement group the reservation was created in, while GPU_CAPACITY_RESERVATION_ID is set "
             "(a new placement group holds no reservation)",
         )
-    return group, reservation, kind
+    return group, reservation
 
 
 def _image(raw: str, region: str) -> str:
@@ -229,12 +217,6 @@ def _check_model(settings: Settings, raw: Mapping[str, str]) -> None:
 MAX_GPU_NODES = 64  # as GPU_NODE_COUNT
 
 
-def _store_node_type(value: str) -> str:
-    if not re.fullmatch(r"cache\.[a-z][a-z0-9]*\.[a-z0-9]+", value):
-        raise SettingError("GCS_STORE_NODE_TYPE", value, "an ElastiCache node type, cache.FAMILY.SIZE (e.g. cache.t4g.micro, cache.m7g.large)")
-    return value
-
-
 def _check_maxima(settings: Settings, raw: Mapping[str, str]) -> None:
     """Each maximum at least its phase's minimum, and the nodes of both maxima within what one nodegroup may hold here."""
     for env, minimum_env, maximum, minimum in (
@@ -259,6 +241,9 @@ def load_settings(environ: Mapping[str, str], context: Mapping[str, Any], defaul
     defaults (by environment name): the tests pin the configuration they were written for (tests/pinned.py)."""
     check_context_keys(context)
     raw = raw_values(environ, context, defaults)
+    # Each setting whose value needs no other is parsed by its spec and handed over under its own name (the
+    # Settings field is the context key, of its parser's type): a new one of those is its spec and its field.
+    parsed: dict[str, Any] = {spec.context_key: spec.parse(raw[spec.env]) for spec in SPECS if spec.parser is not None}
 
     region = region_name(raw["REGION"])
     if raw["K8S_VERSION"] not in versions.SUPPORTED_KUBERNETES_VERSIONS:
@@ -267,38 +252,29 @@ def load_settings(environ: Mapping[str, str], context: Mapping[str, Any], defaul
             raw["K8S_VERSION"],
             ", ".join(versions.SUPPORTED_KUBERNETES_VERSIONS) + f" (the kubectl {versions.KUBECTL_LAYER_KUBERNETES_MINOR} layer's skew)",
         )
-    endpoint_access = _parse(raw, "ENDPOINT_ACCESS")
+    endpoint_access = parsed["endpoint_access"]
     public_cidrs = tuple(cidr("PUBLIC_ACCESS_CIDRS", c, private=False, prefix=(0, 32)) for c in csv(raw["PUBLIC_ACCESS_CIDRS"]))
     if public_cidrs and endpoint_access != "public-and-private":
         # EKS keeps a private endpoint for the nodes whenever the public one is restricted.
         raise SettingError("PUBLIC_ACCESS_CIDRS", raw["PUBLIC_ACCESS_CIDRS"], f"empty unless ENDPOINT_ACCESS=public-and-private (it is {endpoint_access})")
 
-    observability = _parse(raw, "OBSERVABILITY") == "on"
+    observability = parsed["observability"]
     if observability and endpoint_access == "public":
         # The managed Prometheus collector reads the pod list from inside the VPC.
         raise SettingError("OBSERVABILITY", "on", "off while ENDPOINT_ACCESS=public (the metrics collector needs the private endpoint)")
 
     gpu_node = _gpu_facts(raw["GPU_NODE_TYPE"], context)
-    placement_group, reservation, reservation_type = _capacity(raw)
+    placement_group, reservation = _capacity(raw, parsed["gpu_capacity_reservation_type"])
     zones = choose_zones(region=region, gpu_type=gpu_node.name, gpu_az=raw["GPU_AZ"].strip(), context=context)
 
-    model_id = raw["MODEL_ID"]
-    if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}", model_id):
-        raise SettingError("MODEL_ID", model_id, "letters, digits, '.', '_' and '-', at most 128 characters")
     model_source = parse_model_source(raw["MODEL_SOURCE"])
-    secret = raw["HF_TOKEN_SECRET_NAME"]
-    if secret and not re.fullmatch(r"[A-Za-z0-9/_+=.@-]{1,512}", secret):
-        raise SettingError("HF_TOKEN_SECRET_NAME", secret, "a Secrets Manager secret name (letters, digits and /_+=.@-)")
 
-    # Each setting whose value needs no other is parsed by its spec and handed over under its own name (the
-    # Settings field is the context key): a new one of those is its spec and its field, nothing here.
     settings = Settings(
-        **{spec.context_key: spec.parse(raw[spec.env]) for spec in SPECS if spec.parser is not None and spec.context_key not in _PARSED_HERE},
+        **parsed,
         region=region,
         kubernetes_version=raw["K8S_VERSION"],
         vpc_cidr=cidr("VPC_CIDR", raw["VPC_CIDR"], private=True, prefix=(16, 17)),
         availability_zones=zones.vpc_azs,
-        endpoint_access=endpoint_access,
         public_access_cidrs=public_cidrs,
         admin_principal_arns=_principal_arns(raw["ADMIN_PRINCIPAL_ARNS"]),
         system_node=_system_facts(raw["SYSTEM_NODE_TYPE"], context),
@@ -309,21 +285,12 @@ def load_settings(environ: Mapping[str, str], context: Mapping[str, Any], defaul
         dlc_image=pinned_image(_image(raw["DLC_IMAGE"], region), context)[0],
         dlc_image_source=pinned_image(_image(raw["DLC_IMAGE"], region), context)[1],
         kuberay_version=_kuberay_version(raw["KUBERAY_VERSION"]),
-        ray_version=semver(
-            "RAY_VERSION", raw["RAY_VERSION"], "X.Y.Z, at least 2.52.0 (Ray's token authentication, which the RayCluster turns on)", lambda v: v >= (2, 52, 0)
-        ),
-        model_id=model_id,
         model_source=model_source,
         tensor_parallel_size=_tensor_parallel_size(raw["TENSOR_PARALLEL_SIZE"], gpu_node),
-        hf_token_secret_name=secret,
         serve_client_namespaces=namespaces("SERVE_CLIENT_NAMESPACES", raw["SERVE_CLIENT_NAMESPACES"]) or (raw["NAMESPACE"],),
-        observability=observability,
         eks_addon_versions=_addon_versions(region, raw["K8S_VERSION"], context),
         gpu_placement_group=placement_group,
         gpu_capacity_reservation_id=reservation,
-        gpu_capacity_reservation_type=reservation_type,
-        model_images=_parse(raw, "MODEL_IMAGES") == "on",
-        gcs_store_node_type=_store_node_type(raw["GCS_STORE_NODE_TYPE"].strip()),
         model_source_kms_key_arn=parse_kms_key_arn("MODEL_SOURCE_KMS_KEY_ARN", raw["MODEL_SOURCE_KMS_KEY_ARN"].strip(), model_source),
     )
     facts, facts_source = model_facts(model_source, context)

@@ -7,7 +7,6 @@ from __future__ import annotations
 import difflib
 import ipaddress
 import re
-from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cache
 
@@ -90,20 +89,9 @@ def cidr(env: str, raw: str, *, private: bool, prefix: tuple[int, int]) -> str:
     return str(network)
 
 
-def choice(env: str, raw: str, allowed: tuple[str, ...]) -> str:
-    if raw not in allowed:
-        raise SettingError(env, raw, " or ".join(allowed))
-    return raw
-
-
-def semver(env: str, raw: str, allowed: str, check: Callable[[tuple[int, int, int]], bool]) -> str:
-    match = re.fullmatch(r"(\d+)\.(\d+)\.(\d+)", raw)
-    if not match or not check((int(match[1]), int(match[2]), int(match[3]))):
-        raise SettingError(env, raw, allowed)
-    return raw
-
-
 # --- parsers a SettingSpec carries: the check and the "Allowed" text from the same numbers -------------
+# Each returns the type of the Settings field its setting fills (tests/test_settings.py compares them): the
+# loader hands a spec's parsed value over under its context key, with no conversion of its own.
 
 
 @dataclass(frozen=True)
@@ -165,4 +153,55 @@ class OptionalInteger:
             raise SettingError(env, raw, self.allowed) from None
 
 
-Parser = Integer | DnsLabel | Choice | OptionalInteger
+@dataclass(frozen=True)
+class Flag:
+    """A switch: `on_value` is True, `off_value` False (on/off unless the setting's words are others, say true/false)."""
+
+    on_value: str = "on"
+    off_value: str = "off"
+
+    @property
+    def allowed(self) -> str:
+        return f"{self.on_value} or {self.off_value}"
+
+    def __call__(self, env: str, raw: str) -> bool:
+        if raw not in (self.on_value, self.off_value):
+            raise SettingError(env, raw, self.allowed)
+        return raw == self.on_value
+
+
+@dataclass(frozen=True)
+class Pattern:
+    """Text matching `regex` (whole), `allowed` saying it in words; empty too when `empty_ok`."""
+
+    regex: str
+    allowed: str
+    empty_ok: bool = False
+    strip: bool = False  # surrounding blanks are not part of the value
+
+    def __call__(self, env: str, raw: str) -> str:
+        value = raw.strip() if self.strip else raw
+        if (value or not self.empty_ok) and not re.fullmatch(self.regex, value):
+            raise SettingError(env, value, self.allowed)
+        return value
+
+
+@dataclass(frozen=True)
+class Semver:
+    """X.Y.Z at least `minimum`; `why` says what needs that version."""
+
+    minimum: tuple[int, int, int]
+    why: str
+
+    @property
+    def allowed(self) -> str:
+        return f"X.Y.Z, at least {'.'.join(map(str, self.minimum))} ({self.why})"
+
+    def __call__(self, env: str, raw: str) -> str:
+        match = re.fullmatch(r"(\d+)\.(\d+)\.(\d+)", raw)
+        if not match or (int(match[1]), int(match[2]), int(match[3])) < self.minimum:
+            raise SettingError(env, raw, self.allowed)
+        return raw
+
+
+Parser = Integer | DnsLabel | Choice | OptionalInteger | Flag | Pattern | Semver

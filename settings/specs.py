@@ -10,7 +10,7 @@ from collections.abc import Mapping
 from typing import Final
 
 from settings import versions
-from settings.parsers import Choice, DnsLabel, Integer, OptionalInteger
+from settings.parsers import Choice, DnsLabel, Flag, Integer, OptionalInteger, Pattern, Semver
 from settings.spec_base import _RECREATE_HOW, IN_PLACE, NEW, RECREATE, REFUSED, REPLACEMENT, ROLLING, SettingSpec
 from settings.specs_infra import INFRA_SPECS
 
@@ -52,7 +52,7 @@ SPECS: tuple[SettingSpec, ...] = (
         "RAY_VERSION",
         versions.RAY_VERSION,
         "Ray version inside DLC_IMAGE",
-        "X.Y.Z, at least 2.52 (token authentication; build_pd_openai_app since 2.49)",
+        parser=Semver((2, 52, 0), "Ray's token authentication, which the RayCluster turns on"),
         change=(RECREATE, _RECREATE_HOW),
     ),
     SettingSpec(
@@ -71,7 +71,7 @@ SPECS: tuple[SettingSpec, ...] = (
         "MODEL_ID",
         "qwen3.5-9b",
         "Model name clients send in requests",
-        "letters, digits, '.', '_', '-'",
+        parser=Pattern(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}", "letters, digits, '.', '_' and '-', at most 128 characters"),
         change=(IN_PLACE, "serveConfigV2: Ray Serve redeploys the application"),
     ),
     SettingSpec(
@@ -160,8 +160,7 @@ SPECS: tuple[SettingSpec, ...] = (
         "MODEL_IMAGES",
         "off",
         "off: a multimodal model (Qwen3.5) serves text only and vLLM loads no vision tower (language_model_only), which leaves more of an L4 to the KV cache; on: it keeps it",
-        "",
-        parser=Choice(("on", "off")),
+        parser=Flag(),
         change=(IN_PLACE, "serveConfigV2: Ray Serve redeploys the application"),
     ),
     SettingSpec(
@@ -183,8 +182,7 @@ SPECS: tuple[SettingSpec, ...] = (
         "OBSERVABILITY",
         "off",
         "CloudWatch metrics (Container Insights with GPU and EFA; the Ray pods' Prometheus metrics through a managed collector, queried with PromQL), a dashboard and alarms; costs money while idle",
-        "",
-        parser=Choice(("on", "off")),
+        parser=Flag(),
         change=(
             RECREATE,
             "`on` adds the CLUSTER_NAME-observability stack and lets the managed collector's subnets reach the Ray pods' metrics port (NetworkPolicy); "
@@ -207,14 +205,15 @@ SPECS: tuple[SettingSpec, ...] = (
         "GCS_STORE_NODE_TYPE",
         "cache.t4g.micro",
         "ElastiCache node type of the GCS store (GCS_FAULT_TOLERANCE=redis): a primary and a replica in another AZ",
-        "an ElastiCache node type, cache.FAMILY.SIZE (the preflight checks that the Region offers it)",
+        "the preflight checks that the Region offers it",
+        parser=Pattern(r"cache\.[a-z][a-z0-9]*\.[a-z0-9]+", "an ElastiCache node type, cache.FAMILY.SIZE (e.g. cache.t4g.micro, cache.m7g.large)", strip=True),
         change=(IN_PLACE, "ElastiCache modifies the nodes (the replica first, then a failover)"),
     ),
     SettingSpec(
         "HF_TOKEN_SECRET_NAME",
         "",
         "Secrets Manager secret holding a Hugging Face token (empty = none)",
-        "a Secrets Manager secret name",
+        parser=Pattern(r"[A-Za-z0-9/_+=.@-]{1,512}", "empty, or a Secrets Manager secret name (letters, digits and /_+=.@-)", empty_ok=True),
         change=(
             RECREATE,
             f"the CSI driver and Pod Identity are added in place; the workers' token volume is a RayCluster change: {_RECREATE_HOW}",

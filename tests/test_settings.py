@@ -270,3 +270,38 @@ def test_a_parser_says_what_it_allows_with_the_numbers_it_checks() -> None:
     # Settings that depend on others are parsed together in the loader, and say so if asked alone.
     with pytest.raises(TypeError):
         by_env["GPU_NODE_COUNT"].parse("2")
+
+
+def test_each_parser_returns_the_type_of_its_settings_field() -> None:
+    """The loader hands a spec's parsed value over as it is, under the spec's context key: the field must be of
+    the parser's return type (a Flag fills a bool, never the text 'off'; mypy cannot see through the hand-over)."""
+    from typing import get_type_hints
+
+    from settings import Settings
+
+    fields = get_type_hints(Settings)
+    wrong = {}
+    for spec in SPECS:
+        if spec.parser is not None:
+            returns = get_type_hints(type(spec.parser).__call__)["return"]
+            if fields.get(spec.context_key) != returns:
+                wrong[spec.env] = f"Settings.{spec.context_key}: {fields.get(spec.context_key)}, its parser returns {returns}"
+    assert wrong == {}
+
+
+def test_every_parsed_setting_reaches_the_settings_as_its_parser_returns_it() -> None:
+    settings = settings_for()
+    from tests.pinned import PINNED
+
+    handed = {s.env: (getattr(settings, s.context_key), s.parse(PINNED.get(s.env, s.default))) for s in SPECS if s.parser is not None}
+    assert {env: pair for env, pair in handed.items() if pair[0] != pair[1] or type(pair[0]) is not type(pair[1])} == {}
+    assert settings.observability is False and settings.model_images is False
+
+
+def test_a_flag_is_a_bool_in_its_own_words() -> None:
+    from settings.parsers import Flag
+
+    eager = Flag("true", "false")
+    assert (eager("X", "true"), eager("X", "false"), eager.allowed) == (True, False, "true or false")
+    with pytest.raises(SettingError, match=r"X='off' is not allowed: true or false"):
+        eager("X", "off")
