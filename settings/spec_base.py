@@ -15,6 +15,8 @@ REPLACEMENT = "replacement"
 RECREATE = "RayCluster re-created"
 REFUSED = "refused"
 NEW = "new deployment"
+# Read by the preflight (or a tool) only: no stack or manifest reads it (tests/test_settings.py checks that).
+PREFLIGHT_ONLY = "no effect on deployed stacks"
 _RECREATE_HOW = "`make diff` shows `RayClusterConfigFingerprint` changing; `make destroy STACKS=CLUSTER_NAME-serving && make deploy` (GPU nodes stay)"
 
 

@@ -11,10 +11,10 @@ from typing import Final
 
 from settings import versions
 from settings.parsers import Choice, DnsLabel, Flag, Integer, OptionalInteger, Pattern, Semver
-from settings.spec_base import _RECREATE_HOW, IN_PLACE, NEW, RECREATE, REFUSED, REPLACEMENT, ROLLING, SettingSpec
+from settings.spec_base import _RECREATE_HOW, IN_PLACE, NEW, PREFLIGHT_ONLY, RECREATE, REFUSED, REPLACEMENT, ROLLING, SettingSpec
 from settings.specs_infra import INFRA_SPECS
 
-__all__ = ["IN_PLACE", "NEW", "RECREATE", "REFUSED", "REPLACEMENT", "ROLLING", "SPECS", "SettingSpec"]
+__all__ = ["IN_PLACE", "NEW", "PREFLIGHT_ONLY", "RECREATE", "REFUSED", "REPLACEMENT", "ROLLING", "SPECS", "SettingSpec"]
 
 SPECS: tuple[SettingSpec, ...] = (
     *INFRA_SPECS,

@@ -96,12 +96,56 @@ def test_a_transient_dataset_answer_is_a_warning_not_a_wrong_region(aws: None, c
     assert (check.verdict, check.warning) == ("WARN", "not checked: run the preflight again") and code in check.detail
 
 
+# Every optional input of the preflight (a PreflightInput field whose default leaves its check with nothing to do)
+# with a value that switches it on: the full run below takes them all. A new check's optional input without
+# one here fails test_the_full_run_switches_every_optional_input_on; then an AWS call it makes that
+# preflight/registry.py does not declare fails test_every_aws_call_of_the_checks_is_declared_in_the_registry.
+SWITCHED_ON: dict[str, Any] = {
+    "gpu_update_surge_nodes": 2,
+    "system_update_surge_nodes": 6,
+    "public_access_cidrs": ("203.0.113.0/24",),
+    "vpc_azs": INPUT.vpc_azs,
+    "redeploy": "the pinned base synth (tests/day2_helpers.py), compared with what moto holds",
+    "observability": True,
+    "metrics_collector_alias": "ray-llm-multinode-ray",
+    "stacks_left_out": ("ray-llm-multinode-observability",),
+    "admin_principal_arns": (f"arn:aws:iam::{ACCOUNT}:role/ci-deploy",),
+    "execution_role_arn": "arn:${AWS::Partition}:iam::${AWS::AccountId}:role/cdk-hnb659fds-cfn-exec-role-${AWS::AccountId}-sa-east-1",
+    "gpu_capacity_reservation_id": "cr-0123456789abcdef0",
+    "model_source": "s3://example-models/qwen3.5-9b",
+    "model_source_kms_key": True,
+    "gcs_store_node_type": "cache.t4g.micro",
+    "hf_token_secret_name": "prod/hf-token",
+    "dlc_image": f"763104351884.dkr.ecr.{REGION}.amazonaws.com/ray:serve-llm-cuda-v1.0",
+}
+# Optional inputs whose checks call no AWS API (tested against servers on 127.0.0.1 in their own tests).
+NO_AWS_CALL = {
+    "helm_charts": "the chart repositories' indexes over HTTPS (tests/test_preflight.py)",
+    "environ": "where the tools run (a GitHub-hosted runner): read, never called",
+}
+
+
+def _optional_inputs() -> set[str]:
+    from dataclasses import MISSING, fields
+
+    from preflight.context import PreflightInput
+
+    return {f.name for f in fields(PreflightInput) if f.default_factory is not MISSING or (f.default is not MISSING and not f.default)}
+
+
+def test_the_full_run_switches_every_optional_input_on() -> None:
+    missing = _optional_inputs() - set(SWITCHED_ON) - set(NO_AWS_CALL)
+    assert missing == set(), f"give SWITCHED_ON a value that switches on the check(s) reading {sorted(missing)}"
+    assert set(SWITCHED_ON) | set(NO_AWS_CALL) <= _optional_inputs()
+
+
 def test_every_aws_call_of_the_checks_is_declared_in_the_registry(aws: None, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The CI deploy role's read-only actions are derived from preflight/registry.py: every call a full run
-    makes (OBSERVABILITY=on, admin principals, a capacity reservation) must be among them."""
+    """The CI deploy role's read-only actions are derived from preflight/registry.py: every call a full run makes
+    (every optional input switched on: SWITCHED_ON) must be among them."""
     import botocore.client
 
     from preflight.registry import read_only_actions
+    from tests.day2_helpers import redeploy_of
 
     called: set[str] = set()
     make_api_call = botocore.client.BaseClient._make_api_call
@@ -119,7 +163,15 @@ def test_every_aws_call_of_the_checks_is_declared_in_the_registry(aws: None, mon
         "before-call.ec2.DescribeCapacityReservations",
         lambda **_: (botocore.awsrequest.AWSResponse("https://ec2", 200, {}, None), {"CapacityReservations": []}),
     )
-    inp = replace(OBSERVED, admin_principal_arns=(f"arn:aws:iam::{ACCOUNT}:role/ci-deploy",), gpu_capacity_reservation_id="cr-0123456789abcdef0")
-    run_checks(inp, session)
+    # moto 5.2.5 has neither ElastiCache call of the GCS store's check: a Stubber answers them.
+    elasticache = boto3.session.Session().client("elasticache", region_name=REGION)
+    stub = Stubber(elasticache)
+    stub.add_response("describe_reserved_cache_nodes_offerings", {"ReservedCacheNodesOfferings": []})
+    stub.add_response("describe_cache_engine_versions", {"CacheEngineVersions": []})
+    stub.activate()
+    session._stubbed["elasticache"] = elasticache
+    inp = replace(INPUT, **(SWITCHED_ON | {"redeploy": redeploy_of()}))
+    results = run_checks(inp, session)
     assert {"sts:GetCallerIdentity", "iam:GetRole", "aps:ListScrapers", "cloudwatch:GetDataset", "servicequotas:GetServiceQuota"} <= called
-    assert called - set(read_only_actions()) == set()
+    assert {"cloudformation:GetTemplate", "s3:ListObjectsV2", "ecr:BatchGetImage"} & called, sorted(called)
+    assert called - set(read_only_actions()) == set(), [r for r in results if not r.ok]

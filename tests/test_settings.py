@@ -305,3 +305,20 @@ def test_a_flag_is_a_bool_in_its_own_words() -> None:
     assert (eager("X", "true"), eager("X", "false"), eager.allowed) == (True, False, "true or false")
     with pytest.raises(SettingError, match=r"X='off' is not allowed: true or false"):
         eager("X", "off")
+
+
+def _read_by_the_stacks(field: str) -> list[str]:
+    """The modules of stacks/ and k8s_constructs/ that read `field` of the Settings."""
+    import re
+
+    pattern = re.compile(rf"\.{re.escape(field)}\b")
+    return sorted(str(p.relative_to(REPO)) for d in ("stacks", "k8s_constructs") for p in (REPO / d).rglob("*.py") if pattern.search(p.read_text()))
+
+
+def test_a_preflight_only_setting_is_read_by_no_stack() -> None:
+    """ "no effect on deployed stacks" (PREFLIGHT_ONLY) holds only while no stack or manifest reads the setting."""
+    from settings.specs import CHANGE_EFFECTS, PREFLIGHT_ONLY
+
+    read = {env: _read_by_the_stacks(env.lower()) for env, (effect, _) in CHANGE_EFFECTS.items() if effect == PREFLIGHT_ONLY}
+    assert {env: modules for env, modules in read.items() if modules} == {}
+    assert _read_by_the_stacks("gpu_az"), "the search finds a setting the stacks read"

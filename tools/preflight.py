@@ -13,6 +13,7 @@ import json
 import os
 import sys
 from collections.abc import Mapping
+from dataclasses import fields
 from pathlib import Path
 
 from preflight.checks import PreflightInput
@@ -24,6 +25,7 @@ from stacks.addons import chart_pins
 from tools.entry import project_settings
 
 ASSEMBLY = REPO / "cdk.out"
+_SETTINGS_FIELDS = frozenset(f.name for f in fields(Settings)) | {name for name, value in vars(Settings).items() if isinstance(value, property)}
 
 
 def read_assembly(settings: Settings, assembly: Path) -> dict[str, dict[str, object]]:
@@ -53,41 +55,29 @@ def preflight_input(
 ) -> PreflightInput:
     quota_code, quota_name = settings.gpu_node.on_demand_quota
     redeploy = Redeploy.of(settings, templates) if templates is not None else None
+    # A PreflightInput field named as a Settings field (or property) takes its value: a check's new input that is a setting
+    # is its field in preflight/context.py, nothing here. The others are derived from the settings below.
+    same_name = {f.name: getattr(settings, f.name) for f in fields(PreflightInput) if f.name in _SETTINGS_FIELDS}
     return PreflightInput(
-        region=settings.region,
-        gpu_az=settings.gpu_az,
-        gpu_instance_type=settings.gpu_node.name,
-        gpu_vcpus=settings.gpu_node.vcpus,
-        # The most nodes this deploy may run (both phases at their maxima): the quota, the reservation and the
-        # placement group must hold them all.
-        gpu_node_count=settings.gpu_node_max,
-        gpu_quota_code=quota_code,
-        gpu_quota_name=quota_name,
-        system_instance_type=settings.system_node.name,
-        system_vcpus=settings.system_node.vcpus,
-        system_node_count=settings.system_node_count,
-        cluster_name=settings.cluster_name,
-        gpu_update_surge_nodes=settings.gpu_update_surge_nodes,
-        system_update_surge_nodes=settings.system_update_surge_nodes,
-        endpoint_access=settings.endpoint_access,
-        public_access_cidrs=settings.public_access_cidrs,
-        redeploy=redeploy,
-        helm_charts=chart_pins(settings),
-        observability=settings.observability,
-        metrics_collector_alias=settings.metrics_collector_alias,
-        stacks_left_out=settings.stacks_left_out,
-        admin_principal_arns=settings.admin_principal_arns,
-        execution_role_arn=execution_role,
-        vpc_azs=settings.availability_zones,
-        gpu_capacity_reservation_id=settings.gpu_capacity_reservation_id,
-        gpu_capacity_reservation_type=settings.gpu_capacity_reservation_type,
-        gpu_placement_group=settings.gpu_placement_group,
-        model_source=settings.model_source,
-        model_source_kms_key=bool(settings.model_source_kms_key_arn),
-        gcs_store_node_type=settings.gcs_store_node_type if settings.gcs_redis else "",
-        hf_token_secret_name=settings.hf_token_secret_name,
-        dlc_image=settings.dlc_image,
-        environ=dict(environ or {}),
+        **same_name
+        | dict(
+            gpu_instance_type=settings.gpu_node.name,
+            gpu_vcpus=settings.gpu_node.vcpus,
+            # The most nodes this deploy may run (both phases at their maxima): the quota, the reservation and the
+            # placement group must hold them all.
+            gpu_node_count=settings.gpu_node_max,
+            gpu_quota_code=quota_code,
+            gpu_quota_name=quota_name,
+            system_instance_type=settings.system_node.name,
+            system_vcpus=settings.system_node.vcpus,
+            redeploy=redeploy,
+            helm_charts=chart_pins(settings),
+            execution_role_arn=execution_role,
+            vpc_azs=settings.availability_zones,
+            model_source_kms_key=bool(settings.model_source_kms_key_arn),
+            gcs_store_node_type=settings.gcs_store_node_type if settings.gcs_redis else "",
+            environ=dict(environ or {}),
+        )
     )
 
 
