@@ -5,6 +5,8 @@ read-only AWS calls are made.
 
 from __future__ import annotations
 
+import sys
+
 # boto3/botocore ship no type information: see preflight.context.
 import boto3
 from botocore.exceptions import BotoCoreError, ClientError
@@ -84,12 +86,7 @@ def format_table(results: list[CheckResult]) -> str:
 
 
 def main(inp: PreflightInput, session: boto3.session.Session | None = None) -> int:
-    """Print the preflight table; 0 when every check passed, 1 otherwise."""
-    print(
-        f"Preflight for cluster {inp.cluster_name} in {inp.region}: "
-        f"{inp.gpu_node_count} x {inp.gpu_instance_type} in {inp.gpu_az}, "
-        f"{inp.system_node_count} x {inp.system_instance_type}"
-    )
+    """Print the preflight table; 0 when every check passed, 1 otherwise. Without credentials: one line."""
     results: list[CheckResult]
     try:
         if session is None:
@@ -99,6 +96,16 @@ def main(inp: PreflightInput, session: boto3.session.Session | None = None) -> i
         results = _without_credentials(error_result("credentials", err))
     else:
         results = run_checks(inp, session)
+    credentials = results[0]
+    if not credentials.ok:
+        # Every other check would fail for the same cause: say it once.
+        print(f"error: preflight: {credentials.detail}; {credentials.fix}", file=sys.stderr)
+        return 1
+    print(
+        f"Preflight for cluster {inp.cluster_name} in {inp.region}: "
+        f"{inp.gpu_node_count} x {inp.gpu_instance_type} in {inp.gpu_az}, "
+        f"{inp.system_node_count} x {inp.system_instance_type}"
+    )
     print(format_table(results))
     failed = sum(not r.ok for r in results)
     print("All checks passed." if not failed else f"{failed} of {len(results)} checks failed.")

@@ -7,6 +7,7 @@ any construct exists, and a bad one raises SettingError naming the setting, the 
 
 from __future__ import annotations
 
+import difflib
 import re
 from collections.abc import Mapping
 from dataclasses import replace
@@ -41,6 +42,9 @@ DLC_OPT_IN_REGIONS = frozenset(
 )  # fmt: skip
 
 
+SPECS_BY_ENV = {spec.env: spec for spec in SPECS}
+
+
 def check_context_keys(context: Mapping[str, Any]) -> None:
     """Reject context keys that look like ours but are not: a typo must not be silently ignored."""
     for key in sorted(context):
@@ -50,6 +54,20 @@ def check_context_keys(context: Mapping[str, Any]) -> None:
         if key not in SPECS_BY_CONTEXT_KEY:
             hint = closest(key, sorted(SPECS_BY_CONTEXT_KEY))
             raise SettingError(key, context[key], f"a known context key{hint}; see docs/settings.md")
+
+
+def near_misses(environ: Mapping[str, str]) -> list[str]:
+    """One warning per environment variable that is no setting but looks like a misspelt one (PREFIL_REPLICAS): it
+    would be ignored without a word, while a misspelt `-c` key is refused (check_context_keys)."""
+    known = sorted(SPECS_BY_ENV)
+    warnings = []
+    for name in sorted(environ):
+        if name in SPECS_BY_ENV or not re.fullmatch(r"[A-Z][A-Z0-9_]*", name):
+            continue
+        match = difflib.get_close_matches(name, known, n=1, cutoff=0.88)
+        if match:
+            warnings.append(f"warning: {name} is not a setting and is ignored (did you mean {match[0]}?); see docs/settings.md")
+    return warnings
 
 
 def raw_values(environ: Mapping[str, str], context: Mapping[str, Any], defaults: Mapping[str, str] | None = None) -> dict[str, str]:
@@ -67,12 +85,12 @@ def raw_values(environ: Mapping[str, str], context: Mapping[str, Any], defaults:
     return values
 
 
-def _instance_facts(env: str, name: str, context: Mapping[str, Any]) -> InstanceFacts:
+def _instance_facts(env: str, name: str, context: Mapping[str, Any], suggestions: tuple[str, ...]) -> InstanceFacts:
     if name in BUILT_IN:
         return BUILT_IN[name]  # known good: skip loading the EC2 API model
     if not INSTANCE_TYPE_PATTERN.fullmatch(name) or name not in known_instance_types():
-        hint = closest(name, sorted(known_instance_types()))
-        raise SettingError(env, name, f"an EC2 instance type{hint}")
+        # A suggestion only among the types this setting takes (not g6.xlarge, which has no EFA, for g6.8xlarg).
+        raise SettingError(env, name, f"an EC2 instance type{closest(name, suggestions)}")
     cached = context.get(instance_type_context_key(name))
     if isinstance(cached, Mapping):
         return InstanceFacts.from_context(cached)
@@ -80,7 +98,7 @@ def _instance_facts(env: str, name: str, context: Mapping[str, Any]) -> Instance
 
 
 def _gpu_facts(name: str, context: Mapping[str, Any]) -> InstanceFacts:
-    facts = _instance_facts("GPU_NODE_TYPE", name, context)
+    facts = _instance_facts("GPU_NODE_TYPE", name, context, BUILT_IN_GPU_TYPES)
     supported = ", ".join(BUILT_IN_GPU_TYPES)
     if facts.vcpus == 0:
         if not facts.family.startswith(("g", "p")):
@@ -95,8 +113,12 @@ def _gpu_facts(name: str, context: Mapping[str, Any]) -> InstanceFacts:
     return facts
 
 
+# The built-in types SYSTEM_NODE_TYPE takes: x86_64, no GPU, at least 4 vCPU and 16 GiB (see _system_facts).
+BUILT_IN_SYSTEM_TYPES = tuple(n for n, f in BUILT_IN.items() if f.gpus == 0 and f.architecture == "x86_64" and f.vcpus >= 4 and f.memory_mib >= 16 * 1024)
+
+
 def _system_facts(name: str, context: Mapping[str, Any]) -> InstanceFacts:
-    facts = _instance_facts("SYSTEM_NODE_TYPE", name, context)
+    facts = _instance_facts("SYSTEM_NODE_TYPE", name, context, BUILT_IN_SYSTEM_TYPES)
     if facts.vcpus == 0:
         raise SettingError(
             "SYSTEM_NODE_TYPE",
@@ -174,14 +196,14 @@ def _tensor_parallel_size(raw: str, gpu_node: InstanceFacts) -> int:
 
 def _kuberay_version(raw: str) -> str:
     # Only the version whose CRDs the repository carries: the typed RayService, its validation and
-    # `make kuberay-crds` all use those files. Moving to another version means updating schemas/kuberay/,
-    # imports/ and the pin together.
+    # `make kuberay-crds` all use those files. `make vendor-kuberay VERSION=X.Y.Z` moves schemas/kuberay/,
+    # imports/, dist/ and the pin together.
     pinned = versions.KUBERAY_OPERATOR.version
     if raw != pinned:
         raise SettingError(
             "KUBERAY_VERSION",
             raw,
-            f"{pinned}, the version of the CRDs in schemas/kuberay/ (to move, update them, `make imports` and settings/versions.py together)",
+            f"{pinned}, the version of the CRDs in schemas/kuberay/ (to move to another release: `make vendor-kuberay VERSION=X.Y.Z`)",
         )
     return raw
 

@@ -47,6 +47,8 @@ def test_environment_beats_context() -> None:
     [
         ({"GPU_NODE_TYPE": "g6.8xlarg"}, "GPU_NODE_TYPE", "did you mean g6.8xlarge"),
         ({"SYSTEM_NODE_TYPE": "m7i.huge"}, "SYSTEM_NODE_TYPE", "an EC2 instance type"),
+        ({"GPU_NODE_TYPE": "g6.xlarg"}, "GPU_NODE_TYPE", "did you mean g6.8xlarge"),
+        ({"SYSTEM_NODE_TYPE": "m7i.larg"}, "SYSTEM_NODE_TYPE", "did you mean m7i.xlarge"),
         ({"GPU_NODE_TYPE": "m7i.xlarge"}, "GPU_NODE_TYPE", "has no GPU"),
         ({"GPU_NODE_TYPE": "g6.4xlarge"}, "GPU_NODE_TYPE", "make lookup"),
         ({"SYSTEM_NODE_TYPE": "m7i.large"}, "SYSTEM_NODE_TYPE", "at least 4 vCPU and 16 GiB"),
@@ -67,7 +69,7 @@ def test_environment_beats_context() -> None:
         ({"GPU_NODEGROUP_NAME": "gpu.workers"}, "GPU_NODEGROUP_NAME", "DNS label"),
         ({"DLC_IMAGE": "ray:latest"}, "DLC_IMAGE", "not :latest"),
         ({"KUBERAY_VERSION": "1.4.0"}, "KUBERAY_VERSION", "1.7.0, the version of the CRDs in schemas/kuberay/"),
-        ({"KUBERAY_VERSION": "1.7.1"}, "KUBERAY_VERSION", "1.7.0, the version of the CRDs"),
+        ({"KUBERAY_VERSION": "1.7.1"}, "KUBERAY_VERSION", "the CRDs in schemas/kuberay/ (to move to another release: `make vendor-kuberay VERSION=X.Y.Z`)"),
         ({"GPU_UPDATE_STRATEGY": "rolling"}, "GPU_UPDATE_STRATEGY", "minimal or default"),
         ({"RAY_VERSION": "2.40.0"}, "RAY_VERSION", "at least 2.52.0"),
         ({"RAY_VERSION": "2.51.0"}, "RAY_VERSION", "token authentication"),
@@ -322,3 +324,31 @@ def test_a_preflight_only_setting_is_read_by_no_stack() -> None:
     read = {env: _read_by_the_stacks(env.lower()) for env, (effect, _) in CHANGE_EFFECTS.items() if effect == PREFLIGHT_ONLY}
     assert {env: modules for env, modules in read.items() if modules} == {}
     assert _read_by_the_stacks("gpu_az"), "the search finds a setting the stacks read"
+
+
+def test_a_misspelt_environment_setting_is_warned_about_in_one_line() -> None:
+    from settings.loader import near_misses
+
+    assert near_misses({"PREFIL_REPLICAS": "2", "REGON": "us-east-2", "AWS_REGION": "us-east-2", "PATH": "/bin", "GITHUB_REPOSITORY_OWNER": "o"}) == [
+        "warning: PREFIL_REPLICAS is not a setting and is ignored (did you mean PREFILL_REPLICAS?); see docs/settings.md",
+        "warning: REGON is not a setting and is ignored (did you mean REGION?); see docs/settings.md",
+    ]
+    result = _run_app({"PREFIL_REPLICAS": "2", "GPU_NODE_TYPE": "m7i.xlarge"})
+    assert result.returncode == 2
+    assert [line for line in result.stderr.splitlines() if line.startswith("warning: ")] == [
+        "warning: PREFIL_REPLICAS is not a setting and is ignored (did you mean PREFILL_REPLICAS?); see docs/settings.md"
+    ]
+
+
+def test_every_make_target_a_message_names_exists() -> None:
+    """Errors, fixes and notices name current procedures: each `make X` in the code is a target of the Makefile."""
+    import re
+
+    targets = set(re.findall(r"^([a-z][a-z-]*):", (REPO / "Makefile").read_text(), re.MULTILINE))
+    named = {
+        (str(path.relative_to(REPO)), target)
+        for folder in ("settings", "preflight", "stacks", "k8s_constructs", "tools")
+        for path in (REPO / folder).rglob("*.py")
+        for target in re.findall(r"`make ([a-z][a-z-]*)", path.read_text())
+    }
+    assert named and {(path, target) for path, target in named if target not in targets} == set()
