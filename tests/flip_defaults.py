@@ -4,11 +4,16 @@ tests marked `defaults` (and the golden dist/) may notice; tests/test_pinned.py 
 
 from __future__ import annotations
 
+import pytest
+
 from settings.specs import SPECS_BY_CONTEXT_KEY
 
 # Another Region and another GPU type, both valid together (the defaults' own tests would see them).
 FLIPPED = {"REGION": "us-east-2", "GPU_NODE_TYPE": "g6e.8xlarge"}
 
-for _env, _value in FLIPPED.items():
-    # The specs are frozen on purpose; this plugin alone rewrites them, in its own test process.
-    object.__setattr__(SPECS_BY_CONTEXT_KEY[_env.lower()], "default", _value)
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Only as a plugin (`-p`), before collection: importing this module (tests/test_pinned.py does) changes nothing."""
+    for env, value in FLIPPED.items():
+        # The specs are frozen on purpose; this plugin alone rewrites them, in its own test process.
+        object.__setattr__(SPECS_BY_CONTEXT_KEY[env.lower()], "default", value)
