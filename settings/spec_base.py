@@ -32,6 +32,9 @@ class SettingSpec:
     # The parser of a value that needs no other setting: it checks it and says what is allowed (the "Allowed"
     # column starts with its text), from the same numbers. None: settings/loader.py parses it with the others.
     parser: Parser | None = None
+    # The CI workflows pass a repository variable of this name to the app (.github/actions/settings-from-variables,
+    # written by `make docs-tables`): what differs between accounts; the shape of a deployment stays in cdk.json.
+    ci_variable: bool = False
 
     @property
     def allowed_text(self) -> str:

@@ -183,6 +183,7 @@ SPECS: tuple[SettingSpec, ...] = (
         "off",
         "CloudWatch metrics (Container Insights with GPU and EFA; the Ray pods' Prometheus metrics through a managed collector, queried with PromQL), a dashboard and alarms; costs money while idle",
         parser=Flag(),
+        ci_variable=True,
         change=(
             RECREATE,
             "`on` adds the CLUSTER_NAME-observability stack and lets the managed collector's subnets reach the Ray pods' metrics port (NetworkPolicy); "
@@ -214,6 +215,7 @@ SPECS: tuple[SettingSpec, ...] = (
         "",
         "Secrets Manager secret holding a Hugging Face token (empty = none)",
         parser=Pattern(r"[A-Za-z0-9/_+=.@-]{1,512}", "empty, or a Secrets Manager secret name (letters, digits and /_+=.@-)", empty_ok=True),
+        ci_variable=True,
         change=(
             RECREATE,
             f"the CSI driver and Pod Identity are added in place; the workers' token volume is a RayCluster change: {_RECREATE_HOW}",

@@ -15,6 +15,7 @@ INFRA_SPECS: tuple[SettingSpec, ...] = (
         "EKS cluster name; also the prefix of the stack names",
         "",
         parser=DnsLabel(40),
+        ci_variable=True,
         change=(NEW, "new stack names: a second deployment beside the first. `make destroy` the old one (with the old name) first"),
     ),
     SettingSpec(
@@ -22,6 +23,7 @@ INFRA_SPECS: tuple[SettingSpec, ...] = (
         "sa-east-1",
         "AWS Region of every stack",
         "an AWS commercial Region, e.g. us-east-2",
+        ci_variable=True,
         change=(NEW, "a second deployment in the other Region. `make destroy` the old one (with the old Region) first"),
     ),
     SettingSpec(
@@ -56,6 +58,7 @@ INFRA_SPECS: tuple[SettingSpec, ...] = (
         "Where the Kubernetes API endpoint is reachable from",
         "",
         parser=Choice(("public-and-private", "private", "public")),
+        ci_variable=True,
         change=(
             IN_PLACE,
             "EKS updates the endpoint; to or from `public` the kubectl provider's Lambdas move out of or into the VPC (with their own security group whenever they are in it)",
@@ -66,6 +69,7 @@ INFRA_SPECS: tuple[SettingSpec, ...] = (
         "",
         "Allow-list for the public API endpoint (empty = anywhere)",
         "comma-separated IPv4 CIDRs; needs ENDPOINT_ACCESS=public-and-private",
+        ci_variable=True,
         change=(IN_PLACE, "EKS updates the allow-list"),
     ),
     SettingSpec(
@@ -73,6 +77,7 @@ INFRA_SPECS: tuple[SettingSpec, ...] = (
         "",
         "IAM roles/users given cluster-admin access entries (CI deploy role, people)",
         "comma-separated IAM role or user ARNs",
+        ci_variable=True,
         change=(IN_PLACE, "access entries added or removed (each keyed by its ARN, so the others stay)"),
     ),
     SettingSpec(
@@ -149,6 +154,7 @@ INFRA_SPECS: tuple[SettingSpec, ...] = (
         "",
         "AZ of the GPU nodes (EFA cannot cross AZs); empty = the cached look-up, else REGION + 'a'",
         "an AZ of REGION that offers GPU_NODE_TYPE",
+        ci_variable=True,
         change=(
             REFUSED,
             "the nodegroup's subnet is create-only and its name fixed. Park, deploy the new GPU_AZ with a new GPU_NODEGROUP_NAME and "

@@ -319,7 +319,9 @@ def test_the_exported_settings_are_settings_of_the_app() -> None:
     tree = ast.parse((SETTINGS_ACTION / "export_settings.py").read_text())
     (names,) = [n.value for n in ast.walk(tree) if isinstance(n, ast.Assign) and getattr(n.targets[0], "id", "") == "SETTINGS"]
     exported = {e.value for e in names.elts}  # type: ignore[attr-defined]
-    assert exported <= {s.env for s in SPECS} and {"CLUSTER_NAME", "REGION", "ADMIN_PRINCIPAL_ARNS", "ENDPOINT_ACCESS"} <= exported
+    # Derived from the specs (`make docs-tables` writes the tuple): what differs between accounts.
+    assert exported == {s.env for s in SPECS if s.ci_variable}
+    assert {"CLUSTER_NAME", "REGION", "ADMIN_PRINCIPAL_ARNS", "ENDPOINT_ACCESS"} <= exported
 
 
 def test_required_variables_are_checked_before_deploying(tmp_path: Path) -> None:

@@ -37,28 +37,91 @@ def default_quota_markdown() -> str:
     return f"- GPU nodes: {gpu}\n- system nodes: {system}"
 
 
-# page -> (marker name -> renderer)
+# The pages people read, in reading order: (title, page under docs/, what it holds). The one list of them: the
+# site's navigation (mkdocs.yml), the README's table and docs/index.md's are written from it.
+PAGES: tuple[tuple[str, str, str], ...] = (
+    ("Deploying", "deploy.md", "prerequisites, the preflight checks, the stacks, how long a deploy takes, GPU capacity, teardown"),
+    ("Verify and benchmark", "verify.md", "the endpoint, `make verify`, `make bench-serving`, the Ray dashboard, EFA"),
+    ("Changing a deployed stack", "day2.md", "what each setting does to a deployed stack, and the procedures"),
+    ("Settings", "settings.md", "every setting, its default and what is allowed"),
+    ("The model", "models.md", "the fit and serveability checks, and what fits each GPU type"),
+    ("Weights from S3", "weights.md", "`MODEL_SOURCE=s3://…`, `make mirror-model`, least-privilege reads, load times and NAT cost"),
+    ("Elastic capacity", "scaling.md", "`PREFILL_MAX_REPLICAS`/`DECODE_MAX_REPLICAS`: how a request becomes a node, the times, what bounds the bill"),
+    ("Surviving the Ray head", "fault-tolerance.md", "`GCS_FAULT_TOLERANCE=redis`: the GCS in ElastiCache, two system nodes, what one still risks, cost"),
+    ("Observability", "observability.md", "`OBSERVABILITY=on`: metrics, the dashboard, alarms"),
+    ("Security", "security.md", "who can reach what, what runs privileged, where secrets live"),
+    ("Architecture", "architecture.md", "the parts, the data flow, the topology, design choices, the repository layout"),
+    ("CI", "ci.md", "the GitHub workflows, the CI access stack, the scoped execution policies"),
+    ("Troubleshooting", "troubleshooting.md", "when a deploy or a destroy fails"),
+    ("Upgrading", "upgrading.md", "Kubernetes, KubeRay, earlier versions of this project, what is pinned"),
+    ("Tests", "testing.md", "what `make test` and `make checkov` check"),
+    ("Contributing", "contributing.md", "the recipes: a setting, a chart, a preflight check, a KubeRay upgrade"),
+    ("Changelog", "changelog.md", "what changed, version by version"),
+)
+
+
+def pages_table_markdown(prefix: str) -> str:
+    """The table of pages, each linked as `prefix` + page (README.md links into docs/)."""
+    rows = ["| Page | What it holds |", "|---|---|"] + [f"| [{title}]({prefix}{page}) | {holds} |" for title, page, holds in PAGES]
+    return "\n".join(rows)
+
+
+def nav_yaml() -> str:
+    """mkdocs.yml's navigation: Home, then PAGES."""
+    return "\n".join(["nav:", "  - Home: index.md", *(f"  - {title}: {page}" for title, page, _ in PAGES)])
+
+
+def ci_variables_python() -> str:
+    """The export script's tuple of the settings a repository variable may set (standard library only: it runs
+    before the project is installed, so it cannot import the specs)."""
+    return "SETTINGS = (\n" + "".join(f'    "{spec.env}",\n' for spec in SPECS if spec.ci_variable) + ")"
+
+
+def ci_variables_markdown() -> str:
+    return ", ".join(f"`{spec.env}`" for spec in SPECS if spec.ci_variable)
+
+
+# file under the repository -> (marker name -> renderer)
 GENERATED: dict[str, dict[str, Callable[[], str]]] = {
-    "settings.md": {"settings": settings_table_markdown},
-    "day2.md": {"changes": change_table_markdown},
-    "deploy.md": {"preflight": preflight_table_markdown, "default-quota": default_quota_markdown},
-    "upgrading.md": {"charts": lambda: chart_table_markdown(load_settings({}, {})), "managed-addons": lambda: managed_table_markdown(load_settings({}, {}))},
-    "ci.md": {"ci-settings": ci_settings_table_markdown},
-    "models.md": {"model-fit": lambda: fit_table_markdown(BUILT_IN_MODELS.values())},
+    "README.md": {"pages": lambda: pages_table_markdown("docs/")},
+    "mkdocs.yml": {"nav": nav_yaml},
+    "docs/index.md": {"pages": lambda: pages_table_markdown("")},
+    "docs/settings.md": {"settings": settings_table_markdown},
+    "docs/day2.md": {"changes": change_table_markdown},
+    "docs/deploy.md": {"preflight": preflight_table_markdown, "default-quota": default_quota_markdown},
+    "docs/upgrading.md": {
+        "charts": lambda: chart_table_markdown(load_settings({}, {})),
+        "managed-addons": lambda: managed_table_markdown(load_settings({}, {})),
+    },
+    "docs/ci.md": {"ci-settings": ci_settings_table_markdown, "ci-variables": ci_variables_markdown},
+    ".github/actions/settings-from-variables/export_settings.py": {"ci-variables": ci_variables_python},
+    "docs/models.md": {"model-fit": lambda: fit_table_markdown(BUILT_IN_MODELS.values())},
 }
 
 
 def render(text: str, name: str, body: str) -> str:
-    pattern = re.compile(rf"(<!-- generated:{re.escape(name)}\b[^>]*-->\n)(.*?)(<!-- /generated:{re.escape(name)} -->)", re.DOTALL)
+    """Replace what lies between the markers `<!-- generated:NAME … -->` and `<!-- /generated:NAME -->` (in YAML and
+    Python: the comment lines `# generated:NAME …` and `# /generated:NAME`), indented as the opening marker."""
+    n = re.escape(name)
+    pattern = re.compile(
+        rf"^([ \t]*)((?:<!-- generated:{n}\b[^>]*-->|# generated:{n}\b[^\n]*)\n)(.*?)^[ \t]*(<!-- /generated:{n} -->|# /generated:{n}$)",
+        re.DOTALL | re.MULTILINE,
+    )
     if not pattern.search(text):
         raise ValueError(f"no generated:{name} markers")
-    return pattern.sub(lambda m: m[1] + body + "\n" + m[3], text, count=1)
+
+    def replace(m: re.Match[str]) -> str:
+        indent = m[1]
+        lines = "".join(f"{indent}{line}\n" if line else "\n" for line in body.split("\n"))
+        return indent + m[2] + lines + indent + m[4]
+
+    return pattern.sub(replace, text, count=1)
 
 
-def stale_pages(docs: Path = DOCS, *, write: bool) -> list[str]:
+def stale_pages(root: Path = REPO, *, write: bool) -> list[str]:
     stale = []
     for page, parts in GENERATED.items():
-        path = docs / page
+        path = root / page
         text = path.read_text()
         updated = text
         for name, renderer in parts.items():
@@ -86,7 +149,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--check", action="store_true", help="exit 1 if a page is stale, changing nothing")
     args = parser.parse_args(argv)
-    stale = [f"docs/{page}" for page in stale_pages(write=not args.check)]
+    stale = stale_pages(write=not args.check)
     stale += ["tests/pinned_settings.json"] if stale_pins(write=not args.check) else []
     for page in stale:
         print(f"{page}: {'stale: run `make docs-tables`' if args.check else 'generated parts updated'}", file=sys.stderr if args.check else sys.stdout)

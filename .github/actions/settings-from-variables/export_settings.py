@@ -8,17 +8,19 @@ import json
 import os
 import sys
 
-# The settings a repository variable may set (tests/test_workflow_steps.py keeps them among the app's).
+# The settings a repository variable may set: those with `ci_variable=True` in settings/specs*.py.
+# generated:ci-variables (`make docs-tables`)
 SETTINGS = (
     "CLUSTER_NAME",
     "REGION",
+    "ENDPOINT_ACCESS",
+    "PUBLIC_ACCESS_CIDRS",
     "ADMIN_PRINCIPAL_ARNS",
     "GPU_AZ",
-    "PUBLIC_ACCESS_CIDRS",
-    "ENDPOINT_ACCESS",
-    "HF_TOKEN_SECRET_NAME",
     "OBSERVABILITY",
+    "HF_TOKEN_SECRET_NAME",
 )
+# /generated:ci-variables
 
 
 def main() -> int:
