@@ -33,7 +33,7 @@ from imports.io.ray import (
     RayServiceSpecRayClusterConfigHeadGroupSpecTemplateSpecVolumesConfigMap,
     RayServiceSpecRayClusterConfigHeadGroupSpecTemplateSpecVolumesCsi,
 )
-from k8s_constructs.hf_token import CSI_DRIVER, SyncedSecretProviderClass
+from k8s_constructs.synced_secrets import CSI_DRIVER, SyncedSecretProviderClass
 
 CA_BUNDLE: Final = Path(__file__).parent / "data" / "amazon-root-cas.pem"
 CA_CONFIG_MAP: Final = "gcs-store-ca"

@@ -11,7 +11,7 @@ import cdk8s
 import cdk8s_plus_28 as kplus
 from constructs import Construct
 
-from k8s_constructs import hf_token
+from k8s_constructs import synced_secrets
 from k8s_constructs.bench_job import client_security_context
 from settings.scheduling import SYSTEM_NODE_LABELS
 
@@ -57,13 +57,13 @@ class MirrorJobChart(cdk8s.Chart):
         }
         volumes = [kplus.Volume.from_config_map(self, "ScriptVolume", self.script, name="script")]
         if props.token_provider_class:
-            env["HF_TOKEN_FILE"] = f"{hf_token.MOUNT_PATH}/{hf_token.SECRET_KEY}"
+            env["HF_TOKEN_FILE"] = f"{synced_secrets.MOUNT_PATH}/{synced_secrets.SECRET_KEY}"
             volumes.append(
                 kplus.Volume.from_csi(
                     self,
                     "TokenVolume",
-                    hf_token.CSI_DRIVER,
-                    name=hf_token.VOLUME_NAME,
+                    synced_secrets.CSI_DRIVER,
+                    name=synced_secrets.VOLUME_NAME,
                     read_only=True,
                     attributes={"secretProviderClass": props.token_provider_class},
                 )
@@ -82,7 +82,7 @@ class MirrorJobChart(cdk8s.Chart):
             security_context=client_security_context(read_only_root_filesystem=True),
             env_variables={k: kplus.EnvValue.from_value(v) for k, v in env.items()},
             volume_mounts=[kplus.VolumeMount(path=SCRIPT_DIR, volume=volumes[0], read_only=True)]
-            + ([kplus.VolumeMount(path=hf_token.MOUNT_PATH, volume=volumes[1], read_only=True)] if props.token_provider_class else []),
+            + ([kplus.VolumeMount(path=synced_secrets.MOUNT_PATH, volume=volumes[1], read_only=True)] if props.token_provider_class else []),
         )
         self.job = kplus.Job(
             self,

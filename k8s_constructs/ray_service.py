@@ -62,12 +62,12 @@ from imports.io.ray import (
     RayServiceSpecRayClusterConfigWorkerGroupSpecsTemplateSpecVolumesHostPath,
     RayServiceSpecUpgradeStrategy,
 )
-from k8s_constructs import gcs_ft, hf_token
-from k8s_constructs.hf_token import HfTokenProviderClass, hf_token_of
+from k8s_constructs import gcs_ft, synced_secrets
 from k8s_constructs.network_policies import NetworkPolicyProps, RayNetworkPolicies
 from k8s_constructs.ray_autoscaling import WORKER_ANNOTATIONS, autoscaler_options
 from k8s_constructs.ray_facts import DASHBOARD_PORT, GCS_PORT, HEAD_CONTAINER, SERVE_PORT, WORKER_CONTAINER, worker_service_account
 from k8s_constructs.serve_config import PHASE_RESOURCES, Phase, pd_application
+from k8s_constructs.synced_secrets import HfTokenProviderClass, hf_token_of
 from settings import Settings
 from settings.scheduling import GPU_NODE_LABELS, LOCAL_NVME_MOUNT, SYSTEM_NODE_LABELS, gpu_toleration
 from settings.sizing import (
@@ -298,7 +298,7 @@ class PdRayServiceChart(cdk8s.Chart):
                     name="HF_TOKEN",
                     value_from=RayServiceSpecRayClusterConfigWorkerGroupSpecsTemplateSpecContainersEnvValueFrom(
                         secret_key_ref=RayServiceSpecRayClusterConfigWorkerGroupSpecsTemplateSpecContainersEnvValueFromSecretKeyRef(
-                            name=hf_token.KUBERNETES_SECRET, key=hf_token.SECRET_KEY
+                            name=synced_secrets.KUBERNETES_SECRET, key=synced_secrets.SECRET_KEY
                         )
                     ),
                 )
@@ -306,14 +306,14 @@ class PdRayServiceChart(cdk8s.Chart):
             # Mounting the CSI volume is what makes the driver fetch the secret and sync the Kubernetes Secret.
             token_mounts.append(
                 RayServiceSpecRayClusterConfigWorkerGroupSpecsTemplateSpecContainersVolumeMounts(
-                    name=hf_token.VOLUME_NAME, mount_path=hf_token.MOUNT_PATH, read_only=True
+                    name=synced_secrets.VOLUME_NAME, mount_path=synced_secrets.MOUNT_PATH, read_only=True
                 )
             )
             token_volumes.append(
                 RayServiceSpecRayClusterConfigWorkerGroupSpecsTemplateSpecVolumes(
-                    name=hf_token.VOLUME_NAME,
+                    name=synced_secrets.VOLUME_NAME,
                     csi=RayServiceSpecRayClusterConfigWorkerGroupSpecsTemplateSpecVolumesCsi(
-                        driver=hf_token.CSI_DRIVER, read_only=True, volume_attributes={"secretProviderClass": token.provider_class}
+                        driver=synced_secrets.CSI_DRIVER, read_only=True, volume_attributes={"secretProviderClass": token.provider_class}
                     ),
                 )
             )

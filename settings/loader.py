@@ -14,6 +14,7 @@ from dataclasses import replace
 from typing import Any
 
 from settings import versions
+from settings.configuration import Settings
 from settings.errors import SettingError
 from settings.images import pinned_image
 from settings.instance_types import (
@@ -23,7 +24,6 @@ from settings.instance_types import (
     InstanceFacts,
     instance_type_context_key,
 )
-from settings.model import Settings
 from settings.model_facts import model_facts, vllm_architectures
 from settings.model_fit import fit, misfit
 from settings.model_source import parse_kms_key_arn, parse_model_source

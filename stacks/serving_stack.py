@@ -12,9 +12,9 @@ from constructs import Construct
 
 from k8s_constructs import gcs_ft
 from k8s_constructs.gcs_ft import GcsStoreRef, head_service_account
-from k8s_constructs.hf_token import HfToken, hf_token_of
 from k8s_constructs.ray_facts import SERVE_PORT, worker_service_account
 from k8s_constructs.ray_service import PdRayServiceChart, RayServiceProps, worker_identity_needed
+from k8s_constructs.synced_secrets import HfToken, hf_token_of
 from settings import Settings
 from stacks import addons, model_access, nag
 from stacks.gcs_store import GcsStore

@@ -29,13 +29,13 @@ import pytest
 from botocore.stub import Stubber  # type: ignore[import-untyped]
 from moto import mock_aws
 
-from preflight.checks import (
+from preflight.registry import CHECKS
+from preflight.runner import (
     G_QUOTA_CODE,
     STANDARD_QUOTA_CODE,
     CheckResult,
     PreflightInput,
 )
-from preflight.registry import CHECKS
 
 REGION = "sa-east-1"  # the project's default REGION
 ACCOUNT = "123456789012"  # moto's account

@@ -1,4 +1,4 @@
-"""The preflight checks (preflight.checks runs preflight/registry.py) against moto: the account, the GPU
+"""The preflight checks (preflight.runner runs preflight/registry.py) against moto: the account, the GPU
 type, quotas, the bootstrap, the table. The fakes and what is stubbed: tests/preflight_fakes.py."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import boto3  # type: ignore[import-untyped]
 import pytest
 from botocore.stub import Stubber  # type: ignore[import-untyped]
 
-from preflight.checks import (
+from preflight.runner import (
     G_QUOTA_CODE,
     P_QUOTA_CODE,
     STANDARD_QUOTA_CODE,

@@ -20,9 +20,9 @@ import pytest
 from botocore.stub import Stubber  # type: ignore[import-untyped]
 
 from preflight.capacity import check_capacity_reservation, check_vpc_azs
-from preflight.checks import run_checks
 from preflight.principals import check_admin_principals
 from preflight.reachability import check_api_endpoint, hosted_runner_cannot_reach
+from preflight.runner import run_checks
 from tests import preflight_fakes
 from tests.preflight_fakes import ACCOUNT, INPUT, REGION, by_name, create_bootstrap_stack, default_quotas
 

@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from preflight.checks import (
+from preflight.runner import (
     P_QUOTA_CODE,
     STANDARD_QUOTA_CODE,
     CheckResult,

@@ -11,7 +11,7 @@ import boto3  # type: ignore[import-untyped]
 import pytest
 from botocore.stub import Stubber  # type: ignore[import-untyped]
 
-from preflight.checks import (
+from preflight.runner import (
     run_checks,
 )
 from tests import preflight_fakes

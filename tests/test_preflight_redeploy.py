@@ -24,8 +24,8 @@ import pytest
 from botocore.stub import Stubber  # type: ignore[import-untyped]
 
 from preflight.charts import check_helm_charts
-from preflight.checks import G_QUOTA_CODE, STANDARD_QUOTA_CODE, PreflightInput, run_checks
 from preflight.redeploy import Redeploy
+from preflight.runner import G_QUOTA_CODE, STANDARD_QUOTA_CODE, PreflightInput, run_checks
 from settings.versions import HelmChartPin
 from tests import preflight_fakes
 from tests.loopback import serving

@@ -14,9 +14,9 @@ from typing import Any
 
 import cdk8s
 
-from k8s_constructs.hf_token import hf_token_of
 from k8s_constructs.model_mirror import MirrorJobChart, MirrorJobProps
 from k8s_constructs.model_mirror_script import RESULT_MARKER
+from k8s_constructs.synced_secrets import hf_token_of
 from preflight.cluster_access import Kubectl
 from settings import Settings
 from settings.model_source import HUB_REPOSITORY

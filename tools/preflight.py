@@ -16,9 +16,9 @@ from collections.abc import Mapping
 from dataclasses import fields
 from pathlib import Path
 
-from preflight.checks import PreflightInput
-from preflight.checks import main as run_preflight
 from preflight.redeploy import Redeploy
+from preflight.runner import PreflightInput
+from preflight.runner import main as run_preflight
 from settings import SettingError, Settings
 from settings.context_files import REPO
 from stacks.addons import chart_pins

@@ -89,7 +89,6 @@ MANAGED_ADDONS: tuple[ManagedAddon, ...] = (
         purpose="Container Insights with GPU and EFA metrics (OBSERVABILITY=on)",
     ),
 )
-MANAGED_BY_NAME = {addon.name: addon for addon in MANAGED_ADDONS}
 
 
 def install_managed(scope: Construct, stack: str, *, cluster: eks.ICluster, settings: Settings) -> dict[str, eks.Addon]:

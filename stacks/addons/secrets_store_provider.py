@@ -1,7 +1,7 @@
 """The AWS Secrets Manager provider (ASCP) for the Secrets Store CSI driver, which it installs as a
-dependency: only with HF_TOKEN_SECRET_NAME, to hand the token to the workers without writing it into a
-template or a manifest (k8s_constructs/hf_token.py has the SecretProviderClass; the serving stack the
-workers' Pod Identity)."""
+dependency: only with HF_TOKEN_SECRET_NAME or GCS_FAULT_TOLERANCE=redis, to hand the Hugging Face token to the
+workers and the GCS store's token to the head without writing either into a template or a manifest
+(k8s_constructs/synced_secrets.py has the SecretProviderClasses; the stacks the Pod Identities)."""
 
 from __future__ import annotations
 
@@ -37,5 +37,5 @@ ADDON = HelmAddon(
     namespace=lambda s: "kube-system",
     values=values,
     enabled=lambda s: bool(s.hf_token_secret_name) or s.gcs_redis,
-    purpose="mounts the Hugging Face token from Secrets Manager (HF_TOKEN_SECRET_NAME only)",
+    purpose="mounts secrets from Secrets Manager: the Hugging Face token (HF_TOKEN_SECRET_NAME), the GCS store's token (GCS_FAULT_TOLERANCE=redis)",
 )

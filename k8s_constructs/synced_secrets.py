@@ -1,5 +1,5 @@
-"""The optional Hugging Face token: from AWS Secrets Manager to the GPU workers, never through a
-template or a manifest.
+"""Secrets synced from AWS Secrets Manager into pods, never through a template or a manifest: the optional
+Hugging Face token of the GPU workers (here), and the base class the GCS store's token uses (k8s_constructs/gcs_ft.py).
 
 The Secrets Store CSI driver's AWS provider reads the secret with the workers' EKS Pod Identity role
 when a worker pod mounts the volume, and syncs it into a Kubernetes Secret that the HF_TOKEN variable

@@ -1,4 +1,4 @@
-"""`make preflight`'s runner: every check of preflight/registry.py, in order, each reported (passed, warned or
+"""`make preflight`'s runner (preflight/registry.py declares the checks): every check of preflight/registry.py, in order, each reported (passed, warned or
 failed with a one-sentence fix) and never raised, so the user sees a table and never a traceback. Only
 read-only AWS calls are made.
 """
@@ -19,8 +19,8 @@ from preflight.registry import CHECKS
 from preflight.results import CheckResult, fail
 from settings.instance_types import G_QUOTA, P_QUOTA
 
-G_QUOTA_CODE, G_QUOTA_NAME = G_QUOTA
-P_QUOTA_CODE, P_QUOTA_NAME = P_QUOTA
+G_QUOTA_CODE = G_QUOTA[0]
+P_QUOTA_CODE = P_QUOTA[0]
 
 __all__ = [
     "G_QUOTA_CODE",
@@ -50,7 +50,8 @@ def _skipped(names: list[str], detail: str, fix: str) -> list[CheckResult]:
 
 
 def _without_credentials(credentials: CheckResult) -> list[CheckResult]:
-    # Without an identity every AWS answer would be the same error: report the cause once.
+    # Without an identity every AWS answer would be the same error: each other check is marked skipped for the
+    # callers that want every row; main prints the cause alone.
     return [
         credentials,
         *_skipped([check.name for check in CHECKS[1:]], "skipped: no credentials", "fix the credentials check first"),
