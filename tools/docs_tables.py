@@ -66,9 +66,25 @@ def pages_table_markdown(prefix: str) -> str:
     return "\n".join(rows)
 
 
+def upgrade_notes() -> list[tuple[str, str]]:
+    """(version, page under docs/) of each upgrade note (docs/upgrading/X.Y.md), newest first."""
+    notes = sorted(DOCS.glob("upgrading/*.md"), key=lambda p: tuple(int(n) for n in p.stem.split(".")), reverse=True)
+    return [(p.stem, f"upgrading/{p.name}") for p in notes]
+
+
+def upgrade_notes_markdown() -> str:
+    return "\n".join(f"- [Upgrading to {version}]({page})" for version, page in upgrade_notes())
+
+
 def nav_yaml() -> str:
-    """mkdocs.yml's navigation: Home, then PAGES."""
-    return "\n".join(["nav:", "  - Home: index.md", *(f"  - {title}: {page}" for title, page, _ in PAGES)])
+    """mkdocs.yml's navigation: Home, then PAGES; Upgrading a section with its notes."""
+    lines = ["nav:", "  - Home: index.md"]
+    for title, page, _ in PAGES:
+        if page == "upgrading.md":
+            lines += [f"  - {title}:", f"      - {page}", *(f"      - To {version}: {note}" for version, note in upgrade_notes())]
+        else:
+            lines.append(f"  - {title}: {page}")
+    return "\n".join(lines)
 
 
 def ci_variables_python() -> str:
@@ -90,6 +106,7 @@ GENERATED: dict[str, dict[str, Callable[[], str]]] = {
     "docs/day2.md": {"changes": change_table_markdown},
     "docs/deploy.md": {"preflight": preflight_table_markdown, "default-quota": default_quota_markdown},
     "docs/upgrading.md": {
+        "upgrade-notes": upgrade_notes_markdown,
         "charts": lambda: chart_table_markdown(load_settings({}, {})),
         "managed-addons": lambda: managed_table_markdown(load_settings({}, {})),
     },
