@@ -19,8 +19,9 @@ from aws_cdk.assertions import Template
 from cdk_nag import AwsSolutionsChecks
 
 from settings import Settings, load_settings
+from settings.specs import SPECS
 from stacks.application import Deployment, build_stacks, new_app
-from tests.pinned import PINNED, VERSION_FOLLOWERS
+from tests.pinned import PINNED
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -69,11 +70,13 @@ def settings_for(env: Mapping[str, str] | None = None, context: Mapping[str, Any
 @pytest.fixture(autouse=True)
 def _pinned_environment(monkeypatch: pytest.MonkeyPatch) -> None:
     """The tools read os.environ (tools/entry.py) and subprocesses inherit it: both see the pinned configuration,
-    never the code's defaults nor a setting exported in the shell that runs the tests."""
-    for env, value in PINNED.items():
-        monkeypatch.setenv(env, value)
-    for env in VERSION_FOLLOWERS:
-        monkeypatch.delenv(env, raising=False)
+    never a setting exported in the shell that runs the tests. Only a pinned value the code's default no longer
+    equals is set (an environment variable beats `-c` and cdk.json, which some tests set on purpose)."""
+    for spec in SPECS:
+        if spec.env in PINNED and PINNED[spec.env] != spec.default:
+            monkeypatch.setenv(spec.env, PINNED[spec.env])
+        else:
+            monkeypatch.delenv(spec.env, raising=False)
 
 
 @pytest.fixture(scope="session")
