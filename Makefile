@@ -10,7 +10,7 @@ CDK := node_modules/.bin/cdk
 export JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION := 20
 ARGS ?=
 
-.PHONY: mirror-model vendor-kuberay docs docs-tables status verify verify-efa bench-serving help install install-dev synth test lint format diff deploy destroy park review stacks kubeconfig kuberay-crds wait-ready bench lookup preflight imports dist settings-table checkov ci-access ci-access-synth clean
+.PHONY: local-check mirror-model vendor-kuberay docs docs-tables status verify verify-efa bench-serving help install install-dev synth test lint format diff deploy destroy park review stacks kubeconfig kuberay-crds wait-ready bench lookup preflight imports dist settings-table checkov ci-access ci-access-synth clean
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-15s %s\n", $$1, $$2}'
@@ -95,6 +95,13 @@ kuberay-crds: install ## Apply the repository's KubeRay CRDs server-side (before
 
 wait-ready: install ## Wait for the RayService to be Ready (WAIT_TIMEOUT=45m)
 	$(PY) -m tools.cluster wait-ready
+
+# The one-host GPU check (docs/local-check.md): the plan needs the project (CDK side), the run needs the image's stack
+# (requirements-gpu.txt, or the Ray LLM image) and a GPU. LOCAL_CHECK_PYTHON is the interpreter that has that stack.
+LOCAL_CHECK_PYTHON ?= python3
+local-check: install ## Run the synthesized serve config on this GPU host (Ray cluster shaped like the RayCluster): routes, greedy parity, NIXL, benchmark, memory vs the fit check -> local-check/ (ARGS="--model-dir DIR ...")
+	$(PY) -m tools.local_check plan --output local-check/plan.json
+	$(LOCAL_CHECK_PYTHON) -m tools.local_check run --plan local-check/plan.json --output-dir local-check $(ARGS)
 
 mirror-model: install ## Copy a Hub model to MODEL_SOURCE's S3 prefix with a Job on a system node, verified file by file: HF_MODEL=ORG/NAME [HF_REVISION=main]
 	$(PY) -m tools.mirror_model

@@ -43,3 +43,22 @@ def worker_service_account(ray_service_name: str) -> str:
 def selector(key: str, value: str) -> str:
     """A kubectl label selector."""
     return f"{key}={value}"
+
+
+# The NIXL lines of the Ray logs, read by `make verify` / `make verify-efa` (kubectl exec grep in each worker) and by
+# the one-host GPU check (tools/local_check) in its local session: one reader, so both judge the same lines.
+RAY_LOG_DIR: Final = "/tmp/ray/session_latest/logs"
+# What libfabric says when it cannot register the KV cache's GPU memory with the EFA device: on types without
+# GPUDirect RDMA (g6, g6e) NIXL 1.3.1's efa fabric may copy through bounce buffers, or fail with these.
+MEMORY_REGISTRATION_FAILURES: Final = ("fi_mr_reg failed", "Unable to register MR")
+NIXL_LOG_PATTERN: Final = "|".join(("Backend [A-Z]+ was instantiated", *MEMORY_REGISTRATION_FAILURES))
+
+
+def backend_of(log_lines: str) -> str:
+    """LIBFABRIC, UCX, both or none: which NIXL backends a worker's logs say it instantiated; with a
+    failed GPU memory registration, said after the backend (then it is not a working LIBFABRIC)."""
+    lines = log_lines.splitlines()
+    found = sorted({line.split("Backend ", 1)[1].split()[0] for line in lines if "Backend " in line and "was instantiated" in line})
+    backend = "+".join(found) or "none"
+    failures = sorted({marker for line in lines for marker in MEMORY_REGISTRATION_FAILURES if marker in line})
+    return f"{backend}, GPU memory registration failed ({'; '.join(failures)})" if failures else backend

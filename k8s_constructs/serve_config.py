@@ -29,6 +29,9 @@ PHASE_RESOURCES: dict[Phase, str] = {"prefill": "pd_prefill", "decode": "pd_deco
 RAY_ACCELERATOR_TYPES = frozenset({"A10G", "L4", "L40S", "A100", "H100", "H200", "B200"})
 
 
+KV_ROLES: dict[Phase, str] = {"prefill": "kv_producer", "decode": "kv_consumer"}
+
+
 @dataclass(frozen=True)
 class KvTransferConfig:
     """vLLM's KV connector: NIXL over libfabric, so the KV cache crosses nodes on EFA.
@@ -39,8 +42,13 @@ class KvTransferConfig:
 
     engine_id: Phase
     kv_connector: str = "NixlConnector"
-    kv_role: str = "kv_both"
     backends: tuple[str, ...] = ("LIBFABRIC",)
+
+    @property
+    def kv_role(self) -> str:
+        # vLLM 0.26 deprecates kv_both for the NixlConnector (it warns at every start): the prefill engine only
+        # produces KV caches, the decode engine only consumes them. Run on a GPU with both: same app, same output.
+        return KV_ROLES[self.engine_id]
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -59,7 +67,7 @@ class EngineKwargs:
     tensor_parallel_size: int = 1
     dtype: str = "bfloat16"
     gpu_memory_utilization: float = GPU_MEMORY_UTILIZATION  # what the fit check counts with
-    enforce_eager: bool = True  # skip CUDA graph capture: lower peak GPU memory
+    enforce_eager: bool = True  # no torch.compile, no CUDA graphs: less GPU memory and a faster start (Settings.eager)
     # A multimodal model served as a text-only endpoint: vLLM 0.26 loads no vision tower (more room on an L4).
     language_model_only: bool = False
 
@@ -191,6 +199,7 @@ def pd_application(settings: Settings) -> PdApplication:
                 kv_transfer=KvTransferConfig(engine_id=engine_id),
                 max_model_len=settings.max_model_len,
                 tensor_parallel_size=settings.tensor_parallel_size,
+                enforce_eager=settings.eager(engine_id),
                 language_model_only=settings.text_only_multimodal,
             ),
             num_replicas=replicas,

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from settings.addressing import collector_subnet_cidrs
 from settings.instance_types import InstanceFacts
 from settings.model_facts import ModelFacts
+from settings.model_fit import phase_eager
 from settings.model_source import S3Prefix, s3_source
 from settings.registries import eks_addon_registry
 
@@ -65,11 +66,18 @@ class Settings:
     model_facts: ModelFacts | None = None  # None: an unknown model (no look-up, not built in): not checked
     model_facts_source: str = ""  # "cached look-up" | "built-in table" | "unknown model"
     model_images: bool = False  # MODEL_IMAGES: a multimodal model keeps its vision tower
+    enforce_eager: str = "auto"  # ENFORCE_EAGER: "auto" (per phase, from the fit check) | "true" | "false"
     model_source_kms_key_arn: str = ""  # the S3 model bucket's SSE-KMS key; "" = none (SSE-S3)
     gcs_fault_tolerance: str = "off"  # "off" | "redis"
     gcs_store_node_type: str = "cache.t4g.micro"
     prefill_max_replicas: int | None = None  # None: fixed at prefill_replicas; else Serve autoscales up to it
     decode_max_replicas: int | None = None
+
+    def eager(self, phase: str) -> bool:
+        """enforce_eager of the prefill or decode engine (ENFORCE_EAGER; settings/model_fit.py decides auto)."""
+        return phase_eager(
+            self.enforce_eager, phase, self.model_facts, self.gpu_node, self.tensor_parallel_size, self.max_model_len, text_only=self.text_only_multimodal
+        )
 
     @property
     def model_s3(self) -> S3Prefix | None:

@@ -228,10 +228,12 @@ def _check_model(settings: Settings, raw: Mapping[str, str]) -> None:
     if settings.max_model_len > facts.native_context:
         raise SettingError("MAX_MODEL_LEN", raw["MAX_MODEL_LEN"], f"at most {facts.native_context}, {settings.model_source}'s native context")
     text_only = settings.text_only_multimodal
-    why = misfit(facts, settings.gpu_node, settings.tensor_parallel_size, settings.max_model_len, text_only=text_only)
+    # Every phase must start: a compiled one (ENFORCE_EAGER) needs its graphs' memory too.
+    eager = settings.eager("prefill") and settings.eager("decode")
+    why = misfit(facts, settings.gpu_node, settings.tensor_parallel_size, settings.max_model_len, text_only=text_only, eager=eager)
     if why:
         # A shorter context that fits is the fix the user most likely wants: name that setting then.
-        shorter = fit(facts, settings.gpu_node, settings.tensor_parallel_size, text_only=text_only).largest_context >= 256
+        shorter = fit(facts, settings.gpu_node, settings.tensor_parallel_size, text_only=text_only, eager=eager).largest_context >= 256
         env, value = ("MAX_MODEL_LEN", raw["MAX_MODEL_LEN"]) if shorter else ("MODEL_SOURCE", settings.model_source)
         raise SettingError(env, value, f"a model, context and GPUs that fit: {why}")
 

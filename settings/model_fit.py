@@ -22,11 +22,23 @@ GPU_MEMORY_UTILIZATION = 0.90
 # What CUDA reports as a GPU's total memory (torch.cuda.mem_get_info, nvidia-smi's memory.total): less than
 # the nominal size EC2 lists. Other GPUs: 94% of EC2's figure.
 CUDA_TOTAL_MIB = {"L4": 23_034, "A10G": 23_028, "L40S": 46_068, "A100": 40_960, "H100": 81_559}
-# The activation peak of vLLM's profile run and the non-torch increase, with enforce_eager, per GPU: vLLM's
-# own logs put them at 1.26 GiB and 0.16 GiB for an 8B model (vllm-project/vllm #10511, #12126); rounded up,
-# and grown with the model's share on the GPU, since the peak follows the hidden size.
-OVERHEAD_BASE_BYTES = int(1.5 * GIB)
+# What vLLM keeps beside the weights and the KV cache, per GPU, with enforce_eager: the profile run's activation
+# peak plus the memory outside torch. Measured: Qwen3.5-9B (16.8 GiB of weights, an L4's 2,048 batched tokens)
+# 1.00 + 0.22 GiB by the one-host check (`make local-check`, vLLM 0.26.0 on an H200 at an L4's budget,
+# docs/local-check.md); an 8B model on an H100 (8,192 batched tokens) 1.26 + 0.16 GiB (vllm-project/vllm #10511).
+# The estimate grows with the weights (the peak follows the hidden size) and stays above both: by 0.36 and 0.13
+# GiB, so a config it passes starts, at the price of refusing one within ~0.4 GiB of the edge.
+OVERHEAD_BASE_BYTES = int(1.25 * GIB)
 OVERHEAD_PER_WEIGHT_BYTE = 0.02
+# Compiled with CUDA graphs (enforce_eager false), vLLM 0.26 also holds the captured graphs (its profile counts
+# them since v0.21) and torch.compile's larger activation peak: Qwen3.5-9B on the same budget measured 1.98 GiB
+# of peak (+0.98) and 0.54 GiB of graphs (+1.52 in all; the run of 2026-12-01 that issue 25 quotes); 0.23 GiB kept.
+GRAPHS_OVERHEAD_BYTES = int(1.75 * GIB)
+# Where CUDA graphs are chosen (ENFORCE_EAGER=auto): only when, with their memory, the KV cache still holds this
+# many sequences of max_model_len — half the decode phase's autoscaling target, the streams one decode engine is
+# meant to carry. Below it, eager decode keeps the concurrency; on an L4 the decode step is bandwidth-bound
+# (the whole model read per token), so eager costs it little, where an H100's 5 ms step is launch-bound.
+MIN_SEQUENCES_WITH_GRAPHS = 8
 TENSOR_PARALLEL_SIZES = (1, 2, 4, 8)
 
 
@@ -37,6 +49,7 @@ class Fit:
     overhead: int
     kv_per_token: int
     state: int  # hybrid layers' state for one sequence
+    eager: bool = True
 
     @property
     def needed_without_kv(self) -> int:
@@ -47,6 +60,12 @@ class Fit:
 
     def fits(self, max_model_len: int) -> bool:
         return self.needed(max_model_len) <= self.budget
+
+    def sequences(self, max_model_len: int) -> int:
+        """How many sequences of max_model_len the KV cache holds (0: not one)."""
+        per_sequence = self.kv_per_token * max_model_len + self.state
+        room = self.budget - self.weights - self.overhead
+        return max(0, room // per_sequence) if per_sequence else 0
 
     @property
     def largest_context(self) -> int:
@@ -65,7 +84,12 @@ def gpu_budget(gpu: InstanceFacts) -> int:
     return int(total_mib * 1024 * 1024 * GPU_MEMORY_UTILIZATION)
 
 
-def fit(model: ModelFacts, gpu: InstanceFacts, tensor_parallel_size: int, *, text_only: bool) -> Fit:
+def overhead_bytes(weights: int, *, eager: bool) -> int:
+    """vLLM's memory beside the weights and the KV cache on one GPU (see the constants above)."""
+    return OVERHEAD_BASE_BYTES + int(OVERHEAD_PER_WEIGHT_BYTE * weights) + (0 if eager else GRAPHS_OVERHEAD_BYTES)
+
+
+def fit(model: ModelFacts, gpu: InstanceFacts, tensor_parallel_size: int, *, text_only: bool, eager: bool = True) -> Fit:
     checkpoint = model.weight_bytes - (model.text_only_skipped_bytes if text_only else 0)
     # Loaded as bfloat16 (the serve config's dtype): a float32 checkpoint takes half its size on the GPU.
     loaded = checkpoint * ENGINE_DTYPE_BYTES // DTYPE_BYTES.get(model.dtype, ENGINE_DTYPE_BYTES)
@@ -74,20 +98,41 @@ def fit(model: ModelFacts, gpu: InstanceFacts, tensor_parallel_size: int, *, tex
     return Fit(
         budget=gpu_budget(gpu),
         weights=weights,
-        overhead=OVERHEAD_BASE_BYTES + int(OVERHEAD_PER_WEIGHT_BYTE * weights),
+        overhead=overhead_bytes(weights, eager=eager),
         kv_per_token=model.kv_bytes_per_token(tensor_parallel_size),
         state=state,
+        eager=eager,
     )
+
+
+def graphs_fit(model: ModelFacts, gpu: InstanceFacts, tensor_parallel_size: int, max_model_len: int, *, text_only: bool) -> bool:
+    """Compilation and CUDA graphs leave the KV cache MIN_SEQUENCES_WITH_GRAPHS sequences of max_model_len."""
+    compiled = fit(model, gpu, tensor_parallel_size, text_only=text_only, eager=False)
+    return compiled.sequences(max_model_len) >= MIN_SEQUENCES_WITH_GRAPHS
+
+
+def phase_eager(
+    setting: str, phase: str, model: ModelFacts | None, gpu: InstanceFacts, tensor_parallel_size: int, max_model_len: int, *, text_only: bool
+) -> bool:
+    """enforce_eager of one phase's engine. ENFORCE_EAGER true/false forces both phases; auto compiles a phase where
+    graphs_fit leaves it room on its GPU (both phases run the same model on one GPU type today, so they agree;
+    PD's greedy output then equals one engine's, which mixed modes would not promise); an unknown model stays eager."""
+    del phase  # the rule is per phase; its inputs are the same for both until the phases get GPU types of their own
+    if setting != "auto":
+        return setting == "true"
+    if model is None:
+        return True
+    return not graphs_fit(model, gpu, tensor_parallel_size, max_model_len, text_only=text_only)
 
 
 def _gib(value: int) -> str:
     return f"{value / GIB:.1f} GiB"
 
 
-def misfit(model: ModelFacts, gpu: InstanceFacts, tensor_parallel_size: int, max_model_len: int, *, text_only: bool) -> str:
+def misfit(model: ModelFacts, gpu: InstanceFacts, tensor_parallel_size: int, max_model_len: int, *, text_only: bool, eager: bool = True) -> str:
     """ "" when one sequence of max_model_len fits each GPU; else one line: the model, the GPU, needed and
     available, and what would fit (the largest context, the smallest tensor-parallel size, other GPU types)."""
-    this = fit(model, gpu, tensor_parallel_size, text_only=text_only)
+    this = fit(model, gpu, tensor_parallel_size, text_only=text_only, eager=eager)
     if this.fits(max_model_len):
         return ""
     ways = []

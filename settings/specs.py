@@ -164,6 +164,16 @@ SPECS: tuple[SettingSpec, ...] = (
         change=(IN_PLACE, "serveConfigV2: Ray Serve redeploys the application"),
     ),
     SettingSpec(
+        "ENFORCE_EAGER",
+        "auto",
+        "auto: each phase's engine compiles and captures CUDA graphs where the fit check leaves room for their memory and "
+        "8 sequences of MAX_MODEL_LEN (eager on the L4 of g6.8xlarge, compiled on L40S, A100, H100); true: eager; "
+        "false: compiled with CUDA graphs (docs/models.md)",
+        "",
+        parser=Choice(("auto", "true", "false")),
+        change=(IN_PLACE, "serveConfigV2: Ray Serve redeploys the application (both engines restart)"),
+    ),
+    SettingSpec(
         "SERVE_CLIENT_NAMESPACES",
         "",
         "Namespaces whose pods may call the OpenAI endpoint (port 8000; Ray's token does not cover it); empty = NAMESPACE only",

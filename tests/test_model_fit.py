@@ -65,7 +65,7 @@ def test_the_vision_tower_counts_unless_the_endpoint_is_text_only() -> None:
         (
             {"MODEL_SOURCE": "meta-llama/Llama-3.3-70B-Instruct", "MODEL_ID": "llama-3.3-70b"},
             "MODEL_SOURCE",
-            ["needs 136.8 GiB per GPU", "of 20.0 GiB available", "p5.48xlarge (TP 2)"],
+            ["needs 136.5 GiB per GPU", "of 20.0 GiB available", "p5.48xlarge (TP 2)"],
         ),
         ({"MAX_MODEL_LEN": "1048576"}, "MAX_MODEL_LEN", ["at most 262144"]),
         ({"MAX_MODEL_LEN": "131072"}, "MAX_MODEL_LEN", ["MAX_MODEL_LEN up to", "GPU_NODE_TYPE"]),

@@ -147,7 +147,8 @@ def test_serve_config_has_every_setting_of_the_reference(default_synth: Synth) -
             "language_model_only": True,
             "kv_transfer_config": {
                 "kv_connector": "NixlConnector",
-                "kv_role": "kv_both",
+                # vLLM 0.26 deprecates kv_both for the NixlConnector: each phase its own role (run on a GPU: same output).
+                "kv_role": {"prefill": "kv_producer", "decode": "kv_consumer"}[phase],
                 "engine_id": phase,
                 "kv_connector_extra_config": {"backends": ["LIBFABRIC"]},
             },

@@ -113,6 +113,7 @@ def test_environment_beats_context() -> None:
         ({"OBSERVABILITY": "on", "ENDPOINT_ACCESS": "public"}, "OBSERVABILITY", "needs the private endpoint"),
         ({"SYSTEM_NODEGROUP_NAME": "system_nodes"}, "SYSTEM_NODEGROUP_NAME", "DNS label"),
         ({"MODEL_IMAGES": "yes"}, "MODEL_IMAGES", "on or off"),
+        ({"ENFORCE_EAGER": "yes"}, "ENFORCE_EAGER", "auto, true or false"),
         ({"MAX_MODEL_LEN": "1048576"}, "MAX_MODEL_LEN", "at most 262144, Qwen/Qwen3.5-9B's native context"),
         ({"MAX_MODEL_LEN": "131072"}, "MAX_MODEL_LEN", "MAX_MODEL_LEN up to"),
     ],

@@ -19,7 +19,7 @@ from typing import Any
 
 import yaml
 
-from k8s_constructs.ray_facts import NODE_TYPE_LABEL, WORKER_CONTAINER, selector
+from k8s_constructs.ray_facts import NIXL_LOG_PATTERN, NODE_TYPE_LABEL, RAY_LOG_DIR, WORKER_CONTAINER, backend_of, selector
 from preflight.cluster_access import ClusterUnreachable, Kubectl, cluster_kubectl
 from preflight.redeploy import KUBERAY_CRD_LABEL
 from settings import SettingError, Settings, versions
@@ -82,25 +82,9 @@ def wait_ready(
         sleep(15)
 
 
-# What libfabric says when it cannot register the KV cache's GPU memory with the EFA device: on types without
-# GPUDirect RDMA (g6, g6e) NIXL 1.3.1's efa fabric may copy through bounce buffers, or fail with these.
-MEMORY_REGISTRATION_FAILURES = ("fi_mr_reg failed", "Unable to register MR")
-
-
-def backend_of(log_lines: str) -> str:
-    """LIBFABRIC, UCX, both or none: which NIXL backends a worker's logs say it instantiated; with a
-    failed GPU memory registration, said after the backend (then it is not a working LIBFABRIC)."""
-    lines = log_lines.splitlines()
-    found = sorted({line.split("Backend ", 1)[1].split()[0] for line in lines if "Backend " in line and "was instantiated" in line})
-    backend = "+".join(found) or "none"
-    failures = sorted({marker for line in lines for marker in MEMORY_REGISTRATION_FAILURES if marker in line})
-    return f"{backend}, GPU memory registration failed ({'; '.join(failures)})" if failures else backend
-
-
 def worker_backends(settings: Settings, kubectl: Kubectl, workers: list[str]) -> dict[str, str]:
     """Each Ray worker pod's NIXL backend, from the Ray logs in its container."""
-    patterns = "|".join(("Backend [A-Z]+ was instantiated", *MEMORY_REGISTRATION_FAILURES))
-    grep = f"grep -rhE '{patterns}' /tmp/ray/session_latest/logs/ || true"
+    grep = f"grep -rhE '{NIXL_LOG_PATTERN}' {RAY_LOG_DIR}/ || true"
     return {pod: backend_of(kubectl(["exec", "-n", settings.namespace, pod, "-c", WORKER_CONTAINER, "--", "sh", "-c", grep]).stdout) for pod in workers}
 
 

@@ -1,0 +1,370 @@
+"""The one-host check's pure parts: the local Ray cluster shaped from the synthesized RayService, the changes one
+host forces on the serve config (each named, with its reason), and the verdicts on what the run recorded.
+
+Standard library and PyYAML only: this module runs on the GPU host, inside the Ray LLM image or beside the
+image's wheels, where the project's CDK dependencies are not installed.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import re
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+GIB = 1024**3
+HEAD_GROUP = "headgroup"  # KubeRay's ray.io/group of the head
+NODE_GROUP_LABEL = "ray.io/node-group"  # the label KubeRay gives every Ray node of a worker group
+# vLLM 0.26's batch defaults for the OpenAI server (engine/arg_utils.py, _set_default_max_num_seqs_and_batched_tokens_args):
+# the larger ones from 70 GiB of GPU memory up (A100s excepted). A host with a bigger GPU than the target's would
+# otherwise profile, and run, other batch sizes than the deployed engine.
+LARGE_GPU_BYTES = 70 * GIB
+SMALL_GPU_BATCH = {"max_num_batched_tokens": 2048, "max_num_seqs": 256}
+LARGE_GPU_BATCH = {"max_num_batched_tokens": 8192, "max_num_seqs": 1024}
+
+
+@dataclass(frozen=True)
+class NodeShape:
+    """One Ray node of the RayCluster (the head, or one pod of a worker group), as `ray start` would see it."""
+
+    group: str
+    num_cpus: int
+    num_gpus: int
+    resources: dict[str, float] = field(default_factory=dict)  # custom resources: pd_prefill, pd_decode, …
+    labels: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class ClusterShape:
+    head: NodeShape
+    workers: tuple[NodeShape, ...]  # one per pod: a group of replicas N gives N nodes
+
+    @property
+    def gpus(self) -> int:
+        return sum(node.num_gpus for node in self.workers)
+
+
+def _quantity_cpus(value: Any) -> int:
+    """A Kubernetes CPU quantity as Ray counts it: whole CPUs ("31", "500m" -> 0)."""
+    text = str(value)
+    return int(text[:-1]) // 1000 if text.endswith("m") else int(float(text))
+
+
+def _worker_node(group: dict[str, Any]) -> NodeShape:
+    params = group.get("rayStartParams") or {}
+    resources = {name: float(amount) for name, amount in (group.get("resources") or {}).items()}
+    container = group["template"]["spec"]["containers"][0]
+    limits = container.get("resources", {}).get("limits", {})
+    # KubeRay 1.7 (pod.go): num-gpus from the group's resources or rayStartParams, else the container's GPU limit;
+    # num-cpus likewise, else the container's CPU limit.
+    gpus = resources.pop("GPU", None)
+    cpus = resources.pop("CPU", None)
+    num_gpus = int(gpus if gpus is not None else params.get("num-gpus", limits.get("nvidia.com/gpu", 0)))
+    num_cpus = int(cpus) if cpus is not None else _quantity_cpus(params.get("num-cpus", limits.get("cpu", 1)))
+    return NodeShape(group["groupName"], num_cpus, num_gpus, resources, {NODE_GROUP_LABEL: group["groupName"], **(group.get("labels") or {})})
+
+
+def cluster_shape(rayservice: dict[str, Any]) -> ClusterShape:
+    """The RayCluster of a RayService: its head (CPUs and GPUs from rayStartParams) and one node per worker pod."""
+    config = rayservice["spec"]["rayClusterConfig"]
+    head_params = config["headGroupSpec"].get("rayStartParams") or {}
+    head_limits = config["headGroupSpec"]["template"]["spec"]["containers"][0].get("resources", {}).get("limits", {})
+    head = NodeShape(
+        HEAD_GROUP,
+        _quantity_cpus(head_params.get("num-cpus", head_limits.get("cpu", 1))),
+        int(head_params.get("num-gpus", 0)),
+        labels={NODE_GROUP_LABEL: HEAD_GROUP},
+    )
+    workers = []
+    for group in config.get("workerGroupSpecs", []):
+        count = int(group.get("replicas", group.get("minReplicas", 1)))
+        workers += [_worker_node(group)] * count
+    return ClusterShape(head, tuple(workers))
+
+
+def serve_config(rayservice: dict[str, Any]) -> dict[str, Any]:
+    loaded: dict[str, Any] = yaml.safe_load(rayservice["spec"]["serveConfigV2"])
+    return loaded
+
+
+def gpu_assignment(shape: ClusterShape, host_gpus: int) -> tuple[list[list[int]], bool]:
+    """The host's GPU ids each worker node gets (CUDA_VISIBLE_DEVICES of its raylet), and whether some GPU is shared:
+    with fewer GPUs than the cluster needs, nodes take them in turn, so two phases can share one GPU."""
+    if host_gpus < 1:
+        raise ValueError("no GPU on this host")
+    ids, next_id = [], 0
+    for node in shape.workers:
+        ids.append([(next_id + k) % host_gpus for k in range(node.num_gpus)])
+        next_id += node.num_gpus
+    return ids, shape.gpus > host_gpus
+
+
+@dataclass(frozen=True)
+class Host:
+    """What the run found on this machine."""
+
+    gpus: int
+    gpu_name: str
+    gpu_total_bytes: int
+    compute_capability: tuple[int, int]
+    efa: bool  # an EFA device and libfabric's efa provider
+    cutlass_dsl: bool  # nvidia-cutlass-dsl importable (FlashInfer's SM90 GDN prefill kernel needs it)
+
+
+@dataclass(frozen=True)
+class Target:
+    """The deployed GPU the config was written for (the plan's): vLLM's budget there."""
+
+    gpu_model: str
+    gpu_total_bytes: int  # what CUDA reports as the GPU's total memory
+    hybrid_gdn: bool  # the model has Gated DeltaNet layers (Qwen3.5)
+
+
+@dataclass(frozen=True)
+class Change:
+    """One difference between the synthesized serve config (or cluster) and what this host runs."""
+
+    what: str
+    deployed: Any
+    here: Any
+    why: str
+
+
+def _phases(config: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
+    args = config["applications"][0]["args"]
+    return [(name.removesuffix("_config"), args[name]) for name in ("prefill_config", "decode_config") if name in args]
+
+
+def accelerator_resources(config: dict[str, Any], host: Host) -> tuple[dict[str, float], list[Change]]:
+    """Ray Serve LLM adds `accelerator_type:<GPU>: 0.001` to every bundle of a phase that names its GPU; a host with
+    another GPU lacks that resource, so every worker node advertises the deployed one as well."""
+    wanted = sorted({phase["accelerator_type"] for _, phase in _phases(config) if phase.get("accelerator_type")})
+    extra = {f"accelerator_type:{name}": 1.0 for name in wanted if name.upper() not in host.gpu_name.upper().replace("NVIDIA ", "").split()}
+    changes = [
+        Change(f"worker nodes' resource {name}", "from the GPU", "advertised", f"the bundles ask for it; this host's GPU is {host.gpu_name}") for name in extra
+    ]
+    return extra, changes
+
+
+def patch_serve_config(
+    config: dict[str, Any],
+    *,
+    host: Host,
+    target: Target,
+    model_path: str,
+    random_weights: bool,
+    shared_gpu: bool,
+    kv_cache_bytes: int | None,
+) -> tuple[dict[str, Any], list[Change]]:
+    """The serve config this host can run, and every change made to it. Only what one host forces changes:
+    where the model comes from, NIXL's backend without EFA, vLLM's budget and batch defaults of the deployed GPU
+    on a larger one, the KV cache fixed when two engines share a GPU, FlashInfer's SM90 GDN kernel without its
+    dependency."""
+    patched = copy.deepcopy(config)
+    changes: list[Change] = []
+
+    def change(what: str, deployed: Any, here: Any, why: str) -> None:
+        if deployed != here and not any(c.what == what for c in changes):
+            changes.append(Change(what, deployed, here, why))
+
+    for name, phase in _phases(patched):
+        loading = phase["model_loading_config"]
+        change("model_source", loading["model_source"], model_path, "the deployed source is not reachable from this host" if random_weights else "a local copy")
+        loading["model_source"] = model_path
+        engine = phase.setdefault("engine_kwargs", {})
+        if random_weights:
+            change("engine_kwargs.load_format", engine.get("load_format", "auto"), "dummy", "no weights here: the model's real config with random weights")
+            engine["load_format"] = "dummy"
+        backends = engine.get("kv_transfer_config", {}).get("kv_connector_extra_config", {}).get("backends")
+        if backends and "LIBFABRIC" in backends and not host.efa:
+            change("kv_connector_extra_config.backends", backends, ["UCX"], "no EFA device on this host: libfabric cannot load")
+            engine["kv_transfer_config"]["kv_connector_extra_config"]["backends"] = ["UCX"]
+        utilization = float(engine.get("gpu_memory_utilization", 0.9))
+        if host.gpu_total_bytes > target.gpu_total_bytes:
+            here = round(utilization * target.gpu_total_bytes / host.gpu_total_bytes, 4)
+            change(
+                "engine_kwargs.gpu_memory_utilization",
+                utilization,
+                here,
+                f"{host.gpu_name} has {host.gpu_total_bytes / GIB:.1f} GiB: the same budget as on the {target.gpu_model}",
+            )
+            engine["gpu_memory_utilization"] = here
+            small = SMALL_GPU_BATCH if target.gpu_total_bytes < LARGE_GPU_BYTES else LARGE_GPU_BATCH
+            large = LARGE_GPU_BATCH if host.gpu_total_bytes >= LARGE_GPU_BYTES and "A100" not in host.gpu_name.upper() else SMALL_GPU_BATCH
+            for key, value in small.items():
+                if key not in engine and small != large:
+                    change(f"engine_kwargs.{key}", f"{value} (vLLM's default there)", value, f"vLLM's default here would be {large[key]}")
+                    engine[key] = value
+        if shared_gpu:
+            if kv_cache_bytes is None:
+                raise ValueError("two engines share a GPU: the KV cache size to give each is needed")
+            change(
+                "engine_kwargs.kv_cache_memory_bytes",
+                "profiled",
+                kv_cache_bytes,
+                "the phases share one GPU: profiling side by side is unreliable, so each gets the KV cache the lone engine measured",
+            )
+            engine["kv_cache_memory_bytes"] = kv_cache_bytes
+        if target.hybrid_gdn and host.compute_capability == (9, 0) and not host.cutlass_dsl and "gdn_prefill_backend" not in engine:
+            change("engine_kwargs.gdn_prefill_backend", "auto", "triton", "FlashInfer's SM90 GDN prefill kernel needs nvidia-cutlass-dsl, absent here")
+            engine["gdn_prefill_backend"] = "triton"
+        del name
+    return patched, changes
+
+
+def reference_engine_kwargs(phase: dict[str, Any]) -> dict[str, Any]:
+    """One non-disaggregated engine with a phase's engine kwargs: no KV connector, the same everything else."""
+    kwargs = {key: value for key, value in phase.get("engine_kwargs", {}).items() if key != "kv_transfer_config"}
+    kwargs.pop("kv_cache_memory_bytes", None)  # the lone engine profiles: its figures are the ones compared
+    return kwargs
+
+
+# --- what the run recorded, judged ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ParityRow:
+    prompt_tokens: int
+    pd_tokens: list[int]
+    reference_tokens: list[int]
+
+    @property
+    def equal(self) -> bool:
+        return bool(self.pd_tokens) and self.pd_tokens == self.reference_tokens
+
+    @property
+    def first_difference(self) -> int | None:
+        for index, (a, b) in enumerate(zip(self.pd_tokens, self.reference_tokens, strict=False)):
+            if a != b:
+                return index
+        return None if len(self.pd_tokens) == len(self.reference_tokens) else min(len(self.pd_tokens), len(self.reference_tokens))
+
+
+def parity_lengths(max_model_len: int, max_tokens: int, *, count: int = 4, shortest: int = 40) -> list[int]:
+    """Prompt lengths from `shortest` to the longest that leaves room for the answer, spread geometrically."""
+    longest = max_model_len - max_tokens - 8  # a few tokens of room for the chat-free completion
+    if longest < shortest:
+        return [max(1, longest)]
+    if count == 1:
+        return [longest]
+    ratio = (longest / shortest) ** (1 / (count - 1))
+    return sorted({round(shortest * ratio**k) for k in range(count - 1)} | {longest})
+
+
+# vLLM 0.26's memory report (v1/worker/gpu_worker.py, gpu_model_runner.py, utils/mem_utils.py, core.py): the profile
+# line is logged at DEBUG, so the lone engine runs with VLLM_LOGGING_LEVEL=DEBUG.
+_MEMORY_PATTERNS = {
+    "weights_gib": r"Model loading took ([\d.]+) GiB",
+    "activation_peak_gib": r"torch peak memory increase: ([\d.]+) ?GiB",
+    "non_torch_gib": r"non-torch forward increase memory: ([\d.]+) ?GiB",
+    "kv_cache_gib": r"Available KV cache memory: ([\d.]+) GiB",
+    "kv_cache_tokens": r"GPU KV cache size: ([\d,]+) tokens",
+    "graphs_gib": r"Graph capturing finished in \d+ secs, took ([\d.]+) GiB",
+    "engine_init_s": r"init engine \(profile, create kv cache, warmup model\) took ([\d.]+) s",
+    "max_concurrency": r"Maximum concurrency for [\d,]+ tokens per request: ([\d.]+)x",
+}
+
+
+def memory_report(log_text: str) -> dict[str, float]:
+    """The figures of vLLM's memory report found in an engine's log (the last of each)."""
+    found: dict[str, float] = {}
+    for key, pattern in _MEMORY_PATTERNS.items():
+        matches = re.findall(pattern, log_text)
+        if matches:
+            found[key] = float(matches[-1].replace(",", ""))
+    return found
+
+
+@dataclass(frozen=True)
+class MemoryRow:
+    figure: str
+    predicted_gib: float
+    measured_gib: float | None
+    ok: bool
+    note: str
+
+
+def compare_memory(predicted: dict[str, float], measured: dict[str, float]) -> list[MemoryRow]:
+    """The fit check's prediction against the lone engine's report. The check must be conservative: its overhead
+    (activation peak + memory outside torch + CUDA graphs) at or above what vLLM measured, so that a config it
+    passes starts; the weights within 3 %."""
+    rows = []
+    weights = measured.get("weights_gib")
+    rows.append(
+        MemoryRow(
+            "weights",
+            predicted["weights_gib"],
+            weights,
+            weights is not None and abs(weights - predicted["weights_gib"]) <= 0.03 * predicted["weights_gib"],
+            "within 3 %",
+        )
+    )
+    parts = [measured.get(k) for k in ("activation_peak_gib", "non_torch_gib")]
+    overhead = sum(p for p in parts if p is not None) + measured.get("graphs_gib", 0.0) if all(p is not None for p in parts) else None
+    rows.append(
+        MemoryRow(
+            "overhead",
+            predicted["overhead_gib"],
+            overhead,
+            overhead is not None and overhead <= predicted["overhead_gib"],
+            "activation peak + outside torch (+ CUDA graphs): the prediction must not be below it",
+        )
+    )
+    kv = measured.get("kv_cache_gib")
+    rows.append(
+        MemoryRow(
+            "KV cache",
+            predicted["kv_cache_gib"],
+            kv,
+            kv is not None and kv >= predicted["one_sequence_gib"],
+            f"at least one sequence of max_model_len ({predicted['one_sequence_gib']:.2f} GiB); predicted is what the budget leaves",
+        )
+    )
+    return rows
+
+
+@dataclass
+class Step:
+    name: str
+    ok: bool
+    detail: str
+
+
+@dataclass
+class Report:
+    steps: list[Step] = field(default_factory=list)
+    changes: list[Change] = field(default_factory=list)
+    parity: list[ParityRow] = field(default_factory=list)
+    memory: dict[str, list[MemoryRow]] = field(default_factory=dict)
+    bench: list[dict[str, Any]] = field(default_factory=list)
+    facts: dict[str, Any] = field(default_factory=dict)
+    path: Path | None = None  # where add() saves the report after each step
+
+    def add(self, name: str, ok: bool, detail: str) -> Step:
+        step = Step(name, ok, detail)
+        self.steps.append(step)
+        if self.path is not None:
+            self.save(self.path)
+        return step
+
+    def save(self, path: Path) -> None:
+        path.write_text(json.dumps(self.to_dict(), indent=1, default=str) + "\n")
+
+    @property
+    def ok(self) -> bool:
+        return bool(self.steps) and all(step.ok for step in self.steps)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "ok": self.ok,
+            "steps": [asdict(s) for s in self.steps],
+            "changes": [asdict(c) for c in self.changes],
+            "parity": [{**asdict(p), "equal": p.equal, "first_difference": p.first_difference} for p in self.parity],
+            "memory": {phase: [asdict(row) for row in rows] for phase, rows in self.memory.items()},
+            "bench": self.bench,
+            **self.facts,
+        }
