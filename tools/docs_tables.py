@@ -45,6 +45,7 @@ PAGES: tuple[tuple[str, str, str], ...] = (
     ("Changing a deployed stack", "day2.md", "what each setting does to a deployed stack, and the procedures"),
     ("Settings", "settings.md", "every setting, its default and what is allowed"),
     ("The model", "models.md", "the fit and serveability checks, and what fits each GPU type"),
+    ("The serving config on one GPU host", "local-check.md", "`make local-check`: the synthesized serve config run for real before a deploy, and its results"),
     ("Weights from S3", "weights.md", "`MODEL_SOURCE=s3://…`, `make mirror-model`, least-privilege reads, load times and NAT cost"),
     ("Elastic capacity", "scaling.md", "`PREFILL_MAX_REPLICAS`/`DECODE_MAX_REPLICAS`: how a request becomes a node, the times, what bounds the bill"),
     ("Surviving the Ray head", "fault-tolerance.md", "`GCS_FAULT_TOLERANCE=redis`: the GCS in ElastiCache, two system nodes, what one still risks, cost"),

@@ -154,9 +154,9 @@ def load_engine(spec: str) -> Engine:
 # --- the local cluster -------------------------------------------------------------------------------------------
 
 
-def worker_env(rayservice: dict[str, Any], hf_home: Path) -> tuple[dict[str, str], list[Change]]:
+def worker_env(rayservice: dict[str, Any], cache: Path) -> tuple[dict[str, str], list[Change]]:
     """The GPU worker container's environment as the raylets' (the engines inherit it); what a pod has and a host
-    does not (the pod's IP, the model cache's host path) replaced, each named."""
+    does not (the pod's IP, paths on the node's model cache) replaced, each named."""
     groups = rayservice["spec"]["rayClusterConfig"].get("workerGroupSpecs", [])
     env: dict[str, str] = {}
     changes: list[Change] = []
@@ -168,9 +168,13 @@ def worker_env(rayservice: dict[str, Any], hf_home: Path) -> tuple[dict[str, str
                 env["VLLM_HOST_IP"] = "127.0.0.1"
                 if not any(c.what == "env VLLM_HOST_IP" for c in changes):
                     changes.append(Change("env VLLM_HOST_IP", "the pod's IP", "127.0.0.1", "every Ray node is on this host"))
-    if "HF_HOME" in env:
-        changes.append(Change("env HF_HOME", env["HF_HOME"], str(hf_home), "the node's model cache is a host path of the GPU node"))
-        env["HF_HOME"] = str(hf_home)
+    node_cache = env.get("HF_HOME")
+    if node_cache:
+        for name, value in sorted(env.items()):
+            if value == node_cache or value.startswith(node_cache + "/"):
+                here = str(cache) + value[len(node_cache) :]
+                changes.append(Change(f"env {name}", value, here, "a path on the GPU node's model cache"))
+                env[name] = here
     return env, changes
 
 
@@ -360,6 +364,8 @@ def run(args: argparse.Namespace, engine: Engine) -> Report:
     if not Path(args.plan).is_file():
         raise MissingPrerequisite(f"no plan at {args.plan}: `make local-check` writes it (python -m tools.local_check plan, with the project installed)")
     plan = json.loads(Path(args.plan).read_text())
+    if engine.name == "vllm":
+        _check_versions(engine, plan["versions"])
     report = Report()
     report.facts.update(
         {
@@ -371,8 +377,6 @@ def run(args: argparse.Namespace, engine: Engine) -> Report:
             "max_model_len": plan["max_model_len"],
         }
     )
-    if engine.name == "vllm":
-        _check_versions(engine, plan["versions"])
     host = engine.host()
     report.facts["host"] = asdict(host)
     report.facts["versions"] = engine.installed_versions()

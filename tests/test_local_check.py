@@ -1,0 +1,255 @@
+"""The one-host GPU check (tools/local_check) without a GPU: its pure parts on the synthesized RayService of the pinned
+configuration, and its whole flow on a real local Ray cluster with a stand-in engine (tests/local_check_standin.py)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from settings.model_fit import GIB
+from tests.conftest import settings_for
+from tests.local_check_standin import VOCAB, StandInEngine
+from tests.loopback import free_port
+from tools.local_check.plan import BASE_URL, TOKENIZER, build_plan, image_versions
+from tools.local_check.runner import main as run_main
+from tools.local_check.runner import nixl_lines, worker_env
+from tools.local_check.shape import (
+    HEAD_GROUP,
+    Host,
+    ParityRow,
+    Target,
+    accelerator_resources,
+    cluster_shape,
+    compare_memory,
+    gpu_assignment,
+    memory_report,
+    parity_lengths,
+    patch_serve_config,
+    reference_engine_kwargs,
+    serve_config,
+)
+from tools.local_check.tokenizer import tokenizer_files, vocab_size
+
+REPO = Path(__file__).resolve().parent.parent
+H200 = Host(gpus=1, gpu_name="NVIDIA H200", gpu_total_bytes=150_754_820_096, compute_capability=(9, 0), efa=False, cutlass_dsl=False)
+L4 = Target("L4", 23_034 * 1024 * 1024, hybrid_gdn=True)
+
+
+@pytest.fixture(scope="module")
+def plan() -> dict[str, Any]:
+    return build_plan(settings_for())
+
+
+def test_cluster_shape_is_the_rayclusters(plan: dict[str, Any]) -> None:
+    shape = cluster_shape(plan["rayservice"])
+    assert (shape.head.group, shape.head.num_cpus, shape.head.num_gpus) == (HEAD_GROUP, 0, 0)
+    assert [(n.group, n.num_gpus, n.num_cpus, n.resources) for n in shape.workers] == [
+        ("prefill", 1, 31, {"pd_prefill": 1.0}),
+        ("decode", 1, 31, {"pd_decode": 1.0}),
+    ]
+    assert shape.workers[0].labels["ray.io/node-group"] == "prefill"
+
+
+def test_gpus_are_shared_in_turn_when_the_host_has_fewer(plan: dict[str, Any]) -> None:
+    shape = cluster_shape(plan["rayservice"])
+    assert gpu_assignment(shape, 1) == ([[0], [0]], True)
+    assert gpu_assignment(shape, 2) == ([[0], [1]], False)
+    with pytest.raises(ValueError, match="no GPU"):
+        gpu_assignment(shape, 0)
+
+
+def test_every_change_one_host_forces_is_named_and_nothing_else_changes(plan: dict[str, Any]) -> None:
+    deployed = serve_config(plan["rayservice"])
+    patched, changes = patch_serve_config(deployed, host=H200, target=L4, model_path="/m", random_weights=True, shared_gpu=True, kv_cache_bytes=2 * GIB)
+    assert {c.what for c in changes} == {
+        "model_source",
+        "engine_kwargs.load_format",
+        "kv_connector_extra_config.backends",
+        "engine_kwargs.gpu_memory_utilization",
+        "engine_kwargs.max_num_batched_tokens",
+        "engine_kwargs.max_num_seqs",
+        "engine_kwargs.kv_cache_memory_bytes",
+        "engine_kwargs.gdn_prefill_backend",
+    }
+    for phase in ("prefill", "decode"):
+        before, after = (c["applications"][0]["args"][f"{phase}_config"] for c in (deployed, patched))
+        engine = after["engine_kwargs"]
+        # The deployed GPU's budget on the bigger one: 0.9 x the L4's total.
+        assert engine["gpu_memory_utilization"] * H200.gpu_total_bytes == pytest.approx(0.9 * L4.gpu_total_bytes, rel=1e-3)
+        assert (engine["max_num_batched_tokens"], engine["max_num_seqs"]) == (2048, 256)
+        assert engine["kv_transfer_config"]["kv_connector_extra_config"]["backends"] == ["UCX"]
+        # What the deploy decides stays: roles, eager, length, placement, accelerator type.
+        for key in ("max_model_len", "enforce_eager", "dtype", "tensor_parallel_size"):
+            assert engine[key] == before["engine_kwargs"][key]
+        assert engine["kv_transfer_config"]["kv_role"] == before["engine_kwargs"]["kv_transfer_config"]["kv_role"]
+        assert after["placement_group_config"] == before["placement_group_config"]
+        assert after.get("accelerator_type") == before.get("accelerator_type")
+    assert deployed == serve_config(plan["rayservice"])  # the input is not modified
+
+
+def test_a_host_like_the_target_changes_only_the_model(plan: dict[str, Any]) -> None:
+    host = Host(gpus=2, gpu_name="NVIDIA L4", gpu_total_bytes=L4.gpu_total_bytes, compute_capability=(8, 9), efa=True, cutlass_dsl=False)
+    _, changes = patch_serve_config(
+        serve_config(plan["rayservice"]), host=host, target=L4, model_path="Qwen/Qwen3.5-9B", random_weights=False, shared_gpu=False, kv_cache_bytes=None
+    )
+    assert changes == []
+    extra, named = accelerator_resources(serve_config(plan["rayservice"]), host)
+    assert (extra, named) == ({}, [])
+
+
+def test_the_bundles_accelerator_is_advertised_on_another_gpu(plan: dict[str, Any]) -> None:
+    extra, changes = accelerator_resources(serve_config(plan["rayservice"]), H200)
+    assert extra == {"accelerator_type:L4": 1.0}
+    assert "H200" in changes[0].why
+
+
+def test_sharing_a_gpu_needs_the_kv_cache_size(plan: dict[str, Any]) -> None:
+    with pytest.raises(ValueError, match="KV cache size"):
+        patch_serve_config(serve_config(plan["rayservice"]), host=H200, target=L4, model_path="/m", random_weights=True, shared_gpu=True, kv_cache_bytes=None)
+
+
+def test_the_lone_engine_has_the_phase_kwargs_without_the_connector(plan: dict[str, Any]) -> None:
+    decode = serve_config(plan["rayservice"])["applications"][0]["args"]["decode_config"]
+    kwargs = reference_engine_kwargs(decode)
+    assert "kv_transfer_config" not in kwargs
+    assert kwargs == {k: v for k, v in decode["engine_kwargs"].items() if k != "kv_transfer_config"}
+
+
+def test_worker_env_is_the_pods_with_what_a_host_lacks_replaced(plan: dict[str, Any], tmp_path: Path) -> None:
+    env, changes = worker_env(plan["rayservice"], tmp_path)
+    assert env["VLLM_SSM_CONV_STATE_LAYOUT"] == "DS"
+    assert env["VLLM_HOST_IP"] == "127.0.0.1"
+    assert env["HF_HOME"] == str(tmp_path)
+    assert env["TRITON_CACHE_DIR"] == f"{tmp_path}/triton"
+    assert {c.what for c in changes} == {"env VLLM_HOST_IP", "env HF_HOME", "env TRITON_CACHE_DIR", "env VLLM_CACHE_ROOT"}
+
+
+def test_parity_lengths_reach_max_model_len() -> None:
+    lengths = parity_lengths(4096, 32, count=4)
+    assert lengths[0] == 40 and lengths[-1] == 4096 - 32 - 8 and len(lengths) == 4 and lengths == sorted(lengths)
+
+
+def test_parity_row_finds_the_first_difference() -> None:
+    assert ParityRow(3, [1, 2, 3], [1, 2, 3]).equal
+    assert ParityRow(3, [1, 2, 3], [1, 5, 3]).first_difference == 1
+    assert ParityRow(3, [1, 2], [1, 2, 3]).first_difference == 2
+    assert not ParityRow(3, [], []).equal  # no tokens is no evidence
+
+
+# vLLM 0.26.0's own lines, as the lone Qwen3.5-9B engine logged them on the H200 at an L4's budget (2026-12-01).
+H200_LOG = """(EngineCore pid=6886) INFO 12-01 22:32:28 [v1/worker/gpu_model_runner.py:5347] Model loading took 16.8 GiB memory and 0.406746 seconds
+(EngineCore pid=6886) DEBUG 12-01 22:32:35 [v1/worker/gpu_worker.py:559] Memory profiling takes 5.93 seconds. Total non KV cache memory: 18.03GiB; torch peak memory increase: 1.0GiB; non-torch forward increase memory: 0.22GiB; weights memory: 16.8GiB
+(EngineCore pid=6886) INFO 12-01 22:32:35 [v1/worker/gpu_worker.py:560] Available KV cache memory: 2.21 GiB
+(EngineCore pid=6886) INFO 12-01 22:32:35 [v1/core/kv_cache_utils.py:2177] GPU KV cache size: 51,013 tokens
+(EngineCore pid=6886) INFO 12-01 22:32:35 [v1/core/kv_cache_utils.py:2178] Maximum concurrency for 4,096 tokens per request: 12.45x
+(EngineCore pid=6886) INFO 12-01 22:32:43 [v1/engine/core.py:347] init engine (profile, create kv cache, warmup model) took 14.72 s
+"""
+
+
+def test_memory_report_reads_vllms_lines() -> None:
+    assert memory_report(H200_LOG) == {
+        "weights_gib": 16.8,
+        "activation_peak_gib": 1.0,
+        "non_torch_gib": 0.22,
+        "kv_cache_gib": 2.21,
+        "kv_cache_tokens": 51013.0,
+        "max_concurrency": 12.45,
+        "engine_init_s": 14.72,
+    }
+
+
+def test_the_fit_check_is_conservative_against_the_measured_run(plan: dict[str, Any]) -> None:
+    """The prediction of the pinned configuration (Qwen3.5-9B on an L4, eager) against what vLLM measured."""
+    rows = compare_memory(plan["predicted"]["decode"], memory_report(H200_LOG))
+    assert [(r.figure, r.ok) for r in rows] == [("weights", True), ("overhead", True), ("KV cache", True)]
+    overhead = rows[1]
+    assert 0 < overhead.predicted_gib - (overhead.measured_gib or 0) < 0.5  # conservative, by less than half a GiB
+    optimistic = {**plan["predicted"]["decode"], "overhead_gib": 1.0}
+    assert not compare_memory(optimistic, memory_report(H200_LOG))[1].ok
+
+
+def test_plan_carries_the_jobs_commands_and_the_images_versions(plan: dict[str, Any]) -> None:
+    assert image_versions() == {"ray": "2.58.0", "vllm": "0.26.0", "nixl": "1.3.1", "torch": "2.11.0"}
+    assert plan["versions"] == image_versions()
+    assert [entry["rate"] for entry in plan["bench"]] == [0.5, 1.0, 2.0]
+    short = plan["bench"][0]["short"]
+    assert short.startswith("vllm bench serve") and BASE_URL in short and TOKENIZER in short
+    assert plan["predicted"]["decode"]["eager"] == 1.0  # an L4: no room for CUDA graphs
+    rayservice = plan["rayservice"]
+    assert yaml.safe_load(rayservice["spec"]["serveConfigV2"])["applications"][0]["name"] == "qwen"
+
+
+def test_stand_in_tokenizer_covers_the_vocabulary_exactly() -> None:
+    files = tokenizer_files(VOCAB)
+    model = files["tokenizer.json"]["model"]
+    ids = sorted([*model["vocab"].values(), *(t["id"] for t in files["tokenizer.json"]["added_tokens"])])
+    assert ids == list(range(VOCAB))
+    for left, right in model["merges"]:
+        assert left in model["vocab"] and right in model["vocab"] and left + right in model["vocab"]
+    assert vocab_size({"text_config": {"vocab_size": 248320}}) == 248320
+
+
+def test_nixl_lines_are_read_as_make_verify_reads_them(tmp_path: Path) -> None:
+    (tmp_path / "worker-1.out").write_text("x\n2026-12-01 22:27:26 NIXL INFO    _api.py:390 Backend UCX was instantiated\n")
+    (tmp_path / "worker-2.err").write_text("Transfer plan: TransferTopology(tp_ratio=1, num_kv_heads=4)\n")
+    (tmp_path / "worker-3.out").write_text("libfabric: fi_mr_reg failed\n")
+    backend, plans = nixl_lines(tmp_path)
+    assert backend == "UCX, GPU memory registration failed (fi_mr_reg failed)"
+    assert len(plans) == 1
+
+
+def test_without_the_images_stack_it_stops_with_one_line(tmp_path: Path) -> None:
+    plan_file = tmp_path / "plan.json"
+    plan_file.write_text(json.dumps({"versions": {"vllm": "0.26.0", "torch": "2.11.0"}}))
+    done = subprocess.run(
+        [sys.executable, "-m", "tools.local_check", "run", "--plan", str(plan_file), "--output-dir", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        check=False,
+    )
+    assert done.returncode == 2
+    assert done.stderr.strip().count("\n") == 0
+    assert "vllm is not installed (the image has 0.26.0)" in done.stderr and "requirements-gpu.txt" in done.stderr
+    done = subprocess.run(
+        [sys.executable, "-m", "tools.local_check", "run", "--plan", str(tmp_path / "none.json")], capture_output=True, text=True, cwd=REPO, check=False
+    )
+    assert done.returncode == 2 and done.stderr.startswith("error: no plan at")
+
+
+def test_the_whole_flow_on_a_real_ray_cluster_with_a_stand_in_engine(plan: dict[str, Any], tmp_path: Path) -> None:
+    """Head without CPUs or GPUs, a prefill and a decode node with their resources and the accelerator the bundles ask
+    for; the serve config as patched; every route, parity, the NIXL lines from the Ray session's logs, a benchmark run
+    (a stand-in command printing the Job's marker lines), the memory comparison; the JSON and the chart."""
+    marker = plan["bench_result_marker"]
+    result = {"median_ttft_ms": 12.0, "p99_ttft_ms": 20.0, "median_itl_ms": 3.0, "p99_itl_ms": 5.0, "p50_ttft_ms": 12.0, "p50_itl_ms": 3.0}
+    stand_in = "python3 -c " + json.dumps(f"import json,sys; print({marker!r} + json.dumps({{**{result!r}, 'workload': sys.argv[1], 'rate': 2.0}}))")
+    plan = {**plan, "bench": [{"rate": 2.0, "long": f"{stand_in} long", "short": f"{stand_in} short"}]}
+    (tmp_path / "plan.json").write_text(json.dumps(plan))
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "config.json").write_text(json.dumps({"vocab_size": VOCAB}))
+    out = tmp_path / "out"
+    port = free_port()
+    code = run_main(
+        ["--plan", str(tmp_path / "plan.json"), "--output-dir", str(out), "--model-dir", str(model), "--generate-tokenizer",
+         "--parity-prompts", "3", "--bench-rates", "2.0", "--port", str(port), "--engine", f"{StandInEngine.__module__}:StandInEngine"]
+    )  # fmt: skip
+    report = json.loads((out / "local-check.json").read_text())
+    steps = {s["name"]: s for s in report["steps"]}
+    assert code == 0, [s for s in report["steps"] if not s["ok"]]
+    assert {"GET /v1/models", "POST /v1/completions", "POST /v1/chat/completions", "parity", "nixl", "bench", "memory decode"} <= set(steps)
+    assert [p["prompt_tokens"] for p in report["parity"]] == parity_lengths(plan["max_model_len"], 32, count=3)
+    assert all(p["equal"] for p in report["parity"])
+    assert "UCX" in steps["nixl"]["detail"]
+    changed = {c["what"] for c in report["changes"]}
+    assert {"model_source", "kv_connector_extra_config.backends", "tokenizer", "env VLLM_HOST_IP"} <= changed
+    assert (out / "local-check.png").is_file()
+    assert "VLLM_PORT" not in os.environ  # the raylets' environment was set for their start only
