@@ -83,6 +83,14 @@ class Ingress:
         return JSONResponse({"choices": [{"message": {"role": "assistant", "content": " ".join(map(str, tokens))}}]})
 
 
+@serve.deployment
+class Replica:
+    """One ordinary engine of the collocated app: the whole request on one replica, no KV transfer."""
+
+    async def generate(self, prompt: list[int], max_tokens: int) -> list[int]:
+        return generate(prompt, max_tokens)
+
+
 def _options(phase: dict[str, Any]) -> dict[str, Any]:
     """Ray Serve LLM's placement of one phase: its bundles, with accelerator_type's share on each."""
     bundle = dict(phase["placement_group_config"]["bundle_per_worker"])
@@ -106,6 +114,17 @@ def build_pd_app(args: dict[str, Any]) -> Any:
     prefill = Prefill.options(**_options(args["prefill_config"])).bind(backend["prefill_config"])
     decode = Decode.options(**_options(args["decode_config"])).bind(prefill, backend["decode_config"])
     return Ingress.options(ray_actor_options={"num_cpus": 0}).bind(decode, decode_config.model_id)
+
+
+def build_collocated_app(args: dict[str, Any]) -> Any:
+    """Ray Serve LLM's build_openai_app's shape: llm_configs, each validated by Ray's LLMConfig, replicas placed by
+    their bundles."""
+    from ray.llm._internal.serve.core.configs.llm_config import LLMConfig
+
+    (llm,) = args["llm_configs"]
+    config = LLMConfig.model_validate(llm)
+    replicas = Replica.options(**_options(llm)).bind()
+    return Ingress.options(ray_actor_options={"num_cpus": 0}).bind(replicas, config.model_id)
 
 
 # vLLM's memory report lines, in its own words, with a lone engine's figures.
@@ -136,4 +155,4 @@ class StandInEngine:
         return [generate(p, 32) for p in prompts or []], {**memory_report(MEMORY_LOG), "start_s": 1.0}
 
     def app_import_path(self, deployed: str) -> str:
-        return f"{__name__}:build_pd_app"
+        return f"{__name__}:{'build_collocated_app' if deployed.endswith('build_openai_app') else 'build_pd_app'}"

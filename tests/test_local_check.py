@@ -27,6 +27,7 @@ from tools.local_check.shape import (
     Target,
     accelerator_resources,
     cluster_shape,
+    collocated_config,
     compare_memory,
     gpu_assignment,
     memory_report,
@@ -239,7 +240,7 @@ def test_the_whole_flow_on_a_real_ray_cluster_with_a_stand_in_engine(plan: dict[
     out = tmp_path / "out"
     port = free_port()
     code = run_main(
-        ["--plan", str(tmp_path / "plan.json"), "--output-dir", str(out), "--model-dir", str(model), "--generate-tokenizer",
+        ["--plan", str(tmp_path / "plan.json"), "--output-dir", str(out), "--model-dir", str(model), "--generate-tokenizer", "--mode", "both",
          "--parity-prompts", "3", "--bench-rates", "2.0", "--port", str(port), "--engine", f"{StandInEngine.__module__}:StandInEngine"]
     )  # fmt: skip
     report = json.loads((out / "local-check.json").read_text())
@@ -252,4 +253,26 @@ def test_the_whole_flow_on_a_real_ray_cluster_with_a_stand_in_engine(plan: dict[
     changed = {c["what"] for c in report["changes"]}
     assert {"model_source", "kv_connector_extra_config.backends", "tokenizer", "env VLLM_HOST_IP"} <= changed
     assert (out / "local-check.png").is_file()
+    # Both modes of issue 29 on the same cluster: the collocated replicas answer the same and the rates compare.
+    assert {"collocated: deploy", "collocated: parity", "collocated: bench"} <= set(steps)
+    assert {r["mode"] for r in report["bench"]} == {"pd", "collocated"}
+    (row,) = report["comparison"]
+    assert row["rate"] == 2.0 and row["pd short itl p50 ms"] == 3.0 and "collocated long ttft p50 ms" in row
     assert "VLLM_PORT" not in os.environ  # the raylets' environment was set for their start only
+
+
+def test_collocated_mode_is_the_same_engines_as_ordinary_replicas(plan: dict[str, Any]) -> None:
+    deployed = serve_config(plan["rayservice"])
+    shape = cluster_shape(plan["rayservice"])
+    collocated = collocated_config(deployed, shape)
+    (application,) = collocated["applications"]
+    assert application["import_path"] == "ray.serve.llm:build_openai_app"
+    (llm,) = application["args"]["llm_configs"]
+    decode = deployed["applications"][0]["args"]["decode_config"]
+    assert llm["engine_kwargs"] == {k: v for k, v in decode["engine_kwargs"].items() if k != "kv_transfer_config"}
+    assert llm["deployment_config"] == {"num_replicas": 2}  # one per GPU of the two worker nodes
+    assert llm["placement_group_config"]["bundle_per_worker"] == {"GPU": 1, "CPU": 1}  # either node
+    assert llm["model_loading_config"] == decode["model_loading_config"]
+    from ray.llm._internal.serve.core.configs.llm_config import LLMConfig
+
+    LLMConfig.model_validate(llm)  # Ray's own class at the image's version accepts it

@@ -47,6 +47,7 @@ from tools.local_check.shape import (
     Target,
     accelerator_resources,
     cluster_shape,
+    collocated_config,
     compare_memory,
     gpu_assignment,
     memory_report,
@@ -250,25 +251,29 @@ def wait_ready(base: str, model_id: str, key: str | None, timeout_s: float, slee
     raise TimeoutError(f"the endpoint did not list {model_id} within {timeout_s:.0f} s")
 
 
-def check_routes(report: Report, base: str, model_id: str, key: str | None) -> None:
+def check_routes(report: Report, base: str, model_id: str, key: str | None, *, prefix: str = "") -> None:
     status, body = http("GET", f"{base}/v1/models", key=key)
     ids = [m.get("id") for m in (body or {}).get("data", [])] if status == 200 and isinstance(body, dict) else []
-    report.add("GET /v1/models", model_id in ids, f"{status}: {ids}")
+    report.add(f"{prefix}GET /v1/models", model_id in ids, f"{status}: {ids}")
     status, body = http(
         "POST", f"{base}/v1/completions", {"model": model_id, "prompt": "The capital of France is", "max_tokens": 16, "temperature": 0}, key=key
     )
     text = body["choices"][0]["text"] if status == 200 and isinstance(body, dict) else ""
-    report.add("POST /v1/completions", status == 200 and bool(text), f"{status}: {text[:60]!r}" if status == 200 else f"{status}: {str(body)[:200]}")
+    report.add(f"{prefix}POST /v1/completions", status == 200 and bool(text), f"{status}: {text[:60]!r}" if status == 200 else f"{status}: {str(body)[:200]}")
     chat = {"model": model_id, "messages": [{"role": "user", "content": "Say hello in five words."}], "max_tokens": 16, "temperature": 0}
     status, body = http("POST", f"{base}/v1/chat/completions", chat, key=key)
     content = body["choices"][0]["message"]["content"] if status == 200 and isinstance(body, dict) else ""
-    report.add("POST /v1/chat/completions", status == 200 and bool(content), f"{status}: {content[:60]!r}" if status == 200 else f"{status}: {str(body)[:200]}")
+    report.add(
+        f"{prefix}POST /v1/chat/completions",
+        status == 200 and bool(content),
+        f"{status}: {content[:60]!r}" if status == 200 else f"{status}: {str(body)[:200]}",
+    )
     if key:
         for method, path, payload in (("GET", "/v1/models", None), ("POST", "/v1/chat/completions", chat)):
             status, body = http(method, f"{base}{path}", payload, key=None)
-            report.add(f"{method} {path} without a key", status == 401, f"{status}: {str(body)[:120]}")
+            report.add(f"{prefix}{method} {path} without a key", status == 401, f"{status}: {str(body)[:120]}")
             status, body = http(method, f"{base}{path}", payload, key="sk-wrong")
-            report.add(f"{method} {path} with a wrong key", status == 401, f"{status}")
+            report.add(f"{prefix}{method} {path} with a wrong key", status == 401, f"{status}")
 
 
 def pd_tokens(base: str, model_id: str, prompt: list[int], key: str | None) -> list[int]:
@@ -425,52 +430,29 @@ def run(args: argparse.Namespace, engine: Engine) -> Report:
     env, env_changes = worker_env(plan["rayservice"], out / "hf-home")
     env.update(args.env or {})
     report.changes += changes + resource_changes + env_changes
-    application = patched["applications"][0]
-    import_path = engine.app_import_path(application["import_path"])
-    if import_path != application["import_path"]:
-        report.changes.append(Change("import_path", application["import_path"], import_path, "the stand-in engine of the tests"))
+    modes = ("pd", "collocated") if args.mode == "both" else (args.mode,)
+    configs = {"pd": patched, "collocated": collocated_config(patched, shape)}
+    if "collocated" in modes:
+        report.changes.append(
+            Change("application (collocated mode)", "PD: prefill + decode, NIXL", "ordinary replicas, no KV connector", "the comparison of issue 29")
+        )
     key = args.api_key
     cluster = LocalCluster(plan, host, extra, env)
     base = f"http://127.0.0.1:{args.port}"
     try:
         import ray
         from ray import serve
-        from ray._common.utils import import_attr
-        from ray.serve._private.api import call_user_app_builder_with_args_if_necessary
 
         ray.init(address=cluster.address)
         serve.start(http_options={"host": "127.0.0.1", "port": args.port})
-        app = call_user_app_builder_with_args_if_necessary(import_attr(import_path), application["args"])
-        started = time.monotonic()
-        serve.run(app, name=application["name"], route_prefix=application.get("route_prefix", "/"), blocking=False)
-        ready = wait_ready(base, plan["model"]["id"], key, args.ready_timeout)
-        report.facts["ready_s"] = round(time.monotonic() - started, 1)
-        report.add("deploy", True, f"{application['name']} answering {ready:.0f} s after serve.run")
-        check_routes(report, base, plan["model"]["id"], key)
-        parity = [ParityRow(len(p), pd_tokens(base, plan["model"]["id"], p, key), ref) for p, ref in zip(prompts, references["decode"][0], strict=True)]
-        report.parity = parity
-        report.add(
-            "parity",
-            all(r.equal for r in parity),
-            ", ".join(f"{r.prompt_tokens} tokens: {'equal' if r.equal else f'differs at {r.first_difference}'}" for r in parity),
-        )
-        backend, plans = nixl_lines(cluster.log_dir())
-        expected = "LIBFABRIC" if host.efa else "UCX"
-        report.facts["nixl"] = {"backend": backend, "transfer_plans": plans}
-        report.add("nixl", backend == expected and bool(plans), f"backend {backend} (expected {expected} here); {len(plans)} transfer plan line(s)")
-        if args.bench_rates != []:
-            bench = run_bench(plan, base, model, args.bench_rates, key)
-            report.bench = bench
-            report.add(
-                "bench",
-                True,
-                "; ".join(
-                    f"{r['workload']}@{r['rate']}: TTFT p50 {r.get('median_ttft_ms', r.get('p50_ttft_ms', 0)):.0f} ms, ITL p50 {r.get('median_itl_ms', r.get('p50_itl_ms', 0)):.1f} ms"
-                    for r in bench
-                ),
-            )
+        for mode in modes:
+            check_application(report, mode, configs[mode], plan, engine, cluster, host, base, key, prompts, references["decode"][0], args, model)
+            if len(modes) > 1:
+                serve.delete(configs[mode]["applications"][0]["name"])
+        if len(modes) > 1:
+            report.facts["comparison"] = compare_modes(report.bench)
     except (TimeoutError, RuntimeError) as error:
-        report.add("deploy" if "deploy" not in [s.name for s in report.steps] else "run", False, str(error))
+        report.add("run", False, str(error))
     finally:
         try:
             import ray
@@ -483,20 +465,134 @@ def run(args: argparse.Namespace, engine: Engine) -> Report:
     return report
 
 
+def check_application(
+    report: Report,
+    mode: str,
+    config: dict[str, Any],
+    plan: dict[str, Any],
+    engine: Engine,
+    cluster: LocalCluster,
+    host: Host,
+    base: str,
+    key: str | None,
+    prompts: list[list[int]],
+    reference: list[list[int]],
+    args: argparse.Namespace,
+    model: str,
+) -> None:
+    """Deploy one application (PD, or the collocated replicas) and check it: routes, parity, NIXL (PD), the benchmark."""
+    from ray import serve
+    from ray._common.utils import import_attr
+    from ray.serve._private.api import call_user_app_builder_with_args_if_necessary
+
+    prefix = "" if mode == "pd" else f"{mode}: "
+    application = config["applications"][0]
+    import_path = engine.app_import_path(application["import_path"])
+    if import_path != application["import_path"]:
+        report.changes.append(Change(f"{prefix}import_path", application["import_path"], import_path, "the stand-in engine of the tests"))
+    app = call_user_app_builder_with_args_if_necessary(import_attr(import_path), application["args"])
+    started = time.monotonic()
+    serve.run(app, name=application["name"], route_prefix=application.get("route_prefix", "/"), blocking=False)
+    try:
+        wait_ready(base, plan["model"]["id"], key, args.ready_timeout)
+    except TimeoutError as error:
+        report.add(f"{prefix}deploy", False, str(error))
+        return
+    report.facts.setdefault("ready_s", {})[mode] = round(time.monotonic() - started, 1)
+    report.add(f"{prefix}deploy", True, f"{application['name']} answering {time.monotonic() - started:.0f} s after serve.run")
+    check_routes(report, base, plan["model"]["id"], key, prefix=prefix)
+    parity = [ParityRow(len(p), pd_tokens(base, plan["model"]["id"], p, key), ref) for p, ref in zip(prompts, reference, strict=True)]
+    if mode == "pd":
+        report.parity = parity
+    report.add(
+        f"{prefix}parity",
+        all(r.equal for r in parity),
+        ", ".join(f"{r.prompt_tokens} tokens: {'equal' if r.equal else f'differs at {r.first_difference}'}" for r in parity),
+    )
+    if mode == "pd":
+        backend, plans = nixl_lines(cluster.log_dir())
+        expected = "LIBFABRIC" if host.efa else "UCX"
+        report.facts["nixl"] = {"backend": backend, "transfer_plans": plans}
+        report.add("nixl", backend == expected and bool(plans), f"backend {backend} (expected {expected} here); {len(plans)} transfer plan line(s)")
+    if args.bench_rates != []:
+        bench = [{**run, "mode": mode} for run in run_bench(plan, base, model, args.bench_rates, key)]
+        report.bench += bench
+        report.add(
+            f"{prefix}bench",
+            True,
+            "; ".join(f"{r['workload']}@{r['rate']}: TTFT p50 {_figure(r, 'ttft'):.0f} ms, ITL p50 {_figure(r, 'itl'):.1f} ms" for r in bench),
+        )
+
+
+def _figure(run: dict[str, Any], name: str, percentile: str = "p50") -> float:
+    value = run.get(f"{percentile}_{name}_ms", run.get(f"median_{name}_ms") if percentile == "p50" else None)
+    return float(value or 0.0)
+
+
+# What issue 29's comparison reports per rate: the short stream's latencies (what PD is meant to keep flat while
+# long prompts arrive), the long stream's time to first token, and the output throughput of both streams.
+COMPARED = (("short", "itl", "p50"), ("short", "itl", "p99"), ("short", "ttft", "p50"), ("short", "ttft", "p99"), ("long", "ttft", "p50"))
+
+
+def compare_modes(bench: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One row per rate: each compared figure for PD and collocated, and the output tokens/s of both streams."""
+    rows = []
+    for rate in sorted({float(r["rate"]) for r in bench}):
+        row: dict[str, Any] = {"rate": rate}
+        for mode in ("pd", "collocated"):
+            runs = {r["workload"]: r for r in bench if r.get("mode") == mode and float(r["rate"]) == rate}
+            for workload, name, percentile in COMPARED:
+                if workload in runs:
+                    row[f"{mode} {workload} {name} {percentile} ms"] = _figure(runs[workload], name, percentile)
+            row[f"{mode} output tok/s"] = sum(float(r.get("output_throughput", 0.0)) for r in runs.values())
+        rows.append(row)
+    return rows
+
+
 def write_outputs(report: Report, out: Path) -> tuple[Path, Path | None]:
     path = out / RESULT_FILE
     report.save(path)
-    chart = None
+    if not report.bench:
+        return path, None
     try:
+        title = f"local check: {report.facts['model']['source']} on {report.facts['host']['gpu_name']}"
+        if report.facts.get("comparison"):
+            return path, draw_comparison(report.facts["comparison"], out / "local-check.png", title=title)
         from tools.bench_chart import draw
 
-        if report.bench:
-            chart = draw(
-                report.bench, [], out / "local-check.png", title=f"local check: {report.facts['model']['source']} on {report.facts['host']['gpu_name']}"
-            )
-    except ImportError:
-        pass
-    return path, chart
+        return path, draw(report.bench, [], out / "local-check.png", title=title)
+    except ImportError:  # matplotlib is not in every image: the JSON holds every figure
+        return path, None
+
+
+def draw_comparison(rows: list[dict[str, Any]], path: Path, *, title: str) -> Path:
+    """PD against collocated per request rate: the short stream's ITL and TTFT (p50 solid, p99 dashed), the long
+    stream's TTFT, and the output tokens/s."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    figure, axes = plt.subplots(1, 4, figsize=(20, 4.6), constrained_layout=True)
+    rates = [row["rate"] for row in rows]
+    panels = (("short ITL (ms)", "short itl"), ("short TTFT (ms)", "short ttft"), ("long TTFT (ms)", "long ttft"))
+    for axis, (label, key) in zip(axes[:3], panels, strict=True):
+        for mode, color in (("pd", "tab:blue"), ("collocated", "tab:orange")):
+            for percentile, style in (("p50", "-"), ("p99", "--")):
+                values = [row.get(f"{mode} {key} {percentile} ms") for row in rows]
+                points = [(x, y) for x, y in zip(rates, values, strict=True) if y is not None]
+                if points:
+                    axis.plot(*zip(*points, strict=True), style, color=color, marker="o", label=f"{mode} {percentile}")
+        axis.set(xlabel="request rate of each stream (req/s)", ylabel=label)
+        axis.legend(fontsize=8)
+    for mode, color in (("pd", "tab:blue"), ("collocated", "tab:orange")):
+        axes[3].plot(rates, [row.get(f"{mode} output tok/s", 0) for row in rows], "-", color=color, marker="o", label=mode)
+    axes[3].set(xlabel="request rate of each stream (req/s)", ylabel="output tokens/s")
+    axes[3].legend(fontsize=8)
+    figure.suptitle(title)
+    figure.savefig(path, dpi=110)
+    plt.close(figure)
+    return path
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -513,6 +609,9 @@ def main(argv: list[str] | None = None) -> int:
         "--env", type=lambda text: dict(item.split("=", 1) for item in text.split(",") if item), default=None, help="extra NAME=VALUE for the engines"
     )
     parser.add_argument("--port", type=int, default=SERVE_PORT)
+    parser.add_argument(
+        "--mode", choices=("pd", "collocated", "both"), default="pd", help="both: PD, then the same GPUs as ordinary replicas, and the comparison"
+    )
     parser.add_argument("--ready-timeout", type=float, default=READY_TIMEOUT_S)
     parser.add_argument("--engine", default="vllm", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)

@@ -135,8 +135,32 @@ class Change:
 
 
 def _phases(config: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
+    """The engines' LLMConfigs of the application: PD's prefill and decode, or the collocated app's llm_configs."""
     args = config["applications"][0]["args"]
-    return [(name.removesuffix("_config"), args[name]) for name in ("prefill_config", "decode_config") if name in args]
+    pd = [(name.removesuffix("_config"), args[name]) for name in ("prefill_config", "decode_config") if name in args]
+    return pd + [(f"llm_configs[{index}]", llm) for index, llm in enumerate(args.get("llm_configs", []))]
+
+
+COLLOCATED_IMPORT_PATH = "ray.serve.llm:build_openai_app"
+
+
+def collocated_config(config: dict[str, Any], shape: ClusterShape) -> dict[str, Any]:
+    """The same model and engine settings as ordinary replicas behind the same ingress, one per engine's worth of
+    the cluster's GPUs and no KV connector: what the GPUs would do without disaggregation (issue 29's comparison).
+    The decode phase's LLMConfig is the model (its engine kwargs are the prefill's but for the KV role)."""
+    application = config["applications"][0]
+    decode = copy.deepcopy(application["args"]["decode_config"])
+    engine = decode["engine_kwargs"]
+    engine.pop("kv_transfer_config", None)
+    gpus_per_engine = int(engine.get("tensor_parallel_size", 1)) * int(engine.get("pipeline_parallel_size", 1))
+    bundle = {k: v for k, v in decode["placement_group_config"]["bundle_per_worker"].items() if k in ("GPU", "CPU")}
+    decode["placement_group_config"] = {**decode["placement_group_config"], "bundle_per_worker": bundle}
+    decode["deployment_config"] = {"num_replicas": max(1, shape.gpus // gpus_per_engine)}
+    args: dict[str, Any] = {"llm_configs": [decode]}
+    for key in ("ingress_cls_config", "ingress_deployment_config"):
+        if key in application["args"]:
+            args[key] = copy.deepcopy(application["args"][key])
+    return {**config, "applications": [{**application, "import_path": COLLOCATED_IMPORT_PATH, "args": args}]}
 
 
 def accelerator_resources(config: dict[str, Any], host: Host) -> tuple[dict[str, float], list[Change]]:
