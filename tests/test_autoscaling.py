@@ -89,7 +89,8 @@ def test_without_maxima_nothing_of_it_is_there(default_synth: Synth) -> None:
     rs = _ray_service(default_synth)
     cluster = rs["spec"]["rayClusterConfig"]
     assert "enableInTreeAutoscaling" not in cluster and "autoscalerOptions" not in cluster
-    assert all(c["deployment_config"] == {"num_replicas": 1} and c["accelerator_type"] == "L4" for c in _llm_configs(rs).values())
+    assert all(c["deployment_config"]["num_replicas"] == 1 and "autoscaling_config" not in c["deployment_config"] for c in _llm_configs(rs).values())
+    assert all(c["accelerator_type"] == "L4" for c in _llm_configs(rs).values())
     assert not [r for r in default_synth.resources("system", "Custom::AWSCDK-EKS-HelmChart").values() if r["Properties"]["Chart"] == "cluster-autoscaler"]
     (nodegroup,) = default_synth.resources("gpu", "AWS::EKS::Nodegroup").values()
     assert nodegroup["Properties"]["ScalingConfig"] == {"MinSize": 2, "DesiredSize": 2, "MaxSize": 2}
@@ -160,10 +161,33 @@ def test_a_bad_maximum_is_one_line(env: dict[str, str], name: str, fragment: str
     assert error.value.env_name == name and fragment in str(error.value) and "\n" not in str(error.value)
 
 
+@pytest.mark.parametrize("env", [{}, {"DECODE_MAX_REPLICAS": "2"}, {"MAX_MODEL_LEN": "16384", "GPU_NODE_TYPE": "g6e.8xlarge"}])
+def test_decode_and_the_ingress_drain_their_streams_for_the_longest_response(env: dict[str, str]) -> None:
+    """Serve's default graceful_shutdown_timeout_s (20 s) would cut every stream longer than that when Serve removes a
+    decode or ingress replica (a scale-down or a rolling change): both wait MAX_MODEL_LEN tokens at the slowest decode."""
+    from ray.serve._private.constants import DEFAULT_GRACEFUL_SHUTDOWN_TIMEOUT_S
+    from ray.serve.schema import DeploymentSchema
+
+    from k8s_constructs.serve_config import SLOWEST_DECODE_S_PER_TOKEN
+
+    settings = settings_for(env)
+    args = yaml.safe_load(build_rayservice_chart(settings).serve_config_yaml)["applications"][0]["args"]
+    longest = settings.max_model_len * SLOWEST_DECODE_S_PER_TOKEN
+    decode = args["decode_config"]["deployment_config"]
+    ingress = args["ingress_deployment_config"]
+    for options in (decode, ingress):
+        assert longest <= options["graceful_shutdown_timeout_s"] < longest + 1 and options["graceful_shutdown_timeout_s"] > DEFAULT_GRACEFUL_SHUTDOWN_TIMEOUT_S
+        DeploymentSchema.model_validate({"name": "x", **options})  # Ray's own options schema takes it
+    # Prefill holds a request for one forward pass: Serve's default.
+    assert "graceful_shutdown_timeout_s" not in args["prefill_config"]["deployment_config"]
+    assert ray_serve_errors(yaml.safe_load(build_rayservice_chart(settings).serve_config_yaml)) == []
+
+
 def test_one_phase_can_scale_alone() -> None:
     settings = settings_for({"DECODE_MAX_REPLICAS": "2"})
     configs = _llm_configs(build_rayservice_chart(settings).ray_service.to_json())
     assert configs["prefill"]["deployment_config"] == {"num_replicas": 1} and configs["prefill"]["accelerator_type"] == "L4"
+    assert configs["decode"]["deployment_config"]["graceful_shutdown_timeout_s"] == 328
     assert configs["decode"]["deployment_config"]["autoscaling_config"]["max_replicas"] == 2 and "accelerator_type" not in configs["decode"]
     assert (settings.gpu_node_count, settings.gpu_node_max) == (2, 3)
     assert settings_for({"DECODE_MAX_REPLICAS": "2", "GPU_NODE_COUNT": "0"}).gpu_node_max == 0  # parked
@@ -198,14 +222,17 @@ def _ray_service_of(env: dict[str, str]) -> dict[str, Any]:
 
 
 def test_load_on_decode_adds_a_decode_node_only_and_the_cluster_returns_to_its_minimum(tmp_path: Path) -> None:
+    from ray.serve._private.constants import DEFAULT_GRACEFUL_SHUTDOWN_TIMEOUT_S
+
     rs = _ray_service_of({"PREFILL_MAX_REPLICAS": "2", "DECODE_MAX_REPLICAS": "2"})
     phases, node_types = {}, {}
     for phase, llm in _llm_configs(rs).items():
         bundles, strategy = ray_serve_llm_placement(llm)
         scaling = dict(llm["deployment_config"]["autoscaling_config"])
         # Ours, with the delays of a test (seconds, not Ray's 30 s up and 10 min down).
-        scaling.update({"upscale_delay_s": 1, "downscale_delay_s": 3, "look_back_period_s": 2})
-        phases[phase] = {"bundles": bundles, "strategy": strategy, "autoscaling_config": scaling}
+        scaling.update({"upscale_delay_s": 1, "downscale_delay_s": 5, "look_back_period_s": 2})
+        draining = llm["deployment_config"].get("graceful_shutdown_timeout_s")  # ours, unchanged
+        phases[phase] = {"bundles": bundles, "strategy": strategy, "autoscaling_config": scaling, "graceful_shutdown_timeout_s": draining}
     for name, node_type in _node_types(rs).items():
         # The node type as derived; Ray's object store kept small (four raylets on a CI machine) and memory left
         # out (a fake node would try to reserve the GPU node's 113 GiB; no bundle asks for memory).
@@ -222,6 +249,10 @@ def test_load_on_decode_adds_a_decode_node_only_and_the_cluster_returns_to_its_m
         "timeout_s": 120,
         "control_bundles": control,
         "control_wait_s": 8,
+        # Streams that outlive Ray Serve's default graceful_shutdown_timeout_s (20 s) counted from the replica's stop, which
+        # comes a downscale delay after they start: with Ray's default they are cut.
+        "streams": 4,
+        "stream_s": DEFAULT_GRACEFUL_SHUTDOWN_TIMEOUT_S + phases["decode"]["autoscaling_config"]["downscale_delay_s"] + 5,
     }
     (tmp_path / "spec.json").write_text(json.dumps(spec))
     done = subprocess.run(
@@ -229,13 +260,16 @@ def test_load_on_decode_adds_a_decode_node_only_and_the_cluster_returns_to_its_m
     )
     assert done.returncode == 0, done.stderr[-3000:]
     seen = json.loads(done.stdout.strip().splitlines()[-1])
-    print(json.dumps(seen["log"]))
+    print(json.dumps({"log": seen["log"], "streams": seen["streams"]}))
     assert seen["nodes_at_start"] == ["decode", "prefill"], seen
     assert seen["grew"], seen
     # One more node, of the decode group; the new replica runs on a decode node; prefill untouched.
     assert seen["nodes_under_load"] == ["decode", "decode", "prefill"], seen
     assert seen["decode_replica_phases"] == ["decode", "decode"] and seen["prefill_replicas_under_load"] == 1, seen
     assert seen["shrank"] and seen["nodes_after_load"] == ["decode", "prefill"], seen
+    # Every stream that outlived Ray Serve's default timeout completed, those on the replica the scale-down removed too.
+    assert any(stream["removed_replica"] for stream in seen["streams"]), seen
+    assert all(stream["tokens"] == spec["stream_s"] for stream in seen["streams"]), seen
     # Without the fix (the bundle carries accelerator_type): pending, and no node launched for it.
     assert not seen["control_placed"] and seen["control_nodes_added"] == 0 and seen["control_pending_s"] >= 8, seen
 
