@@ -236,7 +236,7 @@ def pd_application(settings: Settings) -> PdApplication:
                 max_model_len=settings.max_model_len,
                 tensor_parallel_size=settings.tensor_parallel_size,
                 enforce_eager=settings.eager(engine_id),
-                language_model_only=settings.text_only_multimodal,
+                language_model_only=settings.language_model_only,
             ),
             num_replicas=replicas,
             placement=PlacementConfig(phase_resource=PHASE_RESOURCES[engine_id]),

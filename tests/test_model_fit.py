@@ -120,6 +120,28 @@ def test_a_multimodal_model_serves_text_only_unless_images_are_asked_for() -> No
     assert "language_model_only" not in _serve_engine({"MODEL_SOURCE": "meta-llama/Llama-3.1-8B-Instruct", "MODEL_ID": "llama-3.1-8b"})
 
 
+def test_a_model_the_synth_does_not_know_is_served_text_only_too() -> None:
+    """An S3 MODEL_SOURCE (or a Hub id) without `make lookup` has no facts: with MODEL_IMAGES=off it still gets
+    language_model_only, so a multimodal model behind it loads no vision tower. vLLM 0.26 passes the flag to the
+    multimodal config only (config/model.py, `if self._model_info.supports_multimodal`): a text-only model ignores it."""
+    from k8s_constructs.serve_config import pd_application
+    from tests.conftest import settings_for
+
+    unknown = {"MODEL_SOURCE": "s3://example-models/qwen3.5-9b", "MODEL_ID": "qwen"}
+    assert settings_for(unknown).model_facts is None
+    assert _serve_engine(unknown)["language_model_only"] is True
+    assert _serve_engine({"MODEL_SOURCE": "example-org/some-model", "MODEL_ID": "some"})["language_model_only"] is True
+    assert "language_model_only" not in _serve_engine({**unknown, "MODEL_IMAGES": "on"})
+    # Known as text-only (a cached look-up of an S3 copy of Llama): nothing to skip, the flag is left out.
+    llama = BUILT_IN_MODELS["meta-llama/Llama-3.1-8B-Instruct"]
+    source = "s3://example-models/llama-3.1-8b"
+    context = {model_facts_context_key(source): {**llama.to_context(), "source": source}}
+    settings = settings_for({"MODEL_SOURCE": source, "MODEL_ID": "llama"}, context)
+    assert settings.model_facts is not None and not settings.model_facts.multimodal
+    engine = pd_application(settings).to_serve_config()["applications"][0]["args"]["decode_config"]["engine_kwargs"]
+    assert "language_model_only" not in engine
+
+
 def _app(env: dict[str, str], outdir: Path) -> subprocess.CompletedProcess[str]:
     full_env = {**os.environ, "JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION": "20", "CDK_OUTDIR": str(outdir), **pinned_environ(env)}
     return subprocess.run([sys.executable, "app.py"], cwd=REPO, env=full_env, capture_output=True, text=True, timeout=300)
