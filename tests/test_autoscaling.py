@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 import yaml
 
+from k8s_constructs.ray_autoscaling import SERVICE_ACCOUNT_MOUNT
 from settings import SettingError
 from stacks.addons import cluster_autoscaler
 from stacks.serving_stack import build_rayservice_chart
@@ -76,8 +77,53 @@ def test_the_raycluster_runs_the_in_tree_autoscaler_with_each_groups_nodes(autos
     assert groups == {"prefill": (1, 1, 2), "decode": (1, 1, 3)}
     for group in cluster["workerGroupSpecs"]:
         assert group["template"]["metadata"]["annotations"] == {"cluster-autoscaler.kubernetes.io/safe-to-evict": "false"}
-    # The sidecar talks to the API server with the head's service account token.
-    assert cluster["headGroupSpec"]["template"]["spec"]["automountServiceAccountToken"] is True
+
+
+def _mounts_kube_api_token(container: dict[str, Any], volumes: dict[str, dict[str, Any]]) -> bool:
+    """Whether the container can read a Kubernetes API token: a projected service-account token or the standard path."""
+    for mount in container.get("volumeMounts", []):
+        sources = volumes.get(mount["name"], {}).get("projected", {}).get("sources", [])
+        if mount["mountPath"].startswith(SERVICE_ACCOUNT_MOUNT) or any("serviceAccountToken" in source for source in sources):
+            return True
+    return False
+
+
+@pytest.mark.parametrize("synth_name", ["autoscaling_synth", "default_synth"])
+def test_only_the_autoscaler_container_holds_a_kubernetes_token(synth_name: str, request: pytest.FixtureRequest) -> None:
+    """KubeRay 1.7's autoscaler Role (rbac.go) may get/list/watch/patch every pod of the namespace and patch RayClusters;
+    automountServiceAccountToken is pod-wide. The head pod mounts none; with autoscaling a projected token (what the
+    kubelet would mount) goes into KubeRay's autoscaler container only, at the path Ray's KubeRay node provider reads
+    (node_provider.py, load_k8s_secrets). Checked on the synthesized template and on the Pods KubeRay makes from it."""
+    import kubernetes_validate
+
+    from tools.k8s_objects import AUTOSCALER_CONTAINER, kuberay_pods
+
+    synth: Synth = request.getfixturevalue(synth_name)
+    rs = _ray_service(synth)
+    head_template = rs["spec"]["rayClusterConfig"]["headGroupSpec"]["template"]["spec"]
+    assert head_template["automountServiceAccountToken"] is False and not head_template.get("shareProcessNamespace")
+    pods = kuberay_pods(rs)
+    containers = {c["name"]: c for c in pods[0]["spec"]["containers"]}
+    for pod in pods:
+        kubernetes_validate.validate(pod, synth.settings.kubernetes_version, strict=True)
+        assert pod["spec"]["automountServiceAccountToken"] is False
+        volumes = {v["name"]: v for v in pod["spec"].get("volumes", [])}
+        holders = [c["name"] for c in pod["spec"]["containers"] if _mounts_kube_api_token(c, volumes)]
+        assert holders == ([AUTOSCALER_CONTAINER] if pod is pods[0] and synth.settings.autoscaling else []), pod["metadata"]["name"]
+    if not synth.settings.autoscaling:
+        assert AUTOSCALER_CONTAINER not in containers
+        return
+    volumes = {v["name"]: v for v in pods[0]["spec"]["volumes"]}
+    (mount,) = [m for m in containers[AUTOSCALER_CONTAINER]["volumeMounts"] if m["mountPath"] == SERVICE_ACCOUNT_MOUNT]
+    sources = volumes[mount["name"]]["projected"]["sources"]
+    assert mount["readOnly"] is True
+    assert {"serviceAccountToken": {"path": "token", "expirationSeconds": 3607}} in sources
+    assert {"configMap": {"name": "kube-root-ca.crt", "items": [{"key": "ca.crt", "path": "ca.crt"}]}} in sources
+    # The files Ray's node provider opens.
+    from ray.autoscaler._private.kuberay import node_provider
+
+    source = Path(node_provider.__file__).read_text()
+    assert f'"{SERVICE_ACCOUNT_MOUNT}/token"' in source and f'"{SERVICE_ACCOUNT_MOUNT}/ca.crt"' in source
 
 
 def test_the_gpu_nodegroup_covers_both_maxima(autoscaling_synth: Synth) -> None:
