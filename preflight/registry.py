@@ -124,6 +124,18 @@ CHECKS: tuple[Check, ...] = (
         _DEPLOYED,
     ),
     Check(
+        "removed-exports",
+        lambda ctx: (
+            day2.check_removed_exports(ctx.inp.redeploy, ctx.deployed(), ctx.client("cloudformation"))
+            if ctx.inp.redeploy is not None
+            else ok("removed-exports", "no synthesized assembly to compare (first deploy checks only)")
+        ),
+        "the deploy would delete a stack's export that a deployed stack still imports (CloudFormation refuses, e.g. "
+        "`GCS_FAULT_TOLERANCE` `redis` -> `off`: the system stack's store exports, imported by the serving stack); fix: destroy the "
+        "importing stack, then deploy",
+        (*_DEPLOYED, "cloudformation:ListImports"),
+    ),
+    Check(
         "kuberay-crds",
         _redeploy_check(day2.check_kuberay_crds, "kuberay-crds"),
         "KUBERAY_VERSION differs from the deployed release and the cluster's CRDs are not the new ones (fix: `make kuberay-crds`)",
