@@ -98,7 +98,8 @@ CHECKS: tuple[Check, ...] = (
         "with `GPU_CAPACITY_RESERVATION_ID`: the reservation is not found, not `active`, of another instance type, in another AZ than GPU_AZ, "
         "of the other kind (`GPU_CAPACITY_RESERVATION_TYPE`), in another placement group than `GPU_PLACEMENT_GROUP`, or has fewer free "
         "instances than the nodes this deploy adds to it (this cluster's nodes already in it count as held); with `GPU_NODE_COUNT=0` (parked) "
-        "only warned about; warns when a Capacity Block ends",
+        "only warned about; warns when a Capacity Block ends, and when autoscaling (`PREFILL/DECODE_MAX_REPLICAS`) adds nodes into a "
+        "cluster placement group without a reservation",
         ("ec2:DescribeCapacityReservations", "ec2:DescribeInstances"),
     ),
     Check(

@@ -346,6 +346,8 @@ def test_the_preflight_counts_quota_and_reservation_room_for_the_maxima() -> Non
 
     assert preflight_input(settings_for(ELASTIC)).gpu_node_count == 5
     assert preflight_input(settings_for()).gpu_node_count == 2
+    # And that the Cluster Autoscaler will add nodes after the deploy (the placement-group warning, issue 28.7).
+    assert preflight_input(settings_for(ELASTIC)).autoscaling and not preflight_input(settings_for()).autoscaling
     assert preflight_input(settings_for({**ELASTIC, "GPU_NODE_COUNT": "0"})).gpu_node_count == 0
 
 
