@@ -100,10 +100,12 @@ def kuberay_pods(ray_service: dict[str, Any]) -> list[dict[str, Any]]:
     cluster = ray_service["spec"]["rayClusterConfig"]
     name, namespace = ray_service["metadata"]["name"], ray_service["metadata"].get("namespace", "default")
     groups = [("head", cluster["headGroupSpec"]["template"])] + [(g["groupName"], g["template"]) for g in cluster.get("workerGroupSpecs", [])]
-    pods = []
+    pods: list[dict[str, Any]] = []
     for group, template in groups:
         labels = {**template.get("metadata", {}).get("labels", {}), "ray.io/cluster": name, "ray.io/group": group}
-        spec = _with_autoscaler(cluster, template["spec"], name) if group == "head" and cluster.get("enableInTreeAutoscaling") else template["spec"]
+        spec: dict[str, Any] = (
+            _with_autoscaler(cluster, template["spec"], name) if group == "head" and cluster.get("enableInTreeAutoscaling") else template["spec"]
+        )
         pods.append(
             {
                 "apiVersion": "v1",
