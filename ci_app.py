@@ -15,8 +15,7 @@ from aws_cdk import Environment
 
 from settings.ci_access import load_ci_access_settings
 from settings.errors import SettingError
-from stacks.application import new_app, synthesize_or_say_why
-from stacks.ci_access_stack import CiAccessStack
+from stacks.app_base import new_app, synthesize_or_say_why
 
 
 def main() -> int:
@@ -26,6 +25,8 @@ def main() -> int:
     except SettingError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
+    from stacks.ci_access_stack import CiAccessStack  # only once the settings are good: a bad one stops in a second
+
     return synthesize_or_say_why(app, lambda app: CiAccessStack(app, settings.stack_name, settings=settings, env=Environment(region=settings.region)))
 
 

@@ -44,6 +44,11 @@ KUBERNETES_SECRET: Final = "gcs-store"
 SECRET_KEY: Final = "password"
 SECRET_VOLUME: Final = "gcs-store-secret"
 SECRET_MOUNT: Final = "/mnt/gcs-store"
+# With gcsFaultToleranceOptions KubeRay 1.7 gives every worker container RAY_gcs_rpc_server_reconnect_timeout_s=600
+# (pod.go, configureGCSFaultTolerance; utils/constant.go DefaultWorkerRayGcsReconnectTimeoutS) unless it is set:
+# a worker's raylet waits that long for a restarted GCS before it exits (Ray's own default is 60 s).
+KUBERAY_WORKER_RECONNECT_ENV: Final = "RAY_gcs_rpc_server_reconnect_timeout_s"
+KUBERAY_WORKER_RECONNECT_TIMEOUT_S: Final = 600
 # Stand-ins when a chart is built without the deployed store (dist/, the offline validators): the serving stack
 # gives the store's real address and secret ARN.
 PLACEHOLDER_ADDRESS: Final = "rediss://GCS_STORE_ADDRESS:6379"

@@ -31,6 +31,7 @@ class MirrorJobProps:
     region: str
     token_provider_class: str | None = None  # the SecretProviderClass of HF_TOKEN_SECRET_NAME, if any
     hf_endpoint: str = "https://huggingface.co"
+    served: bool = False  # the deployed RayService reads the destination while its GPU workers run: the Job writes nothing
 
 
 class MirrorJobChart(cdk8s.Chart):
@@ -54,6 +55,7 @@ class MirrorJobChart(cdk8s.Chart):
             "AWS_REGION": props.region,
             "AWS_DEFAULT_REGION": props.region,
             "PYTHONUNBUFFERED": "1",
+            "MIRROR_SERVED": "1" if props.served else "0",
         }
         volumes = [kplus.Volume.from_config_map(self, "ScriptVolume", self.script, name="script")]
         if props.token_provider_class:

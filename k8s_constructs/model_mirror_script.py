@@ -8,8 +8,16 @@ Hub publishes for that file (the SHA-256 of a file stored in LFS, the git blob S
 all match does it write `hash` (the commit): Ray Serve LLM names the local snapshot after it, and the preflight
 takes it as the sign of a finished copy. Progress goes to stdout; the last line is `MIRROR_RESULT <json>`.
 
+A finished mirror (its `hash` there) is never rewritten: with elastic capacity an engine may start and download it
+at any time, and Ray 2.58 loads whatever it finds under the prefix (a missing `hash` only names the snapshot
+000…0). A run of the same commit reads it back and changes nothing; another revision is refused (it goes to a
+prefix of its own). Nor is anything written into a prefix the deployed RayService reads while its GPU workers run
+(MIRROR_SERVED=1, which the tool finds out): park first. So an empty object (what a copy that did not match leaves,
+for the next run to copy again) only ever lands in a prefix no engine reads.
+
 Environment: HF_REPO, HF_REVISION (default main), DEST_URI (s3://BUCKET/PREFIX), HF_ENDPOINT (default the
-Hub), HF_TOKEN_FILE (optional: a file holding the token), AWS_REGION.
+Hub), HF_TOKEN_FILE (optional: a file holding the token), AWS_REGION, MIRROR_SERVED (1: the deployed engines read
+DEST_URI now).
 """
 
 from __future__ import annotations
@@ -148,7 +156,18 @@ def _copy(s3: Any, endpoint: str, repo: str, commit: str, token: str, file: HubF
         return
 
 
-def mirror(*, repo: str, revision: str, dest: str, endpoint: str, token: str, s3: Any) -> dict[str, Any]:
+def _verify(s3: Any, bucket: str, prefix: str, files: list[HubFile]) -> None:
+    """Read every object back and compare its size and hash with the Hub's."""
+    for file in files:
+        body = s3.get_object(Bucket=bucket, Key=prefix + file.path)["Body"]
+        reader = _Hashing(body, file, f"verify {file.path}")
+        while reader.read(CHUNK):
+            pass
+        if not reader.matches():
+            raise MirrorError(f"s3://{bucket}/{prefix}{file.path}: {reader.count} bytes whose hash is not the Hub's {file.expected()[0]} {file.expected()[1]}")
+
+
+def mirror(*, repo: str, revision: str, dest: str, endpoint: str, token: str, s3: Any, served: bool = False) -> dict[str, Any]:
     started = time.monotonic()
     commit, listed = hub_files(endpoint, repo, revision, token)
     files, left_out = served_files(listed)
@@ -171,8 +190,36 @@ def mirror(*, repo: str, revision: str, dest: str, endpoint: str, token: str, s3
                 f"s3://{bucket}/{prefix} holds files that are not in {repo}@{commit} ({', '.join(strangers[:5])}): empty it or choose another prefix"
             )
         if COMPLETION_OBJECT in existing:
-            # Until every file is verified again the prefix is not a finished mirror (the preflight and Ray read it).
-            s3.delete_object(Bucket=bucket, Key=prefix + COMPLETION_OBJECT)
+            finished = s3.get_object(Bucket=bucket, Key=prefix + COMPLETION_OBJECT)
+            was = f"{finished.get('Metadata', {}).get(MIRRORED_FROM, 'a model')}@{finished['Body'].read().decode().strip()}"
+            if was != f"{repo}@{commit}":
+                raise MirrorError(
+                    f"s3://{bucket}/{prefix} is the finished mirror of {was}, which engines may load at any time: a finished mirror is never "
+                    f"rewritten; mirror {repo}@{commit[:12]} into a prefix of its own and switch MODEL_SOURCE to it (docs/weights.md)"
+                )
+            # The same revision: read it back, write nothing.
+            started_verify = time.monotonic()
+            print(f"s3://{bucket}/{prefix} is the finished mirror of {was}: reading every object back, writing nothing", flush=True)
+            try:
+                _verify(s3, bucket, prefix, files)
+            except MirrorError as error:
+                raise MirrorError(f"{error} (the finished mirror is left as it is: mirror into a prefix of its own)") from None
+            print(f"verified {len(files)} files; {COMPLETION_OBJECT} = {commit} unchanged", flush=True)
+            return {
+                "repo": repo,
+                "commit": commit,
+                "destination": f"s3://{bucket}/{prefix}",
+                "files": len(files),
+                "bytes": total,
+                "left_out": [f.path for f in left_out],
+                "copy_seconds": 0.0,
+                "verify_seconds": round(time.monotonic() - started_verify, 1),
+            }
+        if served:
+            raise MirrorError(
+                f"s3://{bucket}/{prefix} is read by the deployed RayService while its GPU workers run (an engine may start at any time and "
+                f"load what is there): park first (`make park`), mirror, then deploy"
+            )
         for number, file in enumerate(files, 1):
             kind, digest = file.expected()
             old = existing.get(file.path)
@@ -183,15 +230,7 @@ def mirror(*, repo: str, revision: str, dest: str, endpoint: str, token: str, s3
             _copy(s3, endpoint, repo, commit, token, file, bucket, prefix + file.path)
         copied = time.monotonic()
         print(f"copied in {copied - started:.0f} s; reading every object back from S3", flush=True)
-        for file in files:
-            body = s3.get_object(Bucket=bucket, Key=prefix + file.path)["Body"]
-            reader = _Hashing(body, file, f"verify {file.path}")
-            while reader.read(CHUNK):
-                pass
-            if not reader.matches():
-                raise MirrorError(
-                    f"s3://{bucket}/{prefix}{file.path}: {reader.count} bytes whose hash is not the Hub's {file.expected()[0]} {file.expected()[1]}"
-                )
+        _verify(s3, bucket, prefix, files)
         # The repository it came from, for `make lookup` (what vLLM skips of a known model is not in the files' index).
         s3.put_object(Bucket=bucket, Key=prefix + COMPLETION_OBJECT, Body=commit.encode(), Metadata={MIRRORED_FROM: repo})
     except (BotoCoreError, ClientError) as error:
@@ -224,6 +263,7 @@ def main() -> int:
             endpoint=os.environ.get("HF_ENDPOINT", "https://huggingface.co").rstrip("/"),
             token=token,
             s3=boto3.client("s3"),
+            served=os.environ.get("MIRROR_SERVED", "") == "1",
         )
     except MirrorError as error:
         print(f"error: {error}", file=sys.stderr, flush=True)

@@ -64,7 +64,7 @@ from imports.io.ray import (
 )
 from k8s_constructs import gcs_ft, synced_secrets
 from k8s_constructs.network_policies import NetworkPolicyProps, RayNetworkPolicies
-from k8s_constructs.ray_autoscaling import WORKER_ANNOTATIONS, autoscaler_options
+from k8s_constructs.ray_autoscaling import WORKER_ANNOTATIONS, autoscaler_options, autoscaler_token_volume
 from k8s_constructs.ray_facts import DASHBOARD_PORT, GCS_PORT, HEAD_CONTAINER, SERVE_PORT, WORKER_CONTAINER, worker_service_account
 from k8s_constructs.serve_config import PHASE_RESOURCES, Phase, pd_application
 from k8s_constructs.synced_secrets import HfTokenProviderClass, hf_token_of
@@ -214,14 +214,13 @@ class PdRayServiceChart(cdk8s.Chart):
             template=RayServiceSpecRayClusterConfigHeadGroupSpecTemplate(
                 spec=RayServiceSpecRayClusterConfigHeadGroupSpecTemplateSpec(
                     node_selector=dict(SYSTEM_NODE_LABELS),
-                    # Nothing in a fixed-size cluster's Ray pods calls the Kubernetes API: no token to steal. With
-                    # autoscaling, the autoscaler sidecar of this pod patches the RayCluster with the service
-                    # account KubeRay creates for it (a Role on this RayCluster and its pods only).
-                    automount_service_account_token=s.autoscaling,
+                    # Nothing in the Ray container calls the Kubernetes API: no token to steal. With autoscaling, the
+                    # autoscaler sidecar gets one in its own container only (ray_autoscaling.autoscaler_token_volume).
+                    automount_service_account_token=False,
                     # With the GCS store: its own identity, whose Pod Identity reads the store's token (KubeRay's
                     # autoscaler Role, if any, is then bound to it).
                     service_account_name=gcs_ft.head_service_account(s.ray_service_name) if fault_tolerant else None,
-                    volumes=gcs_ft.head_volumes() if fault_tolerant else None,
+                    volumes=[*(gcs_ft.head_volumes() if fault_tolerant else []), *([autoscaler_token_volume()] if s.autoscaling else [])] or None,
                     security_context=RayServiceSpecRayClusterConfigHeadGroupSpecTemplateSpecSecurityContext(
                         seccomp_profile=RayServiceSpecRayClusterConfigHeadGroupSpecTemplateSpecSecurityContextSeccompProfile(type="RuntimeDefault")
                     ),

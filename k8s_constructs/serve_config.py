@@ -6,6 +6,7 @@ the result against Ray's own schema at the Ray version inside the image.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -108,6 +109,23 @@ UPSCALE_DELAY_S = 30
 DOWNSCALE_DELAY_S = 600
 
 
+# How long a replica Serve removes (a scale-down, or a rolling change of the serve config) may keep serving the
+# streams it holds. Ray Serve's default graceful_shutdown_timeout_s is 20 s (serve/_private/constants.py); the
+# replica drains (replica.py, perform_graceful_shutdown: it waits, polling every graceful_shutdown_wait_loop_s,
+# Ray's 2 s, until no request is ongoing) and is killed when the timeout runs out, cutting what is left. Ray Serve
+# LLM does not raise it. The longest response is MAX_MODEL_LEN tokens at the slowest decode: eager decode on an L4
+# is memory-bandwidth-bound, each token reading the GPU's weights once (~17 GiB for Qwen3.5-9B text-only) at
+# ~300 GB/s, ~60 ms; a GPU filled to the fit check's budget (~20 GiB) plus the KV cache of 16 streams reads ~22 GiB
+# per step, ~80 ms. The L4 is the slowest GPU of the EFA types (settings/instance_types.py); the H200 run measured
+# 40-51 ms eager (docs/scaling.md). Only the time a replica actually needs is spent: it stops once drained.
+SLOWEST_DECODE_S_PER_TOKEN = 0.08
+
+
+def graceful_shutdown_timeout_s(max_model_len: int) -> int:
+    """Serve's graceful_shutdown_timeout_s for the deployments a stream passes through (ingress, decode)."""
+    return math.ceil(max_model_len * SLOWEST_DECODE_S_PER_TOKEN)
+
+
 @dataclass(frozen=True)
 class Autoscaling:
     """DeploymentConfig.autoscaling_config of one phase."""
@@ -139,6 +157,14 @@ class PhaseConfig:
     placement: PlacementConfig
     accelerator_type: str | None = None
     autoscaling: Autoscaling | None = None  # None: num_replicas fixed
+    # None: Ray Serve's default (20 s); a prefill request ends with its one forward pass.
+    graceful_shutdown_timeout_s: int | None = None
+
+    def deployment_config(self) -> dict[str, Any]:
+        config: dict[str, Any] = {"autoscaling_config": self.autoscaling.to_dict()} if self.autoscaling else {"num_replicas": self.num_replicas}
+        if self.graceful_shutdown_timeout_s is not None:
+            config["graceful_shutdown_timeout_s"] = self.graceful_shutdown_timeout_s
+        return config
 
     def to_dict(self) -> dict[str, Any]:
         # An S3 prefix as Ray's CloudMirrorConfig: each GPU node downloads every object under it (weights,
@@ -151,7 +177,7 @@ class PhaseConfig:
             {
                 "engine_kwargs": self.engine.to_dict(),
                 "placement_group_config": self.placement.to_dict(),
-                "deployment_config": {"autoscaling_config": self.autoscaling.to_dict()} if self.autoscaling else {"num_replicas": self.num_replicas},
+                "deployment_config": self.deployment_config(),
             }
         )
         return config
@@ -161,6 +187,8 @@ class PhaseConfig:
 class PdApplication:
     prefill: PhaseConfig
     decode: PhaseConfig
+    # The ingress (Ray Serve LLM's OpenAI app) relays every stream too: replaced in a rolling change, it drains as decode does.
+    ingress_graceful_shutdown_timeout_s: int | None = None
     name: str = APP_NAME
     route_prefix: str = "/"
 
@@ -176,7 +204,15 @@ class PdApplication:
                     "name": self.name,
                     "import_path": PD_APP_IMPORT_PATH,
                     "route_prefix": self.route_prefix,
-                    "args": {"prefill_config": self.prefill.to_dict(), "decode_config": self.decode.to_dict()},
+                    "args": {
+                        "prefill_config": self.prefill.to_dict(),
+                        "decode_config": self.decode.to_dict(),
+                        **(
+                            {"ingress_deployment_config": {"graceful_shutdown_timeout_s": self.ingress_graceful_shutdown_timeout_s}}
+                            if self.ingress_graceful_shutdown_timeout_s is not None
+                            else {}
+                        ),
+                    },
                 }
             ]
         }
@@ -200,7 +236,7 @@ def pd_application(settings: Settings) -> PdApplication:
                 max_model_len=settings.max_model_len,
                 tensor_parallel_size=settings.tensor_parallel_size,
                 enforce_eager=settings.eager(engine_id),
-                language_model_only=settings.text_only_multimodal,
+                language_model_only=settings.language_model_only,
             ),
             num_replicas=replicas,
             placement=PlacementConfig(phase_resource=PHASE_RESOURCES[engine_id]),
@@ -210,9 +246,13 @@ def pd_application(settings: Settings) -> PdApplication:
             # autoscaling phase goes without it; its phase resource already pins it to its own nodes, all of one type.
             accelerator_type=gpu_model if gpu_model in RAY_ACCELERATOR_TYPES and autoscaling is None else None,
             autoscaling=autoscaling,
+            # A decode replica holds each stream to its last token: fixed or autoscaling, it drains that long.
+            graceful_shutdown_timeout_s=draining_s if engine_id == "decode" else None,
         )
 
+    draining_s = graceful_shutdown_timeout_s(settings.max_model_len)
     return PdApplication(
         prefill=phase("prefill", settings.prefill_replicas, settings.prefill_max_replicas),
         decode=phase("decode", settings.decode_replicas, settings.decode_max_replicas),
+        ingress_graceful_shutdown_timeout_s=draining_s,
     )

@@ -174,7 +174,20 @@ def check_availability_zones(ctx: Context) -> CheckResult:
 def check_reservation(ctx: Context) -> CheckResult:
     inp = ctx.inp
     if not inp.gpu_capacity_reservation_id:
-        return ok(RESERVATION_NAME, "none: On-Demand capacity (InsufficientInstanceCapacity possible)")
+        detail = "none: On-Demand capacity (InsufficientInstanceCapacity possible)"
+        if inp.autoscaling and inp.gpu_placement_group != "off" and inp.gpu_node_count:
+            # EC2 (placement groups, cluster): instances added to a cluster placement group later, one launch at a
+            # time, are likelier to meet InsufficientInstanceCapacity than those launched together; the Cluster
+            # Autoscaler then backs the nodegroup off (5 min, doubling to 30: its flag defaults).
+            return warn(
+                RESERVATION_NAME,
+                detail,
+                f"with PREFILL/DECODE_MAX_REPLICAS the Cluster Autoscaler adds GPU nodes one launch at a time into the cluster placement "
+                f"group ({inp.gpu_placement_group}), where InsufficientInstanceCapacity is likelier and each failure backs the nodegroup off "
+                f"5 to 30 minutes: reserve the maxima (GPU_CAPACITY_RESERVATION_ID), or GPU_PLACEMENT_GROUP=off to trade EFA locality "
+                f"for launches (docs/scaling.md)",
+            )
+        return ok(RESERVATION_NAME, detail)
     change = planned_nodegroup_change(ctx, inp.redeploy.gpu_nodegroup_name) if inp.redeploy else None
     held = ctx.nodes_in_reservation(inp.gpu_capacity_reservation_id)
     if change is not None and change.action == day2.REPLACE:

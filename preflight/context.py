@@ -82,6 +82,7 @@ class PreflightInput:
     gpu_capacity_reservation_id: str = ""
     gpu_capacity_reservation_type: str = "on-demand"
     gpu_placement_group: str = "on"
+    autoscaling: bool = False  # PREFILL/DECODE_MAX_REPLICAS: the Cluster Autoscaler adds GPU nodes after the deploy
     model_source: str = ""  # MODEL_SOURCE: checked on the Hub, or its S3 prefix
     model_source_kms_key: bool = False  # MODEL_SOURCE_KMS_KEY_ARN is set
     gcs_store_node_type: str = ""  # GCS_FAULT_TOLERANCE=redis: the store's node type; "" = no store

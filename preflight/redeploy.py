@@ -12,6 +12,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from botocore.exceptions import ClientError
+
 from preflight.template_plan import ADD, MODIFY, REMOVE, REPLACE, ResourceChange, clashes_across_stacks, helm_namespace_moves, identity_of, plan
 
 __all__ = ["MODIFY", "REPLACE", "Redeploy", "ResourceChange"]
@@ -233,6 +235,48 @@ def check_stack_changes(redeploy: Redeploy, deployed: Deployed) -> CheckResult:
     ]
     suffix = f"; rolling update of {', '.join(rolling)}" if rolling else ""
     return ok(name, f"every change applies in place ({summary}){suffix}")
+
+
+def _export_names(template: Mapping[str, Any]) -> set[str]:
+    """The export names a template declares (CDK writes them as literal strings)."""
+    outputs = template.get("Outputs", {})
+    return {name for output in outputs.values() if isinstance(name := output.get("Export", {}).get("Name"), str)}
+
+
+def removed_exports(redeploy: Redeploy, deployed: Deployed) -> dict[str, str]:
+    """export name -> its stack, for every export a deployed stack has and its synthesized template drops."""
+    return {
+        export: stack
+        for stack, template in redeploy.templates.items()
+        if stack in deployed.stacks
+        for export in sorted(_export_names(deployed.stacks[stack].template) - _export_names(template))
+    }
+
+
+def importing_stacks(cloudformation: Any, export: str) -> list[str]:
+    """The stacks that import an export now (ListImports); CloudFormation answers an error when none does."""
+    try:
+        return [str(name) for page in cloudformation.get_paginator("list_imports").paginate(ExportName=export) for name in page.get("Imports", [])]
+    except ClientError as error:
+        if "is not imported by any stack" in str(error):
+            return []
+        raise
+
+
+def check_removed_exports(redeploy: Redeploy, deployed: Deployed, cloudformation: Any) -> CheckResult:
+    """CloudFormation refuses to delete an export another stack still imports, and `make deploy` updates the exporting
+    stack first (it comes earlier in the order): e.g. GCS_FAULT_TOLERANCE redis -> off takes the store's exports out of
+    the system stack while the deployed serving stack imports them."""
+    name = "removed-exports"
+    removed = removed_exports(redeploy, deployed)
+    if not removed:
+        return ok(name, "this deploy removes no export")
+    blocked = {export: (stack, importers) for export, stack in removed.items() if (importers := importing_stacks(cloudformation, export))}
+    if not blocked:
+        return ok(name, f"{len(removed)} export(s) removed, none imported by a deployed stack")
+    importers = sorted({i for _, found in blocked.values() for i in found})
+    detail = "; ".join(f"{stack} would delete export {export}, which {', '.join(found)} import(s)" for export, (stack, found) in blocked.items())
+    return fail(name, detail, f're-create the importing stack(s) without the import: `make destroy STACKS="{" ".join(importers)}"`, then `make deploy`')
 
 
 def deployed_kuberay_version(deployed: Deployed) -> str | None:

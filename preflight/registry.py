@@ -98,7 +98,8 @@ CHECKS: tuple[Check, ...] = (
         "with `GPU_CAPACITY_RESERVATION_ID`: the reservation is not found, not `active`, of another instance type, in another AZ than GPU_AZ, "
         "of the other kind (`GPU_CAPACITY_RESERVATION_TYPE`), in another placement group than `GPU_PLACEMENT_GROUP`, or has fewer free "
         "instances than the nodes this deploy adds to it (this cluster's nodes already in it count as held); with `GPU_NODE_COUNT=0` (parked) "
-        "only warned about; warns when a Capacity Block ends",
+        "only warned about; warns when a Capacity Block ends, and when autoscaling (`PREFILL/DECODE_MAX_REPLICAS`) adds nodes into a "
+        "cluster placement group without a reservation",
         ("ec2:DescribeCapacityReservations", "ec2:DescribeInstances"),
     ),
     Check(
@@ -122,6 +123,18 @@ CHECKS: tuple[Check, ...] = (
         "objects that would be applied and then deleted with an old resource, a resource created while the old one of the same identity "
         "still exists (an access entry, a Pod Identity association), a Helm release moving namespace; each with its procedure (the change table)",
         _DEPLOYED,
+    ),
+    Check(
+        "removed-exports",
+        lambda ctx: (
+            day2.check_removed_exports(ctx.inp.redeploy, ctx.deployed(), ctx.client("cloudformation"))
+            if ctx.inp.redeploy is not None
+            else ok("removed-exports", "no synthesized assembly to compare (first deploy checks only)")
+        ),
+        "the deploy would delete a stack's export that a deployed stack still imports (CloudFormation refuses, e.g. "
+        "`GCS_FAULT_TOLERANCE` `redis` -> `off`: the system stack's store exports, imported by the serving stack); fix: destroy the "
+        "importing stack, then deploy",
+        (*_DEPLOYED, "cloudformation:ListImports"),
     ),
     Check(
         "kuberay-crds",

@@ -90,6 +90,13 @@ class Settings:
         return self.model_facts is not None and self.model_facts.multimodal and not self.model_images
 
     @property
+    def language_model_only(self) -> bool:
+        """vLLM's language_model_only: with MODEL_IMAGES=off, on unless the model is known to take no images. An unknown
+        model (an S3 prefix or a Hub id without `make lookup`) gets it too: vLLM 0.26 applies it only to a model that
+        supports images (config/model.py passes it to the multimodal config alone) and ignores it otherwise."""
+        return not self.model_images and (self.model_facts is None or self.model_facts.multimodal)
+
+    @property
     def eks_addon_registry(self) -> str:
         """The deploy Region's EKS add-on image registry (the loader refuses a Region without one)."""
         registry = eks_addon_registry(self.region)

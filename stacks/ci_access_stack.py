@@ -23,7 +23,7 @@ from constructs import Construct
 from preflight.registry import read_only_actions
 from settings.ci_access import GITHUB_OIDC_HOST, CiAccessSettings
 from stacks import nag
-from stacks.application import PROJECT_TAG
+from stacks.app_base import PROJECT_TAG
 
 STS_AUDIENCE = "sts.amazonaws.com"
 # The CDK bootstrap roles a `cdk deploy` / `cdk destroy` assumes (bootstrap template names).

@@ -13,7 +13,7 @@ from aws_cdk import aws_iam as iam
 from constructs import Construct
 
 from settings import Settings
-from settings.model_source import COMPLETION_OBJECT, S3Prefix
+from settings.model_source import S3Prefix
 from stacks import nag
 from stacks.pod_identity import pod_identity_role
 
@@ -49,8 +49,7 @@ def reader_statements(source: S3Prefix, kms_key_arn: str) -> list[iam.PolicyStat
 def writer_statements(source: S3Prefix, kms_key_arn: str) -> list[iam.PolicyStatement]:
     statements = [
         iam.PolicyStatement(actions=list(WRITE_ACTIONS), resources=[source.object_arn(Aws.PARTITION)]),
-        # A re-run withdraws the completion mark first (until every file is verified again); no other delete.
-        iam.PolicyStatement(actions=["s3:DeleteObject"], resources=[f"arn:{Aws.PARTITION}:s3:::{source.bucket}/{source.key_prefix}{COMPLETION_OBJECT}"]),
+        # No delete: a finished mirror (its completion object there) is never rewritten (model_mirror_script.py).
         _list_prefix(source),
     ]
     if kms_key_arn:

@@ -5,9 +5,11 @@ INPUT holds the worker node types (as Ray's KubeRay code derives them from our R
 placement bundles (as Ray Serve LLM builds them from our LLMConfig) and autoscaling config (ours, with the
 delays shortened), and a control bundle. The scenario: start the head (no CPU, as ours) with the autoscaler;
 it launches each group's minimum; deploy a stand-in of each phase (no GPU, no vLLM: a deployment that waits a
-while per request, on our placement bundles); keep the decode phase busy; record which nodes join and where
-the replicas run; stop the load, ask for a placement group with the control bundle, and wait for the cluster to
-shrink back (it cannot while a node launched for the control is up).
+while per request, on our placement bundles, with our graceful_shutdown_timeout_s); keep the decode phase busy;
+record which nodes join and where the replicas run; stop the load but start a few streams that outlive Ray Serve's
+default shutdown timeout, ask for a placement group with the control bundle, and wait for the cluster to shrink back
+(it cannot while a node launched for the control is up); then collect the streams, including those of the replica
+the scale-down removed.
 """
 
 from __future__ import annotations
@@ -89,14 +91,17 @@ def _worker_nodes(ray: Any, phase_resources: dict[str, str]) -> dict[str, str]:
     return nodes
 
 
-DASHBOARD = {"url": ""}
+def _replicas(phase: str) -> dict[str, str]:
+    """replica id -> node id of every alive replica of the phase (the actor's name ends with the replica's id), from the
+    GCS's actor table (no dashboard: it would add seconds to the head's start)."""
+    from ray._private import state
+
+    actors = state.actors(actor_state_name="ALIVE").values()
+    return {a["Name"].rsplit("#", 1)[-1]: a["Address"]["NodeID"] for a in actors if a["ActorClassName"].startswith(f"ServeReplica:{phase}:")}
 
 
 def _replica_nodes(phase: str) -> list[str]:
-    from ray.util.state import list_actors
-
-    actors = list_actors(address=DASHBOARD["url"], filters=[("state", "=", "ALIVE")], limit=1000)
-    return [a["node_id"] for a in actors if a["class_name"].startswith(f"ServeReplica:{phase}:")]
+    return list(_replicas(phase).values())
 
 
 def _wait(what: str, check: Any, timeout: float, log: list[str]) -> bool:
@@ -112,15 +117,14 @@ def _wait(what: str, check: Any, timeout: float, log: list[str]) -> bool:
 
 def run(spec: dict[str, Any]) -> dict[str, Any]:
     temp_dir = tempfile.mkdtemp(prefix="rayas", dir="/tmp")  # Ray's socket paths must stay short
-    port, dashboard = free_port(), free_port()
+    port = free_port()
     gcs = f"127.0.0.1:{port}"
-    DASHBOARD["url"] = f"http://127.0.0.1:{dashboard}"
     config_file = Path(temp_dir) / "autoscaling.json"
     config_file.write_text(json.dumps(_fake_config(spec["node_types"], gcs, spec["idle_timeout_minutes"])))
     env = {**os.environ, "RAY_FAKE_CLUSTER": "1", "AUTOSCALER_UPDATE_INTERVAL_S": "1", "RAY_USAGE_STATS_ENABLED": "0"}
     start = [
         RAY, "start", "--head", f"--port={port}", "--num-cpus=0", "--num-gpus=0", "--node-ip-address=127.0.0.1",
-        "--dashboard-host=127.0.0.1", f"--dashboard-port={dashboard}", "--object-store-memory=78643200",
+        "--include-dashboard=false", "--object-store-memory=78643200",
         f"--temp-dir={temp_dir}", f"--autoscaling-config={config_file}", "--disable-usage-stats",
     ]  # fmt: skip
     subprocess.run(start, check=True, capture_output=True, env=env, timeout=120)
@@ -139,6 +143,7 @@ def run(spec: dict[str, Any]) -> dict[str, Any]:
 
         apps = {}
         for phase, stand_in in spec["phases"].items():
+            draining = {"graceful_shutdown_timeout_s": stand_in["graceful_shutdown_timeout_s"]} if stand_in.get("graceful_shutdown_timeout_s") else {}
 
             @serve.deployment(
                 name=phase,
@@ -147,6 +152,7 @@ def run(spec: dict[str, Any]) -> dict[str, Any]:
                 placement_group_strategy=stand_in["strategy"],
                 autoscaling_config=stand_in["autoscaling_config"],
                 max_ongoing_requests=1000,
+                **draining,
             )
             class Engine:
                 async def __call__(self) -> str:
@@ -154,6 +160,15 @@ def run(spec: dict[str, Any]) -> dict[str, Any]:
 
                     await asyncio.sleep(2)
                     return "token"
+
+                async def stream(self, seconds: int) -> Any:
+                    """A long response: the replica's id, then one token a second."""
+                    import asyncio
+
+                    yield serve.get_replica_context().replica_id.unique_id
+                    for _ in range(seconds):
+                        await asyncio.sleep(1)
+                        yield "token"
 
             apps[phase] = serve.run(Engine.bind(), name=phase, route_prefix=None)
         _wait("one replica per phase", lambda: all(len(_replica_nodes(p)) == 1 for p in phases), 90, log)
@@ -164,20 +179,39 @@ def run(spec: dict[str, Any]) -> dict[str, Any]:
 
         def load() -> None:
             pending: list[Any] = []
-            while not stop.is_set():
-                while len(pending) < spec["decode_in_flight"]:
+            while not stop.is_set() or pending:
+                while len(pending) < spec["decode_in_flight"] and not stop.is_set():
                     pending.append(handle.remote())
                 with contextlib.suppress(Exception):  # a stand-in's answer: only the load matters
                     pending.pop(0).result(timeout_s=30)
 
-        threading.Thread(target=load, daemon=True).start()
+        loader = threading.Thread(target=load, daemon=True)
+        loader.start()
         grown = _wait("decode scaled to 2 replicas", lambda: len(_replica_nodes("decode")) == 2, spec["timeout_s"], log)
         observed["grew"] = grown
         nodes = _worker_nodes(ray, phases)
         observed["nodes_under_load"] = sorted(nodes.values())
         observed["decode_replica_phases"] = sorted(nodes.get(n, "head") for n in _replica_nodes("decode"))
         observed["prefill_replicas_under_load"] = len(_replica_nodes("prefill"))
+        # Streams longer than Ray Serve's default graceful_shutdown_timeout_s, started once the load has ended (both
+        # replicas idle: the router spreads them over both) and before the downscale delay runs out: the scale-down
+        # removes a decode replica while they run (they count as ongoing requests, fewer than the target).
         stop.set()
+        loader.join(timeout=30)
+        streams: list[list[str]] = []
+        readers: list[threading.Thread] = []
+
+        def read(chunks: list[str]) -> None:
+            with contextlib.suppress(Exception):  # a cut stream ends early: what arrived is the observation
+                for chunk in handle.options(stream=True, method_name="stream").remote(spec["stream_s"]):
+                    chunks.append(chunk)
+
+        # At least one stream on each replica (the router chooses; a few more until both have one), whichever is removed.
+        while len(streams) < spec["streams"] or (len({c[0] for c in streams if c}) < 2 and len(streams) < 4 * spec["streams"]):
+            streams.append([])
+            readers.append(threading.Thread(target=read, args=(streams[-1],), daemon=True))
+            readers[-1].start()
+            time.sleep(0.1)
         # The control, meanwhile: a bundle that also asks for Ray's accelerator_type resource, which a new node's
         # type lacks. If the autoscaler launched a node for it, the cluster could not return to its minimum.
         group, asked = ray.util.placement_group(spec["control_bundles"], strategy="STRICT_PACK"), time.monotonic()
@@ -189,6 +223,10 @@ def run(spec: dict[str, Any]) -> dict[str, Any]:
         )
         observed["shrank"] = shrunk
         observed["nodes_after_load"] = sorted(_worker_nodes(ray, phases).values())
+        for reader in readers:
+            reader.join(timeout=spec["stream_s"] + 30)
+        survivors = set(_replicas("decode"))
+        observed["streams"] = [{"removed_replica": bool(chunks) and chunks[0] not in survivors, "tokens": len(chunks) - 1} for chunks in streams]
         ready, _ = ray.wait([group.ready()], timeout=max(1.0, spec["control_wait_s"] - (time.monotonic() - asked)))
         observed["control_placed"] = bool(ready)
         observed["control_pending_s"] = round(time.monotonic() - asked)

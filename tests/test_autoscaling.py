@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 import yaml
 
+from k8s_constructs.ray_autoscaling import SERVICE_ACCOUNT_MOUNT
 from settings import SettingError
 from stacks.addons import cluster_autoscaler
 from stacks.serving_stack import build_rayservice_chart
@@ -76,8 +77,53 @@ def test_the_raycluster_runs_the_in_tree_autoscaler_with_each_groups_nodes(autos
     assert groups == {"prefill": (1, 1, 2), "decode": (1, 1, 3)}
     for group in cluster["workerGroupSpecs"]:
         assert group["template"]["metadata"]["annotations"] == {"cluster-autoscaler.kubernetes.io/safe-to-evict": "false"}
-    # The sidecar talks to the API server with the head's service account token.
-    assert cluster["headGroupSpec"]["template"]["spec"]["automountServiceAccountToken"] is True
+
+
+def _mounts_kube_api_token(container: dict[str, Any], volumes: dict[str, dict[str, Any]]) -> bool:
+    """Whether the container can read a Kubernetes API token: a projected service-account token or the standard path."""
+    for mount in container.get("volumeMounts", []):
+        sources = volumes.get(mount["name"], {}).get("projected", {}).get("sources", [])
+        if mount["mountPath"].startswith(SERVICE_ACCOUNT_MOUNT) or any("serviceAccountToken" in source for source in sources):
+            return True
+    return False
+
+
+@pytest.mark.parametrize("synth_name", ["autoscaling_synth", "default_synth"])
+def test_only_the_autoscaler_container_holds_a_kubernetes_token(synth_name: str, request: pytest.FixtureRequest) -> None:
+    """KubeRay 1.7's autoscaler Role (rbac.go) may get/list/watch/patch every pod of the namespace and patch RayClusters;
+    automountServiceAccountToken is pod-wide. The head pod mounts none; with autoscaling a projected token (what the
+    kubelet would mount) goes into KubeRay's autoscaler container only, at the path Ray's KubeRay node provider reads
+    (node_provider.py, load_k8s_secrets). Checked on the synthesized template and on the Pods KubeRay makes from it."""
+    import kubernetes_validate
+
+    from tools.k8s_objects import AUTOSCALER_CONTAINER, kuberay_pods
+
+    synth: Synth = request.getfixturevalue(synth_name)
+    rs = _ray_service(synth)
+    head_template = rs["spec"]["rayClusterConfig"]["headGroupSpec"]["template"]["spec"]
+    assert head_template["automountServiceAccountToken"] is False and not head_template.get("shareProcessNamespace")
+    pods = kuberay_pods(rs)
+    containers = {c["name"]: c for c in pods[0]["spec"]["containers"]}
+    for pod in pods:
+        kubernetes_validate.validate(pod, synth.settings.kubernetes_version, strict=True)
+        assert pod["spec"]["automountServiceAccountToken"] is False
+        volumes = {v["name"]: v for v in pod["spec"].get("volumes", [])}
+        holders = [c["name"] for c in pod["spec"]["containers"] if _mounts_kube_api_token(c, volumes)]
+        assert holders == ([AUTOSCALER_CONTAINER] if pod is pods[0] and synth.settings.autoscaling else []), pod["metadata"]["name"]
+    if not synth.settings.autoscaling:
+        assert AUTOSCALER_CONTAINER not in containers
+        return
+    volumes = {v["name"]: v for v in pods[0]["spec"]["volumes"]}
+    (mount,) = [m for m in containers[AUTOSCALER_CONTAINER]["volumeMounts"] if m["mountPath"] == SERVICE_ACCOUNT_MOUNT]
+    sources = volumes[mount["name"]]["projected"]["sources"]
+    assert mount["readOnly"] is True
+    assert {"serviceAccountToken": {"path": "token", "expirationSeconds": 3607}} in sources
+    assert {"configMap": {"name": "kube-root-ca.crt", "items": [{"key": "ca.crt", "path": "ca.crt"}]}} in sources
+    # The files Ray's node provider opens.
+    from ray.autoscaler._private.kuberay import node_provider
+
+    source = Path(node_provider.__file__).read_text()
+    assert f'"{SERVICE_ACCOUNT_MOUNT}/token"' in source and f'"{SERVICE_ACCOUNT_MOUNT}/ca.crt"' in source
 
 
 def test_the_gpu_nodegroup_covers_both_maxima(autoscaling_synth: Synth) -> None:
@@ -89,7 +135,8 @@ def test_without_maxima_nothing_of_it_is_there(default_synth: Synth) -> None:
     rs = _ray_service(default_synth)
     cluster = rs["spec"]["rayClusterConfig"]
     assert "enableInTreeAutoscaling" not in cluster and "autoscalerOptions" not in cluster
-    assert all(c["deployment_config"] == {"num_replicas": 1} and c["accelerator_type"] == "L4" for c in _llm_configs(rs).values())
+    assert all(c["deployment_config"]["num_replicas"] == 1 and "autoscaling_config" not in c["deployment_config"] for c in _llm_configs(rs).values())
+    assert all(c["accelerator_type"] == "L4" for c in _llm_configs(rs).values())
     assert not [r for r in default_synth.resources("system", "Custom::AWSCDK-EKS-HelmChart").values() if r["Properties"]["Chart"] == "cluster-autoscaler"]
     (nodegroup,) = default_synth.resources("gpu", "AWS::EKS::Nodegroup").values()
     assert nodegroup["Properties"]["ScalingConfig"] == {"MinSize": 2, "DesiredSize": 2, "MaxSize": 2}
@@ -160,10 +207,33 @@ def test_a_bad_maximum_is_one_line(env: dict[str, str], name: str, fragment: str
     assert error.value.env_name == name and fragment in str(error.value) and "\n" not in str(error.value)
 
 
+@pytest.mark.parametrize("env", [{}, {"DECODE_MAX_REPLICAS": "2"}, {"MAX_MODEL_LEN": "16384", "GPU_NODE_TYPE": "g6e.8xlarge"}])
+def test_decode_and_the_ingress_drain_their_streams_for_the_longest_response(env: dict[str, str]) -> None:
+    """Serve's default graceful_shutdown_timeout_s (20 s) would cut every stream longer than that when Serve removes a
+    decode or ingress replica (a scale-down or a rolling change): both wait MAX_MODEL_LEN tokens at the slowest decode."""
+    from ray.serve._private.constants import DEFAULT_GRACEFUL_SHUTDOWN_TIMEOUT_S
+    from ray.serve.schema import DeploymentSchema
+
+    from k8s_constructs.serve_config import SLOWEST_DECODE_S_PER_TOKEN
+
+    settings = settings_for(env)
+    args = yaml.safe_load(build_rayservice_chart(settings).serve_config_yaml)["applications"][0]["args"]
+    longest = settings.max_model_len * SLOWEST_DECODE_S_PER_TOKEN
+    decode = args["decode_config"]["deployment_config"]
+    ingress = args["ingress_deployment_config"]
+    for options in (decode, ingress):
+        assert longest <= options["graceful_shutdown_timeout_s"] < longest + 1 and options["graceful_shutdown_timeout_s"] > DEFAULT_GRACEFUL_SHUTDOWN_TIMEOUT_S
+        DeploymentSchema.model_validate({"name": "x", **options})  # Ray's own options schema takes it
+    # Prefill holds a request for one forward pass: Serve's default.
+    assert "graceful_shutdown_timeout_s" not in args["prefill_config"]["deployment_config"]
+    assert ray_serve_errors(yaml.safe_load(build_rayservice_chart(settings).serve_config_yaml)) == []
+
+
 def test_one_phase_can_scale_alone() -> None:
     settings = settings_for({"DECODE_MAX_REPLICAS": "2"})
     configs = _llm_configs(build_rayservice_chart(settings).ray_service.to_json())
     assert configs["prefill"]["deployment_config"] == {"num_replicas": 1} and configs["prefill"]["accelerator_type"] == "L4"
+    assert configs["decode"]["deployment_config"]["graceful_shutdown_timeout_s"] == 328
     assert configs["decode"]["deployment_config"]["autoscaling_config"]["max_replicas"] == 2 and "accelerator_type" not in configs["decode"]
     assert (settings.gpu_node_count, settings.gpu_node_max) == (2, 3)
     assert settings_for({"DECODE_MAX_REPLICAS": "2", "GPU_NODE_COUNT": "0"}).gpu_node_max == 0  # parked
@@ -198,14 +268,17 @@ def _ray_service_of(env: dict[str, str]) -> dict[str, Any]:
 
 
 def test_load_on_decode_adds_a_decode_node_only_and_the_cluster_returns_to_its_minimum(tmp_path: Path) -> None:
+    from ray.serve._private.constants import DEFAULT_GRACEFUL_SHUTDOWN_TIMEOUT_S
+
     rs = _ray_service_of({"PREFILL_MAX_REPLICAS": "2", "DECODE_MAX_REPLICAS": "2"})
     phases, node_types = {}, {}
     for phase, llm in _llm_configs(rs).items():
         bundles, strategy = ray_serve_llm_placement(llm)
         scaling = dict(llm["deployment_config"]["autoscaling_config"])
         # Ours, with the delays of a test (seconds, not Ray's 30 s up and 10 min down).
-        scaling.update({"upscale_delay_s": 1, "downscale_delay_s": 3, "look_back_period_s": 2})
-        phases[phase] = {"bundles": bundles, "strategy": strategy, "autoscaling_config": scaling}
+        scaling.update({"upscale_delay_s": 1, "downscale_delay_s": 5, "look_back_period_s": 2})
+        draining = llm["deployment_config"].get("graceful_shutdown_timeout_s")  # ours, unchanged
+        phases[phase] = {"bundles": bundles, "strategy": strategy, "autoscaling_config": scaling, "graceful_shutdown_timeout_s": draining}
     for name, node_type in _node_types(rs).items():
         # The node type as derived; Ray's object store kept small (four raylets on a CI machine) and memory left
         # out (a fake node would try to reserve the GPU node's 113 GiB; no bundle asks for memory).
@@ -222,6 +295,10 @@ def test_load_on_decode_adds_a_decode_node_only_and_the_cluster_returns_to_its_m
         "timeout_s": 120,
         "control_bundles": control,
         "control_wait_s": 8,
+        # Streams that outlive Ray Serve's default graceful_shutdown_timeout_s (20 s) counted from the replica's stop, which
+        # comes a downscale delay after they start: with Ray's default they are cut.
+        "streams": 4,
+        "stream_s": DEFAULT_GRACEFUL_SHUTDOWN_TIMEOUT_S + phases["decode"]["autoscaling_config"]["downscale_delay_s"] + 5,
     }
     (tmp_path / "spec.json").write_text(json.dumps(spec))
     done = subprocess.run(
@@ -229,13 +306,16 @@ def test_load_on_decode_adds_a_decode_node_only_and_the_cluster_returns_to_its_m
     )
     assert done.returncode == 0, done.stderr[-3000:]
     seen = json.loads(done.stdout.strip().splitlines()[-1])
-    print(json.dumps(seen["log"]))
+    print(json.dumps({"log": seen["log"], "streams": seen["streams"]}))
     assert seen["nodes_at_start"] == ["decode", "prefill"], seen
     assert seen["grew"], seen
     # One more node, of the decode group; the new replica runs on a decode node; prefill untouched.
     assert seen["nodes_under_load"] == ["decode", "decode", "prefill"], seen
     assert seen["decode_replica_phases"] == ["decode", "decode"] and seen["prefill_replicas_under_load"] == 1, seen
     assert seen["shrank"] and seen["nodes_after_load"] == ["decode", "prefill"], seen
+    # Every stream that outlived Ray Serve's default timeout completed, those on the replica the scale-down removed too.
+    assert any(stream["removed_replica"] for stream in seen["streams"]), seen
+    assert all(stream["tokens"] == spec["stream_s"] for stream in seen["streams"]), seen
     # Without the fix (the bundle carries accelerator_type): pending, and no node launched for it.
     assert not seen["control_placed"] and seen["control_nodes_added"] == 0 and seen["control_pending_s"] >= 8, seen
 
@@ -266,6 +346,8 @@ def test_the_preflight_counts_quota_and_reservation_room_for_the_maxima() -> Non
 
     assert preflight_input(settings_for(ELASTIC)).gpu_node_count == 5
     assert preflight_input(settings_for()).gpu_node_count == 2
+    # And that the Cluster Autoscaler will add nodes after the deploy (the placement-group warning, issue 28.7).
+    assert preflight_input(settings_for(ELASTIC)).autoscaling and not preflight_input(settings_for()).autoscaling
     assert preflight_input(settings_for({**ELASTIC, "GPU_NODE_COUNT": "0"})).gpu_node_count == 0
 
 

@@ -23,6 +23,7 @@ from typing import Any
 
 import pytest
 
+from k8s_constructs import gcs_ft
 from tests.conftest import REPO
 from tests.loopback import free_port
 
@@ -103,14 +104,15 @@ def _scenario(tmp_path: Path, name: str, spec: dict[str, Any], env: dict[str, st
 
 def test_the_worker_serves_through_a_gcs_outage_with_the_store_and_not_without(tls_redis: tuple[str, Path], tmp_path: Path) -> None:
     address, ca = tls_redis
-    # Ray's default reconnect timeout is 60 s; shorter here so that the control shows its end within the test.
+    # With the store, the worker's reconnect timeout KubeRay 1.7 sets (600 s); without it Ray's default (60 s), shorter
+    # here so that the control shows its end within the test.
     store = {
         "RAY_REDIS_ADDRESS": address,
         "RAY_REDIS_CA_CERT": str(ca),
         "RAY_external_storage_namespace": "pd-test",
-        "RAY_gcs_rpc_server_reconnect_timeout_s": "60",
+        gcs_ft.KUBERAY_WORKER_RECONNECT_ENV: str(gcs_ft.KUBERAY_WORKER_RECONNECT_TIMEOUT_S),
     }
-    control = {"RAY_gcs_rpc_server_reconnect_timeout_s": "5"}
+    control = {gcs_ft.KUBERAY_WORKER_RECONNECT_ENV: "5"}
     with ThreadPoolExecutor(2) as pool:  # both at once: each is mostly waiting
         with_store = pool.submit(
             _scenario,

@@ -219,3 +219,16 @@ def test_verify_wants_kuberays_ft_annotation_and_the_gcs_on_the_store() -> None:
     assert not check_gcs_store(settings, {"metadata": {"annotations": {"ray.io/ft-enabled": "false"}}}, persist).ok
     missing = check_gcs_store(settings, None, "")
     assert not missing.ok and "kubectl logs" in missing.look_closer
+
+
+def test_the_fault_tolerance_page_states_kuberays_reconnect_timeout_and_its_redis_username() -> None:
+    """docs/fault-tolerance.md against KubeRay 1.7: with gcsFaultToleranceOptions the workers wait 600 s for the GCS
+    (pod.go; the constant is declared once in gcs_ft), not Ray's 60 s; and KubeRay's CRD has redisUsername, so a user
+    name is not the reason against ElastiCache Serverless."""
+    from tests.conftest import REPO
+
+    text = (REPO / "docs" / "fault-tolerance.md").read_text()
+    assert f"{gcs_ft.KUBERAY_WORKER_RECONNECT_TIMEOUT_S} s" in text and "reconnect within 60 s" not in text
+    assert "60 s reconnect timeout they exit" not in text
+    crd = (REPO / "schemas" / "kuberay" / "ray.io_rayservices.yaml").read_text()
+    assert "redisUsername:" in crd and "redisUsername" in text and "one password" not in text

@@ -33,7 +33,9 @@ def test_the_default_at_4096_fits_an_l4_as_the_design_says() -> None:
     assert 16 * GIB < this.weights < 17 * GIB
     # Qwen3.5: 8 full-attention layers x 2 x 4 KV heads x 256 x 2 bytes per token; 24 Gated DeltaNet layers' state.
     assert this.kv_per_token == 8 * 2 * 4 * 256 * 2 == 32_768
-    assert this.state == 24 * 2 * ((16 * 128 * 2 + 32 * 128) * 3 * 2 + 32 * 128 * 128 * 4)
+    # One state page per sequence, not two: vLLM 0.26 keeps prefix caching off for hybrid models (engine/arg_utils.py), so
+    # its Mamba cache mode is "none" and MambaSpec.max_memory_usage_bytes is one page (v1/kv_cache_interface.py).
+    assert this.state == 24 * ((16 * 128 * 2 + 32 * 128) * 3 * 2 + 32 * 128 * 128 * 4)
 
 
 def test_the_70b_model_does_not_fit_one_l4_and_fits_a_p5_at_tp_8() -> None:
@@ -116,6 +118,28 @@ def test_a_multimodal_model_serves_text_only_unless_images_are_asked_for() -> No
     # With the vision tower an L4 holds a shorter context: 2048 still fits.
     assert "language_model_only" not in _serve_engine({"MODEL_IMAGES": "on", "MAX_MODEL_LEN": "2048"})
     assert "language_model_only" not in _serve_engine({"MODEL_SOURCE": "meta-llama/Llama-3.1-8B-Instruct", "MODEL_ID": "llama-3.1-8b"})
+
+
+def test_a_model_the_synth_does_not_know_is_served_text_only_too() -> None:
+    """An S3 MODEL_SOURCE (or a Hub id) without `make lookup` has no facts: with MODEL_IMAGES=off it still gets
+    language_model_only, so a multimodal model behind it loads no vision tower. vLLM 0.26 passes the flag to the
+    multimodal config only (config/model.py, `if self._model_info.supports_multimodal`): a text-only model ignores it."""
+    from k8s_constructs.serve_config import pd_application
+    from tests.conftest import settings_for
+
+    unknown = {"MODEL_SOURCE": "s3://example-models/qwen3.5-9b", "MODEL_ID": "qwen"}
+    assert settings_for(unknown).model_facts is None
+    assert _serve_engine(unknown)["language_model_only"] is True
+    assert _serve_engine({"MODEL_SOURCE": "example-org/some-model", "MODEL_ID": "some"})["language_model_only"] is True
+    assert "language_model_only" not in _serve_engine({**unknown, "MODEL_IMAGES": "on"})
+    # Known as text-only (a cached look-up of an S3 copy of Llama): nothing to skip, the flag is left out.
+    llama = BUILT_IN_MODELS["meta-llama/Llama-3.1-8B-Instruct"]
+    source = "s3://example-models/llama-3.1-8b"
+    context = {model_facts_context_key(source): {**llama.to_context(), "source": source}}
+    settings = settings_for({"MODEL_SOURCE": source, "MODEL_ID": "llama"}, context)
+    assert settings.model_facts is not None and not settings.model_facts.multimodal
+    engine = pd_application(settings).to_serve_config()["applications"][0]["args"]["decode_config"]["engine_kwargs"]
+    assert "language_model_only" not in engine
 
 
 def _app(env: dict[str, str], outdir: Path) -> subprocess.CompletedProcess[str]:

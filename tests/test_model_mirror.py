@@ -8,6 +8,7 @@ than it advertises, which the program must refuse.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import http.server
 import json
@@ -122,10 +123,12 @@ def test_a_model_is_copied_verified_and_marked_finished(hub: tuple[FakeHub, str]
     assert set(fake.token_seen) == {"Bearer hf_secret"}
     out = capsys.readouterr().out
     assert "[4/4] tokenizer.json" in out and "reading every object back from S3" in out and f"wrote hash = {COMMIT}" in out
-    # Run again: nothing is sent twice, everything is verified again.
+    # Run again: a finished mirror of the same commit is read back and nothing is written or sent twice.
     fake.token_seen.clear()
-    script.mirror(repo=REPO, revision="main", dest=f"s3://{BUCKET}/qwen3.5-9b", endpoint=base, token="", s3=s3)
-    assert capsys.readouterr().out.count("already there") == 4
+    before = {o["Key"]: o["LastModified"] for o in s3.list_objects_v2(Bucket=BUCKET, Prefix="qwen3.5-9b/")["Contents"]}
+    again = script.mirror(repo=REPO, revision="main", dest=f"s3://{BUCKET}/qwen3.5-9b", endpoint=base, token="", s3=s3, served=True)
+    assert "reading every object back, writing nothing" in capsys.readouterr().out and again["commit"] == COMMIT
+    assert {o["Key"]: o["LastModified"] for o in s3.list_objects_v2(Bucket=BUCKET, Prefix="qwen3.5-9b/")["Contents"]} == before
     assert len(fake.token_seen) == 1  # the file list only
 
 
@@ -166,16 +169,44 @@ def test_a_missing_repository_is_one_line(hub: tuple[FakeHub, str], s3: Any) -> 
         script.mirror(repo="Qwen/Nope", revision="main", dest=f"s3://{BUCKET}/qwen", endpoint=base, token="", s3=s3)
 
 
-def test_a_rerun_withdraws_the_old_mark_until_every_file_is_verified_again(hub: tuple[FakeHub, str], s3: Any) -> None:
+def test_a_finished_mirror_is_never_rewritten(hub: tuple[FakeHub, str], s3: Any) -> None:
+    """Engines may download a finished mirror at any time (elastic capacity) and Ray 2.58 loads whatever is under the
+    prefix: a re-run never deletes `hash`, overwrites a file or empties one there (issue 28.2)."""
     fake, base = hub
     script.mirror(repo=REPO, revision="main", dest=f"s3://{BUCKET}/qwen", endpoint=base, token="", s3=s3)
     s3.put_object(Bucket=BUCKET, Key="qwen/tokenizer.json", Body=b"changed", Metadata={})
+    fake.corrupt.add("tokenizer.json")
+    before = _keys(s3, "qwen/")
+    with pytest.raises(script.MirrorError, match=r"tokenizer\.json: 7 bytes .* \(the finished mirror is left as it is: mirror into a prefix of its own\)"):
+        script.mirror(repo=REPO, revision="main", dest=f"s3://{BUCKET}/qwen", endpoint=base, token="", s3=s3)
+    assert _keys(s3, "qwen/") == before and before["hash"] == COMMIT.encode()
+    # Another revision into it: refused, untouched.
+    s3.put_object(Bucket=BUCKET, Key="qwen/hash", Body=b"0123456789abcdef", Metadata={"hf-repo": REPO})
+    before = _keys(s3, "qwen/")
+    with pytest.raises(script.MirrorError, match=rf"is the finished mirror of {REPO}@0123456789abcdef.*into a prefix of its own and switch MODEL_SOURCE"):
+        script.mirror(repo=REPO, revision="main", dest=f"s3://{BUCKET}/qwen", endpoint=base, token="", s3=s3)
+    assert _keys(s3, "qwen/") == before
+
+
+def test_nothing_is_written_into_a_prefix_the_running_engines_read(hub: tuple[FakeHub, str], s3: Any) -> None:
+    """Not even a first copy: the engines would load the half-written prefix (a missing `hash` is Ray's 000…0 snapshot)."""
+    _, base = hub
+    with pytest.raises(script.MirrorError, match=r"read by the deployed RayService while its GPU workers run.*park first"):
+        script.mirror(repo=REPO, revision="main", dest=f"s3://{BUCKET}/qwen", endpoint=base, token="", s3=s3, served=True)
+    assert _keys(s3, "qwen/") == {}
+
+
+def test_a_copy_that_does_not_match_is_emptied_only_in_a_prefix_no_engine_reads(hub: tuple[FakeHub, str], s3: Any) -> None:
+    fake, base = hub
     fake.corrupt.add("tokenizer.json")
     with pytest.raises(script.MirrorError):
         script.mirror(repo=REPO, revision="main", dest=f"s3://{BUCKET}/qwen", endpoint=base, token="", s3=s3)
     keys = _keys(s3, "qwen/")
     # No finished mark, and the bad file emptied: the next run copies it again instead of skipping it.
     assert "hash" not in keys and keys["tokenizer.json"] == b""
+    fake.corrupt.clear()
+    script.mirror(repo=REPO, revision="main", dest=f"s3://{BUCKET}/qwen", endpoint=base, token="", s3=s3)
+    assert _keys(s3, "qwen/") == {**FILES, "hash": COMMIT.encode()}
 
 
 def test_only_what_vllm_loads_is_copied(hub: tuple[FakeHub, str], s3: Any) -> None:
@@ -309,6 +340,36 @@ def test_a_failed_job_reports_its_error_line() -> None:
     kubectl = FakeKubectl(["[1/4] config.json", "error: config.json: the Hub sent 3 bytes that do not match"], succeeds=False)
     with pytest.raises(RuntimeError, match=r"^config\.json: the Hub sent 3 bytes that do not match$"):
         mirror_model.run_job(props, kubectl, 60, poll_s=0)
+
+
+class ClusterKubectl:
+    """kubectl against a deployed RayService (its serveConfigV2) and its worker pods."""
+
+    def __init__(self, serve_config: str, running_workers: list[str]) -> None:
+        self.serve_config, self.running_workers, self.calls = serve_config, running_workers, []
+
+    def __call__(self, args: list[str], stdin: str | None = None) -> subprocess.CompletedProcess[str]:
+        self.calls.append(args)
+        if args[:2] == ["get", "rayservice"]:
+            return subprocess.CompletedProcess(args, 0, self.serve_config, "")
+        if args[:2] == ["get", "pods"]:
+            assert "ray.io/node-type=worker" in args and "--field-selector=status.phase=Running" in args
+            return subprocess.CompletedProcess(args, 0, "\n".join(self.running_workers), "")
+        raise AssertionError(args)
+
+
+def test_the_tool_tells_the_job_when_the_running_engines_read_the_prefix() -> None:
+    from stacks.serving_stack import build_rayservice_chart
+
+    settings = settings_for({"MODEL_SOURCE": "s3://example-models/q"})
+    deployed = build_rayservice_chart(settings).serve_config_yaml
+    props = mirror_model.mirror_props(settings, REPO, "main")
+    assert mirror_model.served_now(settings, props.destination, ClusterKubectl(deployed, ["pod/ray-llm-decode-x"]))
+    assert not mirror_model.served_now(settings, props.destination, ClusterKubectl(deployed, []))  # parked: no worker runs
+    assert not mirror_model.served_now(settings, "s3://example-models/other", ClusterKubectl(deployed, ["pod/ray-llm-decode-x"]))
+    assert not mirror_model.served_now(settings, props.destination, ClusterKubectl("", ["pod/ray-llm-decode-x"]))  # no RayService
+    (job,) = [o for o in _objects(dataclasses.replace(props, served=True)) if o["kind"] == "Job"]
+    assert {"name": "MIRROR_SERVED", "value": "1"} in job["spec"]["template"]["spec"]["containers"][0]["env"]
 
 
 def test_the_job_and_the_preflight_agree_on_the_completion_object() -> None:

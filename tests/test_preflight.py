@@ -53,7 +53,10 @@ def test_all_checks_pass(aws: None, capsys: pytest.CaptureFixture[str]) -> None:
         ("gpu-efa", True, "g6.8xlarge supports EFA (up to 1 EFA interfaces)", ""),
         ("vpc-azs", True, "sa-east-1a, sa-east-1b, sa-east-1c available", ""),
         ("gpu-capacity-reservation", True, "none: On-Demand capacity (InsufficientInstanceCapacity possible)", ""),
-        *[(name, True, NO_ASSEMBLY, "") for name in ("stack-states", "kubernetes-version", "stack-changes", "kuberay-crds", "control-plane-log-group")],
+        *[
+            (name, True, NO_ASSEMBLY, "")
+            for name in ("stack-states", "kubernetes-version", "stack-changes", "removed-exports", "kuberay-crds", "control-plane-log-group")
+        ],
         (
             "gpu-vcpu-quota",
             True,

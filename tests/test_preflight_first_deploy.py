@@ -327,3 +327,30 @@ def test_a_roll_of_a_capacity_block_nodegroup_with_nodes_in_it_is_refused(monkey
     result = capacity.check_reservation(ctx)  # type: ignore[arg-type]
     assert result.verdict == "FAIL" and "rolls the Capacity Block nodegroup while 2 node(s) run in it" in result.detail
     assert "park first" in result.fix
+
+
+@pytest.mark.parametrize(
+    ("changes", "verdict"),
+    [
+        ({"autoscaling": True}, "WARN"),  # the maxima into the stack's own cluster placement group, no reservation
+        ({"autoscaling": True, "gpu_placement_group": "my-cluster-group"}, "WARN"),
+        ({"autoscaling": True, "gpu_placement_group": "off"}, "PASS"),
+        ({"autoscaling": True, "gpu_node_count": 0}, "PASS"),  # parked
+        ({"autoscaling": False}, "PASS"),
+    ],
+)
+def test_autoscaling_into_a_placement_group_without_a_reservation_is_warned_about(changes: dict[str, Any], verdict: str) -> None:
+    """Scale-ups add one GPU node at a time into the cluster placement group, where EC2's InsufficientInstanceCapacity is
+    likelier, and the Cluster Autoscaler backs the nodegroup off after each failure (issue 28.7)."""
+    from types import SimpleNamespace
+
+    from preflight import capacity
+
+    def client(_: str) -> Any:
+        raise AssertionError("no reservation: nothing to read")
+
+    ctx = SimpleNamespace(inp=replace(INPUT, **changes), client=client)
+    result = capacity.check_reservation(ctx)  # type: ignore[arg-type]
+    assert result.verdict == verdict, result
+    if verdict == "WARN":
+        assert "InsufficientInstanceCapacity" in result.warning and "GPU_CAPACITY_RESERVATION_ID" in result.warning and "\n" not in result.warning

@@ -262,3 +262,45 @@ def test_a_missing_chart_version_or_repository_fails_with_what_exists(chart_repo
     assert "has no chart nvidia-device-plugin" in result.detail
     assert "cannot read" in result.detail and "elsewhere/index.yaml" in result.detail
     assert "settings/versions.py" in result.fix
+
+
+# --- an export the deploy would remove --------------------------------------------------------------------------------
+
+
+def _list_imports(answers: Mapping[str, list[str]]) -> Any:
+    """CloudFormation's ListImports (a botocore Stubber: moto 5.2.5 has ListExports but no ListImports)."""
+    client = boto3.session.Session().client("cloudformation", region_name=REGION)
+    stubber = Stubber(client)
+    for export, importers in answers.items():
+        if importers:
+            stubber.add_response("list_imports", {"Imports": importers}, {"ExportName": export})
+        else:
+            stubber.add_client_error(
+                "list_imports", "ValidationError", f"Export '{export}' is not imported by any stack.", expected_params={"ExportName": export}
+            )
+    stubber.activate()
+    return client
+
+
+def test_turning_the_store_off_is_refused_while_the_serving_stack_imports_its_exports(features_synth: Any, default_synth: Any) -> None:
+    """GCS_FAULT_TOLERANCE redis -> off with `make deploy` alone: the system stack would delete the store's exports while
+    the deployed serving stack imports them, and CloudFormation fails the update. The preflight names them and the procedure."""
+    from preflight.deployed import Deployed, DeployedStack
+    from preflight.redeploy import check_removed_exports, removed_exports
+
+    names = default_synth.settings.stack_names
+    deployed = Deployed(stacks={names[p]: DeployedStack(names[p], "UPDATE_COMPLETE", {}, t) for p, t in features_synth.templates.items()})
+    redeploy = Redeploy.of(default_synth.settings, {names[p]: t for p, t in default_synth.templates.items()})
+    removed = removed_exports(redeploy, deployed)
+    system, serving = names["system"], names["serving"]
+    assert len(removed) == 2 and set(removed.values()) == {system} and any("GcsStore" in e for e in removed)
+    # The serving stack imports them as deployed (its template's Fn::ImportValue), which ListImports answers.
+    assert all(e in json.dumps(features_synth.templates["serving"]) for e in removed)
+    refused = check_removed_exports(redeploy, deployed, _list_imports({e: [serving] for e in removed}))
+    assert not refused.ok and all(e in refused.detail for e in removed) and f"which {serving} import(s)" in refused.detail
+    assert refused.fix == f're-create the importing stack(s) without the import: `make destroy STACKS="{serving}"`, then `make deploy`'
+    # Nothing imports them any more (the serving stack was re-created first): the deploy may delete them.
+    assert check_removed_exports(redeploy, deployed, _list_imports({e: [] for e in removed})).ok
+    # The other way (off -> redis) removes no export and asks CloudFormation nothing.
+    back = Deployed(stacks={names[p]: DeployedStack(names[p], "UPDATE_COMPLETE", {}, t) for p, t in default_synth.templates.items()})
+    assert check_removed_exports(Redeploy.of(features_synth.settings, {names[p]: t for p, t in features_synth.templates.items()}), back, _list_imports({})).ok

@@ -153,7 +153,8 @@ def test_serve_config_has_every_setting_of_the_reference(default_synth: Synth) -
                 "kv_connector_extra_config": {"backends": ["LIBFABRIC"]},
             },
         }
-        assert llm["deployment_config"] == {"num_replicas": 1}
+        # Decode drains its streams for up to 4096 tokens at 80 ms (issue 28.1); prefill keeps Serve's default.
+        assert llm["deployment_config"] == {"num_replicas": 1, **({"graceful_shutdown_timeout_s": 328} if phase == "decode" else {})}
         # Pinned to its phase's nodes, on the L4 of g6.8xlarge.
         assert llm["placement_group_config"] == {"bundle_per_worker": {"GPU": 1, "CPU": 1, f"pd_{phase}": 1}, "strategy": "STRICT_PACK"}
         assert llm["accelerator_type"] == "L4"
@@ -307,6 +308,6 @@ def test_p5_with_tensor_parallel_8_gives_each_phase_a_whole_node(p5_synth: Synth
         assert llm["engine_kwargs"]["tensor_parallel_size"] == 8
         assert llm["placement_group_config"] == {"bundle_per_worker": {"GPU": 1, "CPU": 1, f"pd_{phase}": 1}, "strategy": "STRICT_PACK"}
         assert llm["accelerator_type"] == "H100"
-        assert llm["deployment_config"] == {"num_replicas": 1}
+        assert llm["deployment_config"]["num_replicas"] == 1
     assert crd_errors(_ray_service(p5_synth)) == []
     assert ray_serve_errors(config) == []

@@ -85,7 +85,7 @@ def ray_cluster() -> Iterator[tuple[Any, Any]]:
     import ray
     from ray.cluster_utils import Cluster
 
-    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 0, "num_gpus": 0, "object_store_memory": 78 * 1024 * 1024})
+    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 0, "num_gpus": 0, "object_store_memory": 78 * 1024 * 1024, "include_dashboard": False})
     ray.init(address=cluster.address, log_to_driver=False)
     try:
         yield ray, cluster

@@ -58,21 +58,60 @@ def bench_job() -> Iterator[tuple[str, dict[str, Any]]]:
         yield "make bench-serving", obj
 
 
+# KubeRay 1.7's autoscaler sidecar (ray-operator/controllers/ray/common/pod.go: AutoscalerContainerName, the log volume
+# it shares with the Ray container).
+AUTOSCALER_CONTAINER = "autoscaler"
+RAY_LOGS_VOLUME, RAY_LOGS_MOUNT = "ray-logs", "/tmp/ray"
+
+
+def _with_autoscaler(cluster: dict[str, Any], spec: dict[str, Any], cluster_name: str) -> dict[str, Any]:
+    """The head pod's spec as KubeRay 1.7 completes it with in-tree autoscaling (pod.go, DefaultHeadPodTemplate and
+    BuildAutoscalerContainer): the head group's service account (or one named after the cluster, which KubeRay
+    creates), the autoscaler container with the head's image and autoscalerOptions merged in (mergeAutoscalerOverrides),
+    and the log volume both containers mount."""
+    options = cluster.get("autoscalerOptions", {})
+    spec = json.loads(json.dumps(spec))
+    spec.setdefault("serviceAccountName", cluster_name)
+    logs = {"name": RAY_LOGS_VOLUME, "mountPath": RAY_LOGS_MOUNT}
+    spec["containers"][0].setdefault("volumeMounts", []).append(logs)
+    autoscaler: dict[str, Any] = {
+        "name": AUTOSCALER_CONTAINER,
+        "image": options.get("image", spec["containers"][0]["image"]),
+        "imagePullPolicy": options.get("imagePullPolicy", "IfNotPresent"),
+        "command": ["/bin/bash", "-c", "--"],
+        "args": ["ray kuberay-autoscaler --cluster-name $(RAY_CLUSTER_NAME) --cluster-namespace $(RAY_CLUSTER_NAMESPACE)"],
+        "env": [
+            {"name": "RAY_CLUSTER_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.labels['ray.io/cluster']"}}},
+            {"name": "RAY_CLUSTER_NAMESPACE", "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}},
+            *options.get("env", []),
+        ],
+        "resources": options.get("resources", {"limits": {"cpu": "500m", "memory": "512Mi"}, "requests": {"cpu": "500m", "memory": "512Mi"}}),
+        "volumeMounts": [*options.get("volumeMounts", []), logs],
+        **({"securityContext": options["securityContext"]} if "securityContext" in options else {}),
+    }
+    spec["containers"].append(autoscaler)
+    spec["volumes"] = [*spec.get("volumes", []), {"name": RAY_LOGS_VOLUME, "emptyDir": {}}]
+    return spec
+
+
 def kuberay_pods(ray_service: dict[str, Any]) -> list[dict[str, Any]]:
-    """The Pods KubeRay creates from the RayService's head and worker group templates (their spec as written;
-    KubeRay adds its own labels, the Ray start command and probes)."""
+    """The Pods KubeRay creates from the RayService's head and worker group templates (their spec as written, the head's
+    with the autoscaler sidecar when in-tree autoscaling is on; KubeRay adds its own labels, the Ray start command and probes)."""
     cluster = ray_service["spec"]["rayClusterConfig"]
     name, namespace = ray_service["metadata"]["name"], ray_service["metadata"].get("namespace", "default")
     groups = [("head", cluster["headGroupSpec"]["template"])] + [(g["groupName"], g["template"]) for g in cluster.get("workerGroupSpecs", [])]
-    pods = []
+    pods: list[dict[str, Any]] = []
     for group, template in groups:
         labels = {**template.get("metadata", {}).get("labels", {}), "ray.io/cluster": name, "ray.io/group": group}
+        spec: dict[str, Any] = (
+            _with_autoscaler(cluster, template["spec"], name) if group == "head" and cluster.get("enableInTreeAutoscaling") else template["spec"]
+        )
         pods.append(
             {
                 "apiVersion": "v1",
                 "kind": "Pod",
                 "metadata": {"name": f"{name}-{group}", "namespace": namespace, "labels": labels},
-                "spec": template["spec"],
+                "spec": spec,
             }
         )
     assert any(c["name"] == HEAD_CONTAINER for c in pods[0]["spec"]["containers"])

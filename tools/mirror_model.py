@@ -10,12 +10,15 @@ import os
 import re
 import sys
 import time
+from dataclasses import replace
 from typing import Any
 
 import cdk8s
+import yaml
 
 from k8s_constructs.model_mirror import MirrorJobChart, MirrorJobProps
 from k8s_constructs.model_mirror_script import RESULT_MARKER
+from k8s_constructs.ray_facts import NODE_TYPE_LABEL, selector
 from k8s_constructs.synced_secrets import hf_token_of
 from preflight.cluster_access import Kubectl
 from settings import Settings
@@ -24,6 +27,7 @@ from stacks.model_access import MIRROR_SERVICE_ACCOUNT
 from tools.entry import on_cluster, one_line_errors, project_settings
 
 JOB_NAME = "model-mirror"
+WORKER_LABEL = (NODE_TYPE_LABEL, "worker")
 POLL_SECONDS = 10
 # A pod that has printed nothing after this long is stuck (no room on a system node, the token volume not
 # mounting, the image not pulling): say why instead of polling for hours.
@@ -50,6 +54,26 @@ def mirror_props(settings: Settings, repo: str, revision: str) -> MirrorJobProps
         region=settings.region,
         token_provider_class=token.provider_class if token else None,
     )
+
+
+def served_now(settings: Settings, destination: str, kubectl: Kubectl) -> bool:
+    """Whether the deployed RayService loads from `destination` and GPU workers run: an engine may start (a scale-up, a
+    replaced node, a restarted replica) and download the prefix at any moment, so the Job must write nothing there."""
+    found = kubectl(["get", "rayservice", "-n", settings.namespace, settings.ray_service_name, "--ignore-not-found", "-o", "jsonpath={.spec.serveConfigV2}"])
+    if found.returncode != 0:
+        raise RuntimeError(f"cannot read RayService {settings.namespace}/{settings.ray_service_name}: {found.stderr.strip()[:200]}")
+    if not found.stdout.strip():
+        return False
+    sources = set()
+    for app in yaml.safe_load(found.stdout).get("applications", []):
+        for phase in ("prefill_config", "decode_config"):
+            source = app.get("args", {}).get(phase, {}).get("model_loading_config", {}).get("model_source")
+            if isinstance(source, dict):
+                sources.add(str(source.get("bucket_uri", "")).rstrip("/"))
+    if destination.rstrip("/") not in sources:
+        return False
+    running = kubectl(["get", "pods", "-n", settings.namespace, "-l", selector(*WORKER_LABEL), "--field-selector=status.phase=Running", "-o", "name"])
+    return running.returncode != 0 or bool(running.stdout.strip())  # unknown: as served
 
 
 def manifest(props: MirrorJobProps) -> str:
@@ -121,7 +145,11 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
-    result, code = on_cluster(settings, lambda kubectl: run_job(props, kubectl, args.timeout_minutes * 60), timeout=600)
+
+    def run(kubectl: Kubectl) -> dict[str, Any]:
+        return run_job(replace(props, served=served_now(settings, props.destination, kubectl)), kubectl, args.timeout_minutes * 60)
+
+    result, code = on_cluster(settings, run, timeout=600)
     if result is None:
         return code
     gib = result["bytes"] / 1024**3
