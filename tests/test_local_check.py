@@ -17,9 +17,10 @@ from settings.model_fit import GIB
 from tests.conftest import settings_for
 from tests.local_check_standin import VOCAB, StandInEngine
 from tests.loopback import free_port
+from tools.local_check.client import nixl_lines
 from tools.local_check.plan import BASE_URL, TOKENIZER, build_plan, image_versions
 from tools.local_check.runner import main as run_main
-from tools.local_check.runner import nixl_lines, worker_env
+from tools.local_check.runner import worker_env
 from tools.local_check.shape import (
     HEAD_GROUP,
     Host,

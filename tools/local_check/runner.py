@@ -19,25 +19,19 @@ from __future__ import annotations
 
 import argparse
 import hashlib
-import importlib
-import importlib.util
 import json
 import os
-import random
-import re
-import shutil
-import subprocess
 import sys
 import time
-import urllib.error
-import urllib.request
-from collections.abc import Callable
 from dataclasses import asdict
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
-from k8s_constructs.ray_facts import NIXL_LOG_PATTERN, SERVE_PORT, backend_of
+from k8s_constructs.ray_facts import SERVE_PORT
+from tools.local_check.client import check_routes, nixl_lines, parity_prompts, pd_tokens, run_bench, wait_ready
+from tools.local_check.compare import RESULT_FILE, compare_modes, figure, write_outputs
+from tools.local_check.engines import PARITY_MAX_TOKENS, Engine, MissingPrerequisite, load_engine
 from tools.local_check.shape import (
     GIB,
     Change,
@@ -50,7 +44,6 @@ from tools.local_check.shape import (
     collocated_config,
     compare_memory,
     gpu_assignment,
-    memory_report,
     parity_lengths,
     patch_serve_config,
     reference_engine_kwargs,
@@ -58,99 +51,9 @@ from tools.local_check.shape import (
 )
 from tools.local_check.tokenizer import vocab_size, write_tokenizer
 
-TRANSFER_PLAN_MARKER = "Transfer plan"  # the decode engine's NIXL handshake (vLLM 0.26, nixl_connector.py)
-PARITY_MAX_TOKENS = 32
 VLLM_PORT_BASE = 31000
-RESULT_FILE = "local-check.json"
 READY_TIMEOUT_S = 1200
 EXIT_MISSING = 2  # no GPU, other versions: the check could not run
-
-
-class Engine(Protocol):
-    """What the runner asks of the serving stack: the real one (vLLM on a GPU), or a stand-in the tests give."""
-
-    name: str
-
-    def host(self) -> Host: ...
-
-    def installed_versions(self) -> dict[str, str]: ...
-
-    def reference(self, model: str, engine_kwargs: dict[str, Any], prompts: list[list[int]] | None, log: Path) -> tuple[list[list[int]], dict[str, float]]: ...
-
-    def app_import_path(self, deployed: str) -> str: ...
-
-
-class VllmEngine:
-    """vLLM 0.26 on this host's GPUs: the lone engine in a process of its own."""
-
-    name = "vllm"
-
-    def host(self) -> Host:
-        import torch
-
-        if not torch.cuda.is_available() or torch.cuda.device_count() == 0:
-            raise MissingPrerequisite("no NVIDIA GPU is visible (torch.cuda.device_count() is 0): run `make local-check` on a GPU host")
-        properties = torch.cuda.get_device_properties(0)
-        total = torch.cuda.mem_get_info(0)[1]
-        return Host(
-            gpus=torch.cuda.device_count(),
-            gpu_name=properties.name,
-            gpu_total_bytes=total,
-            compute_capability=(properties.major, properties.minor),
-            efa=_has_efa(),
-            cutlass_dsl=importlib.util.find_spec("cutlass") is not None,
-        )
-
-    def installed_versions(self) -> dict[str, str]:
-        from importlib.metadata import PackageNotFoundError, version
-
-        found = {}
-        for name in ("ray", "vllm", "nixl", "torch"):
-            try:
-                found[name] = version(name).split("+", 1)[0]
-            except PackageNotFoundError:
-                found[name] = "not installed"
-        return found
-
-    def reference(self, model: str, engine_kwargs: dict[str, Any], prompts: list[list[int]] | None, log: Path) -> tuple[list[list[int]], dict[str, float]]:
-        out = log.with_suffix(".json")
-        command = [sys.executable, "-m", "tools.local_check.reference", "--model", model, "--engine-kwargs", json.dumps(engine_kwargs), "--output", str(out)]
-        if prompts is not None:
-            prompt_file = log.with_suffix(".prompts.json")
-            prompt_file.write_text(json.dumps(prompts))
-            command += ["--prompts", str(prompt_file), "--max-tokens", str(PARITY_MAX_TOKENS)]
-        with log.open("w") as sink:
-            done = subprocess.run(command, stdout=sink, stderr=subprocess.STDOUT, env={**os.environ, "VLLM_LOGGING_LEVEL": "DEBUG"}, check=False)
-        text = log.read_text(errors="replace")
-        if done.returncode != 0:
-            tail = [line for line in text.splitlines() if "Error" in line][-1:] or text.splitlines()[-1:]
-            raise RuntimeError(f"the lone engine failed (exit {done.returncode}; {log}): {tail[0] if tail else ''}")
-        result = json.loads(out.read_text())
-        report = memory_report(text)
-        report["start_s"] = result["start_s"]
-        return result["outputs"], report
-
-    def app_import_path(self, deployed: str) -> str:
-        return deployed
-
-
-class MissingPrerequisite(Exception):
-    """The check cannot run here: one line, exit 2."""
-
-
-def _has_efa() -> bool:
-    """An EFA device (its uverbs under /sys/class/infiniband) and libfabric's efa provider loadable."""
-    devices = Path("/sys/class/infiniband")
-    return devices.is_dir() and any(d.name.startswith("rdmap") or "efa" in d.name for d in devices.iterdir()) and shutil.which("fi_info") is not None
-
-
-def load_engine(spec: str) -> Engine:
-    if spec == "vllm":
-        return VllmEngine()
-    module, _, name = spec.partition(":")
-    engine: Engine = getattr(importlib.import_module(module), name)()
-    return engine
-
 
 # --- the local cluster -------------------------------------------------------------------------------------------
 
@@ -218,113 +121,6 @@ class LocalCluster:
 
     def shutdown(self) -> None:
         self.cluster.shutdown()
-
-
-# --- HTTP ------------------------------------------------------------------------------------------------------
-
-
-def http(method: str, url: str, body: dict[str, Any] | None = None, *, key: str | None = None, timeout: float = 300) -> tuple[int, Any]:
-    data = json.dumps(body).encode() if body is not None else None
-    headers = {"Content-Type": "application/json", **({"Authorization": f"Bearer {key}"} if key else {})}
-    request = urllib.request.Request(url, data=data, method=method, headers=headers)
-    try:
-        with urllib.request.urlopen(request, timeout=timeout) as response:
-            payload = response.read()
-            return response.status, json.loads(payload) if payload else None
-    except urllib.error.HTTPError as error:
-        payload = error.read()
-        try:
-            return error.code, json.loads(payload)
-        except ValueError:
-            return error.code, payload.decode(errors="replace")
-    except (urllib.error.URLError, ConnectionError, TimeoutError) as error:
-        return 0, str(error)
-
-
-def wait_ready(base: str, model_id: str, key: str | None, timeout_s: float, sleep: Callable[[float], None] = time.sleep) -> float:
-    started = time.monotonic()
-    while time.monotonic() - started < timeout_s:
-        status, body = http("GET", f"{base}/v1/models", key=key, timeout=10)
-        if status == 200 and any(m.get("id") == model_id for m in (body or {}).get("data", [])):
-            return time.monotonic() - started
-        sleep(5)
-    raise TimeoutError(f"the endpoint did not list {model_id} within {timeout_s:.0f} s")
-
-
-def check_routes(report: Report, base: str, model_id: str, key: str | None, *, prefix: str = "") -> None:
-    status, body = http("GET", f"{base}/v1/models", key=key)
-    ids = [m.get("id") for m in (body or {}).get("data", [])] if status == 200 and isinstance(body, dict) else []
-    report.add(f"{prefix}GET /v1/models", model_id in ids, f"{status}: {ids}")
-    status, body = http(
-        "POST", f"{base}/v1/completions", {"model": model_id, "prompt": "The capital of France is", "max_tokens": 16, "temperature": 0}, key=key
-    )
-    text = body["choices"][0]["text"] if status == 200 and isinstance(body, dict) else ""
-    report.add(f"{prefix}POST /v1/completions", status == 200 and bool(text), f"{status}: {text[:60]!r}" if status == 200 else f"{status}: {str(body)[:200]}")
-    chat = {"model": model_id, "messages": [{"role": "user", "content": "Say hello in five words."}], "max_tokens": 16, "temperature": 0}
-    status, body = http("POST", f"{base}/v1/chat/completions", chat, key=key)
-    content = body["choices"][0]["message"]["content"] if status == 200 and isinstance(body, dict) else ""
-    report.add(
-        f"{prefix}POST /v1/chat/completions",
-        status == 200 and bool(content),
-        f"{status}: {content[:60]!r}" if status == 200 else f"{status}: {str(body)[:200]}",
-    )
-    if key:
-        for method, path, payload in (("GET", "/v1/models", None), ("POST", "/v1/chat/completions", chat)):
-            status, body = http(method, f"{base}{path}", payload, key=None)
-            report.add(f"{prefix}{method} {path} without a key", status == 401, f"{status}: {str(body)[:120]}")
-            status, body = http(method, f"{base}{path}", payload, key="sk-wrong")
-            report.add(f"{prefix}{method} {path} with a wrong key", status == 401, f"{status}")
-
-
-def pd_tokens(base: str, model_id: str, prompt: list[int], key: str | None) -> list[int]:
-    request = {"model": model_id, "prompt": prompt, "max_tokens": PARITY_MAX_TOKENS, "temperature": 0, "ignore_eos": True, "return_token_ids": True}
-    status, body = http("POST", f"{base}/v1/completions", request, key=key)
-    if status != 200 or not isinstance(body, dict):
-        raise RuntimeError(f"completion of a {len(prompt)}-token prompt: {status} {str(body)[:200]}")
-    tokens: list[int] = body["choices"][0].get("token_ids") or []
-    return tokens
-
-
-def parity_prompts(lengths: list[int], vocab: int, seed: int = 1) -> list[list[int]]:
-    """Random token ids, away from the top of the vocabulary (special tokens live there)."""
-    generator = random.Random(seed)
-    high = max(1000, vocab - 1000)
-    return [[generator.randrange(100, high) for _ in range(n)] for n in lengths]
-
-
-def nixl_lines(log_dir: Path) -> tuple[str, list[str]]:
-    """Every engine's NIXL backend line, read as make verify reads a worker's (k8s_constructs/ray_facts.py), and
-    the decode engine's transfer plan lines."""
-    pattern = re.compile(NIXL_LOG_PATTERN)
-    found, plans = [], []
-    for path in sorted(log_dir.glob("*")):
-        if not path.is_file() or path.suffix not in (".out", ".err", ".log"):
-            continue
-        for line in path.read_text(errors="replace").splitlines():
-            if pattern.search(line):
-                found.append(line)
-            if TRANSFER_PLAN_MARKER in line:
-                plans.append(line.strip()[-200:])
-    return backend_of("\n".join(found)), sorted(set(plans))
-
-
-def run_bench(plan: dict[str, Any], base: str, tokenizer: str, rates: list[float] | None, key: str | None) -> list[dict[str, Any]]:
-    """The plan's benchmark runs (the Job's `vllm bench serve` commands): long and short streams at once per rate."""
-    marker = plan.get("bench_result_marker", "BENCH_RESULT ")
-    results = []
-    for entry in plan["bench"]:
-        if rates is not None and entry["rate"] not in rates:
-            continue
-        # As the Job runs them (bench_job.bench_script): `wait PID` returns each run's own status.
-        script = f"( {entry['long']} ) & long=$!; ( {entry['short']} ) & short=$!; wait $long; wait $short"
-        script = script.replace("@BASE_URL@", base).replace("@TOKENIZER@", tokenizer)
-        env = {**os.environ, **({"OPENAI_API_KEY": key} if key else {})}
-        done = subprocess.run(["bash", "-c", f"set -e; {script}"], capture_output=True, text=True, env=env, check=False)
-        lines = [json.loads(line.split(marker, 1)[1]) for line in done.stdout.splitlines() if marker in line]
-        if done.returncode != 0 or len(lines) != 2:
-            raise RuntimeError(f"vllm bench serve at {entry['rate']} req/s failed (exit {done.returncode}): {(done.stderr or done.stdout).strip()[-300:]}")
-        results += lines
-    return results
 
 
 # --- the run -----------------------------------------------------------------------------------------------------
@@ -520,79 +316,8 @@ def check_application(
         report.add(
             f"{prefix}bench",
             True,
-            "; ".join(f"{r['workload']}@{r['rate']}: TTFT p50 {_figure(r, 'ttft'):.0f} ms, ITL p50 {_figure(r, 'itl'):.1f} ms" for r in bench),
+            "; ".join(f"{r['workload']}@{r['rate']}: TTFT p50 {figure(r, 'ttft'):.0f} ms, ITL p50 {figure(r, 'itl'):.1f} ms" for r in bench),
         )
-
-
-def _figure(run: dict[str, Any], name: str, percentile: str = "p50") -> float:
-    value = run.get(f"{percentile}_{name}_ms", run.get(f"median_{name}_ms") if percentile == "p50" else None)
-    return float(value or 0.0)
-
-
-# What issue 29's comparison reports per rate: the short stream's latencies (what PD is meant to keep flat while
-# long prompts arrive), the long stream's time to first token, and the output throughput of both streams.
-COMPARED = (("short", "itl", "p50"), ("short", "itl", "p99"), ("short", "ttft", "p50"), ("short", "ttft", "p99"), ("long", "ttft", "p50"))
-
-
-def compare_modes(bench: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """One row per rate: each compared figure for PD and collocated, and the output tokens/s of both streams."""
-    rows = []
-    for rate in sorted({float(r["rate"]) for r in bench}):
-        row: dict[str, Any] = {"rate": rate}
-        for mode in ("pd", "collocated"):
-            runs = {r["workload"]: r for r in bench if r.get("mode") == mode and float(r["rate"]) == rate}
-            for workload, name, percentile in COMPARED:
-                if workload in runs:
-                    row[f"{mode} {workload} {name} {percentile} ms"] = _figure(runs[workload], name, percentile)
-            row[f"{mode} output tok/s"] = sum(float(r.get("output_throughput", 0.0)) for r in runs.values())
-        rows.append(row)
-    return rows
-
-
-def write_outputs(report: Report, out: Path) -> tuple[Path, Path | None]:
-    path = out / RESULT_FILE
-    report.save(path)
-    if not report.bench:
-        return path, None
-    try:
-        title = f"local check: {report.facts['model']['source']} on {report.facts['host']['gpu_name']}"
-        if report.facts.get("comparison"):
-            return path, draw_comparison(report.facts["comparison"], out / "local-check.png", title=title)
-        from tools.bench_chart import draw
-
-        return path, draw(report.bench, [], out / "local-check.png", title=title)
-    except ImportError:  # matplotlib is not in every image: the JSON holds every figure
-        return path, None
-
-
-def draw_comparison(rows: list[dict[str, Any]], path: Path, *, title: str) -> Path:
-    """PD against collocated per request rate: the short stream's ITL and TTFT (p50 solid, p99 dashed), the long
-    stream's TTFT, and the output tokens/s."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    figure, axes = plt.subplots(1, 4, figsize=(20, 4.6), constrained_layout=True)
-    rates = [row["rate"] for row in rows]
-    panels = (("short ITL (ms)", "short itl"), ("short TTFT (ms)", "short ttft"), ("long TTFT (ms)", "long ttft"))
-    for axis, (label, key) in zip(axes[:3], panels, strict=True):
-        for mode, color in (("pd", "tab:blue"), ("collocated", "tab:orange")):
-            for percentile, style in (("p50", "-"), ("p99", "--")):
-                values = [row.get(f"{mode} {key} {percentile} ms") for row in rows]
-                points = [(x, y) for x, y in zip(rates, values, strict=True) if y is not None]
-                if points:
-                    axis.plot(*zip(*points, strict=True), style, color=color, marker="o", label=f"{mode} {percentile}")
-        axis.set(xlabel="request rate of each stream (req/s)", ylabel=label)
-        axis.legend(fontsize=8)
-    for mode, color in (("pd", "tab:blue"), ("collocated", "tab:orange")):
-        axes[3].plot(rates, [row.get(f"{mode} output tok/s", 0) for row in rows], "-", color=color, marker="o", label=mode)
-    axes[3].set(xlabel="request rate of each stream (req/s)", ylabel="output tokens/s")
-    axes[3].legend(fontsize=8)
-    figure.suptitle(title)
-    figure.savefig(path, dpi=110)
-    plt.close(figure)
-    return path
 
 
 def main(argv: list[str] | None = None) -> int:

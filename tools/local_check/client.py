@@ -1,0 +1,126 @@
+"""What the one-host check asks of the endpoint and reads from the Ray session: the routes, greedy tokens, the
+NIXL lines (by `make verify`'s reader) and the benchmark Job's own `vllm bench serve` runs."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import re
+import subprocess
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from k8s_constructs.ray_facts import NIXL_LOG_PATTERN, backend_of
+from tools.local_check.engines import PARITY_MAX_TOKENS
+from tools.local_check.shape import Report
+
+TRANSFER_PLAN_MARKER = "Transfer plan"  # the decode engine's NIXL handshake (vLLM 0.26, nixl_connector.py)
+
+
+def http(method: str, url: str, body: dict[str, Any] | None = None, *, key: str | None = None, timeout: float = 300) -> tuple[int, Any]:
+    data = json.dumps(body).encode() if body is not None else None
+    headers = {"Content-Type": "application/json", **({"Authorization": f"Bearer {key}"} if key else {})}
+    request = urllib.request.Request(url, data=data, method=method, headers=headers)
+    try:
+        with urllib.request.urlopen(request, timeout=timeout) as response:
+            payload = response.read()
+            return response.status, json.loads(payload) if payload else None
+    except urllib.error.HTTPError as error:
+        payload = error.read()
+        try:
+            return error.code, json.loads(payload)
+        except ValueError:
+            return error.code, payload.decode(errors="replace")
+    except (urllib.error.URLError, ConnectionError, TimeoutError) as error:
+        return 0, str(error)
+
+
+def wait_ready(base: str, model_id: str, key: str | None, timeout_s: float, sleep: Callable[[float], None] = time.sleep) -> float:
+    started = time.monotonic()
+    while time.monotonic() - started < timeout_s:
+        status, body = http("GET", f"{base}/v1/models", key=key, timeout=10)
+        if status == 200 and any(m.get("id") == model_id for m in (body or {}).get("data", [])):
+            return time.monotonic() - started
+        sleep(5)
+    raise TimeoutError(f"the endpoint did not list {model_id} within {timeout_s:.0f} s")
+
+
+def check_routes(report: Report, base: str, model_id: str, key: str | None, *, prefix: str = "") -> None:
+    status, body = http("GET", f"{base}/v1/models", key=key)
+    ids = [m.get("id") for m in (body or {}).get("data", [])] if status == 200 and isinstance(body, dict) else []
+    report.add(f"{prefix}GET /v1/models", model_id in ids, f"{status}: {ids}")
+    status, body = http(
+        "POST", f"{base}/v1/completions", {"model": model_id, "prompt": "The capital of France is", "max_tokens": 16, "temperature": 0}, key=key
+    )
+    text = body["choices"][0]["text"] if status == 200 and isinstance(body, dict) else ""
+    report.add(f"{prefix}POST /v1/completions", status == 200 and bool(text), f"{status}: {text[:60]!r}" if status == 200 else f"{status}: {str(body)[:200]}")
+    chat = {"model": model_id, "messages": [{"role": "user", "content": "Say hello in five words."}], "max_tokens": 16, "temperature": 0}
+    status, body = http("POST", f"{base}/v1/chat/completions", chat, key=key)
+    content = body["choices"][0]["message"]["content"] if status == 200 and isinstance(body, dict) else ""
+    report.add(
+        f"{prefix}POST /v1/chat/completions",
+        status == 200 and bool(content),
+        f"{status}: {content[:60]!r}" if status == 200 else f"{status}: {str(body)[:200]}",
+    )
+    if key:
+        for method, path, payload in (("GET", "/v1/models", None), ("POST", "/v1/chat/completions", chat)):
+            status, body = http(method, f"{base}{path}", payload, key=None)
+            report.add(f"{prefix}{method} {path} without a key", status == 401, f"{status}: {str(body)[:120]}")
+            status, body = http(method, f"{base}{path}", payload, key="sk-wrong")
+            report.add(f"{prefix}{method} {path} with a wrong key", status == 401, f"{status}")
+
+
+def pd_tokens(base: str, model_id: str, prompt: list[int], key: str | None) -> list[int]:
+    request = {"model": model_id, "prompt": prompt, "max_tokens": PARITY_MAX_TOKENS, "temperature": 0, "ignore_eos": True, "return_token_ids": True}
+    status, body = http("POST", f"{base}/v1/completions", request, key=key)
+    if status != 200 or not isinstance(body, dict):
+        raise RuntimeError(f"completion of a {len(prompt)}-token prompt: {status} {str(body)[:200]}")
+    tokens: list[int] = body["choices"][0].get("token_ids") or []
+    return tokens
+
+
+def parity_prompts(lengths: list[int], vocab: int, seed: int = 1) -> list[list[int]]:
+    """Random token ids, away from the top of the vocabulary (special tokens live there)."""
+    generator = random.Random(seed)
+    high = max(1000, vocab - 1000)
+    return [[generator.randrange(100, high) for _ in range(n)] for n in lengths]
+
+
+def nixl_lines(log_dir: Path) -> tuple[str, list[str]]:
+    """Every engine's NIXL backend line, read as make verify reads a worker's (k8s_constructs/ray_facts.py), and
+    the decode engine's transfer plan lines."""
+    pattern = re.compile(NIXL_LOG_PATTERN)
+    found, plans = [], []
+    for path in sorted(log_dir.glob("*")):
+        if not path.is_file() or path.suffix not in (".out", ".err", ".log"):
+            continue
+        for line in path.read_text(errors="replace").splitlines():
+            if pattern.search(line):
+                found.append(line)
+            if TRANSFER_PLAN_MARKER in line:
+                plans.append(line.strip()[-200:])
+    return backend_of("\n".join(found)), sorted(set(plans))
+
+
+def run_bench(plan: dict[str, Any], base: str, tokenizer: str, rates: list[float] | None, key: str | None) -> list[dict[str, Any]]:
+    """The plan's benchmark runs (the Job's `vllm bench serve` commands): long and short streams at once per rate."""
+    marker = plan.get("bench_result_marker", "BENCH_RESULT ")
+    results = []
+    for entry in plan["bench"]:
+        if rates is not None and entry["rate"] not in rates:
+            continue
+        # As the Job runs them (bench_job.bench_script): `wait PID` returns each run's own status.
+        script = f"( {entry['long']} ) & long=$!; ( {entry['short']} ) & short=$!; wait $long; wait $short"
+        script = script.replace("@BASE_URL@", base).replace("@TOKENIZER@", tokenizer)
+        env = {**os.environ, **({"OPENAI_API_KEY": key} if key else {})}
+        done = subprocess.run(["bash", "-c", f"set -e; {script}"], capture_output=True, text=True, env=env, check=False)
+        lines = [json.loads(line.split(marker, 1)[1]) for line in done.stdout.splitlines() if marker in line]
+        if done.returncode != 0 or len(lines) != 2:
+            raise RuntimeError(f"vllm bench serve at {entry['rate']} req/s failed (exit {done.returncode}): {(done.stderr or done.stdout).strip()[-300:]}")
+        results += lines
+    return results

@@ -1,0 +1,104 @@
+"""The serving stack the one-host check drives: vLLM on this host's GPUs, or a stand-in the tests give
+(`--engine MODULE:CLASS`). The lone engine runs in a process of its own (tools/local_check/reference.py)."""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any, Protocol
+
+from tools.local_check.shape import Host, memory_report
+
+PARITY_MAX_TOKENS = 32
+
+
+class Engine(Protocol):
+    """What the runner asks of the serving stack: the real one (vLLM on a GPU), or a stand-in the tests give."""
+
+    name: str
+
+    def host(self) -> Host: ...
+
+    def installed_versions(self) -> dict[str, str]: ...
+
+    def reference(self, model: str, engine_kwargs: dict[str, Any], prompts: list[list[int]] | None, log: Path) -> tuple[list[list[int]], dict[str, float]]: ...
+
+    def app_import_path(self, deployed: str) -> str: ...
+
+
+class VllmEngine:
+    """vLLM 0.26 on this host's GPUs: the lone engine in a process of its own."""
+
+    name = "vllm"
+
+    def host(self) -> Host:
+        import torch
+
+        if not torch.cuda.is_available() or torch.cuda.device_count() == 0:
+            raise MissingPrerequisite("no NVIDIA GPU is visible (torch.cuda.device_count() is 0): run `make local-check` on a GPU host")
+        properties = torch.cuda.get_device_properties(0)
+        total = torch.cuda.mem_get_info(0)[1]
+        return Host(
+            gpus=torch.cuda.device_count(),
+            gpu_name=properties.name,
+            gpu_total_bytes=total,
+            compute_capability=(properties.major, properties.minor),
+            efa=_has_efa(),
+            cutlass_dsl=importlib.util.find_spec("cutlass") is not None,
+        )
+
+    def installed_versions(self) -> dict[str, str]:
+        from importlib.metadata import PackageNotFoundError, version
+
+        found = {}
+        for name in ("ray", "vllm", "nixl", "torch"):
+            try:
+                found[name] = version(name).split("+", 1)[0]
+            except PackageNotFoundError:
+                found[name] = "not installed"
+        return found
+
+    def reference(self, model: str, engine_kwargs: dict[str, Any], prompts: list[list[int]] | None, log: Path) -> tuple[list[list[int]], dict[str, float]]:
+        out = log.with_suffix(".json")
+        command = [sys.executable, "-m", "tools.local_check.reference", "--model", model, "--engine-kwargs", json.dumps(engine_kwargs), "--output", str(out)]
+        if prompts is not None:
+            prompt_file = log.with_suffix(".prompts.json")
+            prompt_file.write_text(json.dumps(prompts))
+            command += ["--prompts", str(prompt_file), "--max-tokens", str(PARITY_MAX_TOKENS)]
+        with log.open("w") as sink:
+            done = subprocess.run(command, stdout=sink, stderr=subprocess.STDOUT, env={**os.environ, "VLLM_LOGGING_LEVEL": "DEBUG"}, check=False)
+        text = log.read_text(errors="replace")
+        if done.returncode != 0:
+            tail = [line for line in text.splitlines() if "Error" in line][-1:] or text.splitlines()[-1:]
+            raise RuntimeError(f"the lone engine failed (exit {done.returncode}; {log}): {tail[0] if tail else ''}")
+        result = json.loads(out.read_text())
+        report = memory_report(text)
+        report["start_s"] = result["start_s"]
+        return result["outputs"], report
+
+    def app_import_path(self, deployed: str) -> str:
+        return deployed
+
+
+class MissingPrerequisite(Exception):
+    """The check cannot run here: one line, exit 2."""
+
+
+def _has_efa() -> bool:
+    """An EFA device (its uverbs under /sys/class/infiniband) and libfabric's efa provider loadable."""
+    devices = Path("/sys/class/infiniband")
+    return devices.is_dir() and any(d.name.startswith("rdmap") or "efa" in d.name for d in devices.iterdir()) and shutil.which("fi_info") is not None
+
+
+def load_engine(spec: str) -> Engine:
+    if spec == "vllm":
+        return VllmEngine()
+    module, _, name = spec.partition(":")
+    engine: Engine = getattr(importlib.import_module(module), name)()
+    return engine
