@@ -11,7 +11,7 @@ from collections.abc import Callable
 from typing import Any
 
 from preflight.results import CheckResult, fail, ok, warn
-from settings.model_facts import DTYPE_BYTES, ModelFacts
+from settings.model_facts import DTYPE_BYTES, HYBRID_STATE_PAGES, ModelFacts
 
 DEFAULT_ENDPOINT = "https://huggingface.co"
 TIMEOUT_SECONDS = 20
@@ -88,12 +88,12 @@ def facts_from_files(repo: str, config: dict[str, Any], index: dict[str, Any]) -
     dtype = str(config.get("torch_dtype") or config.get("dtype") or text.get("torch_dtype") or text.get("dtype") or "bfloat16")
     state = 0
     if "linear_attention" in layer_types:
-        # Gated DeltaNet, as vLLM 0.26 sizes its state (mamba_utils.py), twice for prefix caching's "align" mode.
+        # Gated DeltaNet, as vLLM 0.26 sizes its state (mamba_utils.py), HYBRID_STATE_PAGES pages of it.
         k_heads, v_heads = int(text["linear_num_key_heads"]), int(text["linear_num_value_heads"])
         k_dim, v_dim, kernel = int(text["linear_key_head_dim"]), int(text["linear_value_head_dim"]), int(text["linear_conv_kernel_dim"])
         conv = (k_dim * k_heads * 2 + v_dim * v_heads) * (kernel - 1) * DTYPE_BYTES.get(dtype, 2)
         temporal = v_heads * v_dim * k_dim * DTYPE_BYTES.get(str(text.get("mamba_ssm_dtype", "float32")), 4)
-        state = 2 * (conv + temporal)
+        state = HYBRID_STATE_PAGES * (conv + temporal)
     total = int(index.get("metadata", {}).get("total_size", 0))
     if not total:
         raise HubError(f"{repo}: model.safetensors.index.json has no metadata.total_size")

@@ -62,13 +62,14 @@ def model_facts_context_key(source: str) -> str:
     return f"ray-llm:model:{source}"
 
 
+# The state pages a hybrid layer keeps per sequence: one. vLLM 0.26 leaves prefix caching off for hybrid models
+# (engine/arg_utils.py, _set_default_chunked_prefill_and_prefix_caching_args; the serve config does not turn it on),
+# so the Mamba cache mode stays "none" and MambaSpec.max_memory_usage_bytes counts one page per request
+# (v1/kv_cache_interface.py; "align", two pages, only comes with prefix caching). Read by the Hub look-up too.
+HYBRID_STATE_PAGES = 1
 # Qwen3.5's Gated DeltaNet state per layer and sequence, as vLLM 0.26 sizes it (mamba_utils.py): a conv
-# state of (16*128*2 + 32*128) x (4-1) in bf16 and a temporal state of 32 x 128 x 128 in float32, one page:
-# vLLM 0.26 leaves prefix caching off for hybrid models (engine/arg_utils.py,
-# _set_default_chunked_prefill_and_prefix_caching_args; the serve config does not turn it on), so the Mamba
-# cache mode stays "none" and MambaSpec.max_memory_usage_bytes counts one page per request (v1/kv_cache_interface.py;
-# "align", two pages, only comes with prefix caching).
-_QWEN35_STATE = (16 * 128 * 2 + 32 * 128) * 3 * 2 + 32 * 128 * 128 * 4
+# state of (16*128*2 + 32*128) x (4-1) in bf16 and a temporal state of 32 x 128 x 128 in float32.
+_QWEN35_STATE = HYBRID_STATE_PAGES * ((16 * 128 * 2 + 32 * 128) * 3 * 2 + 32 * 128 * 128 * 4)
 
 BUILT_IN_MODELS: Mapping[str, ModelFacts] = {
     facts.source: facts

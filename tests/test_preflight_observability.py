@@ -112,6 +112,7 @@ SWITCHED_ON: dict[str, Any] = {
     "admin_principal_arns": (f"arn:aws:iam::{ACCOUNT}:role/ci-deploy",),
     "execution_role_arn": "arn:${AWS::Partition}:iam::${AWS::AccountId}:role/cdk-hnb659fds-cfn-exec-role-${AWS::AccountId}-sa-east-1",
     "gpu_capacity_reservation_id": "cr-0123456789abcdef0",
+    "autoscaling": True,
     "model_source": "s3://example-models/qwen3.5-9b",
     "model_source_kms_key": True,
     "gcs_store_node_type": "cache.t4g.micro",
