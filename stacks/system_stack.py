@@ -84,7 +84,5 @@ class SystemStack(Stack):
             if settings.gcs_redis
             else None
         )
-        # PREFILL/DECODE_MAX_REPLICAS: the Cluster Autoscaler, with its Pod Identity before its pods start.
+        # PREFILL/DECODE_MAX_REPLICAS: the Cluster Autoscaler (its Pod Identity comes with it).
         self.cluster_autoscaler = releases.get(cluster_autoscaler.ADDON.release)
-        if self.cluster_autoscaler is not None:
-            self.cluster_autoscaler.node.add_dependency(cluster_autoscaler.grant(self, cluster=cluster, settings=settings))

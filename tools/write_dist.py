@@ -21,6 +21,7 @@ from settings import Settings, load_settings
 from settings.context_files import LOOKUP_PREFIX, read_project_context
 from settings.versions import HelmChartPin
 from stacks.addons import enabled_addons
+from stacks.addons.base import PLACEHOLDERS
 from stacks.gpu_capacity_stack import build_image_prepull_chart
 from stacks.serving_stack import build_rayservice_chart
 
@@ -35,14 +36,14 @@ def _values_file(pin: HelmChartPin, values: dict[str, Any]) -> str:
 
 def render(settings: Settings) -> dict[str, str]:
     """File name (relative to dist/) -> content: the manifests, and the values of every Helm add-on the
-    configuration installs (stacks/addons/)."""
+    configuration installs (stacks/addons/), deploy-time values as placeholders."""
     chart = build_rayservice_chart(settings)
     files = {
         "rayservice.k8s.yaml": HEADER + cdk8s.App.of(chart).synth_yaml(),
         "image-prepull.k8s.yaml": HEADER + cdk8s.App.of(build_image_prepull_chart(settings)).synth_yaml(),
     }
     for addon in enabled_addons(settings):
-        files[f"helm/{addon.release}.values.yaml"] = _values_file(addon.pin(settings), addon.values(settings))
+        files[f"helm/{addon.release}.values.yaml"] = _values_file(addon.pin(settings), addon.all_values(settings, PLACEHOLDERS))
     return files
 
 

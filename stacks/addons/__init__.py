@@ -1,5 +1,5 @@
-"""Every Helm add-on, one module each (pin, release, namespace, values, when, which stack), registered here
-in install order. A new chart is one module, one line below, and its test."""
+"""Every Helm add-on, one module each (pin, release, namespace, values, deploy-time values, Pod Identity, when,
+which stack), registered here in install order. A new chart is one module, one line below, and its test."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from constructs import Construct
 from settings import Settings
 from settings.versions import HelmChartPin
 from stacks.addons import cluster_autoscaler, efa_device_plugin, kuberay_operator, nvidia_device_plugin, secrets_store_provider
-from stacks.addons.base import HelmAddon
+from stacks.addons.base import PLACEHOLDERS, HelmAddon
 
 HELM_ADDONS: tuple[HelmAddon, ...] = (
     kuberay_operator.ADDON,
@@ -35,11 +35,17 @@ def chart_pins(settings: Settings) -> tuple[HelmChartPin, ...]:
 
 
 def chart_table_markdown(settings: Settings) -> str:
-    """The docs' table of the charts (with the defaults)."""
-    rows = ["| Chart | Version | Repository | Release / namespace | Stack | What for |", "|---|---|---|---|---|---|"]
+    """The docs' table of the charts (with the defaults; deploy-time values as placeholders)."""
+    rows = [
+        "| Chart | Version | Repository | Release / namespace | Stack | Pod Identity · set at deploy | What for |",
+        "|---|---|---|---|---|---|---|",
+    ]
     for addon in HELM_ADDONS:
         pin = addon.pin(settings)
+        late = addon.deploy_values(PLACEHOLDERS) if addon.deploy_values else {}
+        extras = ([f"`{addon.pod_identity.service_account}`"] if addon.pod_identity else []) + [f"`{key}`: {value}" for key, value in late.items()]
         rows.append(
-            f"| `{pin.chart}` | {pin.version} | {pin.repository} | `{addon.release}` / `{addon.namespace(settings)}` | `{addon.stack}` | {addon.purpose} |"
+            f"| `{pin.chart}` | {pin.version} | {pin.repository} | `{addon.release}` / `{addon.namespace(settings)}` | `{addon.stack}` | "
+            f"{'; '.join(extras) or '-'} | {addon.purpose} |"
         )
     return "\n".join(rows)

@@ -1,23 +1,54 @@
-"""What a Helm add-on declares, once: its pinned chart, release, namespace, values from the Settings, when it
-is installed and which stack (and construct) installs it. The stacks, the preflight's chart-index check,
-dist/helm/ and the docs' chart table are derived from the registry (stacks/addons/__init__.py)."""
+"""What a Helm add-on declares, once: its pinned chart, release, namespace, values from the Settings, the values
+only known at deploy time (another stack's resources), its EKS Pod Identity (the service account its pods run as
+and what that role may do), when it is installed and which stack (and construct) installs it. The stacks, the
+preflight's chart-index check, dist/helm/ and the docs' chart table are derived from the registry
+(stacks/addons/__init__.py); the deploy-time values appear there as placeholders."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Final
 
 from aws_cdk import aws_eks_v2 as eks
+from aws_cdk import aws_iam as iam
 from constructs import Construct
 
 from settings import Settings
 from settings.versions import HelmChartPin
 from stacks.helm import pinned_release
+from stacks.pod_identity import pod_identity_role
 
 
 def _always(_: Settings) -> bool:
     return True
+
+
+@dataclass(frozen=True)
+class DeployTimeRefs:
+    """What an add-on's values may take from the deployment itself (tokens at synth, values at deploy): pods
+    that cannot reach IMDS cannot discover them."""
+
+    vpc_id: str
+
+    @staticmethod
+    def of(cluster: eks.ICluster) -> DeployTimeRefs:
+        return DeployTimeRefs(vpc_id=cluster.vpc.vpc_id)
+
+
+# What dist/helm/ and the docs show in their place.
+PLACEHOLDERS: Final = DeployTimeRefs(vpc_id="<deploy time: the network stack's VPC id>")
+
+
+@dataclass(frozen=True)
+class PodIdentityGrant:
+    """An add-on's EKS Pod Identity: the ServiceAccount its pods call AWS as (its values must name it: a chart
+    value `serviceAccount.name` without a grant fails tests/test_addons.py), one line on what the role is for
+    (its description), and the statements it may use."""
+
+    service_account: str
+    does: Callable[[Settings], str]
+    grant: Callable[[iam.Role, Settings], None]
 
 
 @dataclass(frozen=True)
@@ -31,18 +62,48 @@ class HelmAddon:
     enabled: Callable[[Settings], bool] = field(default=_always)
     create_namespace: bool = False
     purpose: str = ""  # one line for the docs' chart table
+    # Its role and association are named after construct_id (…Role and …PodIdentity), so never renamed either.
+    pod_identity: PodIdentityGrant | None = None
+    # Values that name the deployment's own resources (merged over `values`; placeholders in dist/ and the docs).
+    deploy_values: Callable[[DeployTimeRefs], dict[str, Any]] | None = None
+
+    def all_values(self, settings: Settings, refs: DeployTimeRefs) -> dict[str, Any]:
+        values = self.values(settings)
+        late = self.deploy_values(refs) if self.deploy_values else {}
+        clash = sorted(set(values) & set(late))
+        if clash:
+            raise ValueError(f"{self.release}: {clash} set both from the settings and at deploy time")
+        return {**values, **late}
 
     def install(self, scope: Construct, *, cluster: eks.ICluster, settings: Settings) -> eks.HelmChart:
-        return pinned_release(
+        release = pinned_release(
             scope,
             self.construct_id,
             cluster=cluster,
             pin=self.pin(settings),
             release=self.release,
             namespace=self.namespace(settings),
-            values=self.values(settings),
+            values=self.all_values(settings, DeployTimeRefs.of(cluster)),
             create_namespace=self.create_namespace,
         )
+        if self.pod_identity is not None:
+            # Its Pod Identity exists before its pods start (they read credentials once, at start).
+            release.node.add_dependency(self._pod_identity(scope, cluster, settings, self.pod_identity))
+        return release
+
+    def _pod_identity(self, scope: Construct, cluster: eks.ICluster, settings: Settings, identity: PodIdentityGrant) -> eks.CfnPodIdentityAssociation:
+        namespace = self.namespace(settings)
+        role, association = pod_identity_role(
+            scope,
+            f"{self.construct_id}Role",
+            f"{self.construct_id}PodIdentity",
+            cluster=cluster,
+            namespace=namespace,
+            service_account=identity.service_account,
+            description=f"EKS Pod Identity of {namespace}/{identity.service_account}: {identity.does(settings)}",
+        )
+        identity.grant(role, settings)
+        return association
 
 
 def spread_affinity(match_labels: dict[str, str]) -> dict[str, Any]:

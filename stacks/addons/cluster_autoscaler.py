@@ -13,17 +13,14 @@ from __future__ import annotations
 from typing import Any, Final
 
 from aws_cdk import Aws
-from aws_cdk import aws_eks_v2 as eks
 from aws_cdk import aws_iam as iam
-from constructs import Construct
 
 from settings import Settings
 from settings.scheduling import SYSTEM_NODE_LABELS
 from settings.sizing import CLUSTER_AUTOSCALER_CPU_MILLI, CLUSTER_AUTOSCALER_MEMORY_MIB
 from settings.versions import HelmChartPin
 from stacks import nag
-from stacks.addons.base import HelmAddon
-from stacks.pod_identity import pod_identity_role
+from stacks.addons.base import HelmAddon, PodIdentityGrant
 
 NAMESPACE = "kube-system"
 # cloudprovider/aws/aws_cloud_provider.go's GPULabel: a node with it is a GPU node before its GPUs are allocatable.
@@ -86,17 +83,8 @@ def values(settings: Settings) -> dict[str, Any]:
     }
 
 
-def grant(scope: Construct, *, cluster: eks.ICluster, settings: Settings) -> eks.CfnPodIdentityAssociation:
+def grant(role: iam.Role, settings: Settings) -> None:
     """Its Pod Identity: read the Auto Scaling groups, resize only the GPU nodegroup's (EKS tags it with its name)."""
-    role, association = pod_identity_role(
-        scope,
-        "ClusterAutoscalerRole",
-        "ClusterAutoscalerPodIdentity",
-        cluster=cluster,
-        namespace=NAMESPACE,
-        service_account=SERVICE_ACCOUNT,
-        description=f"EKS Pod Identity of {NAMESPACE}/{SERVICE_ACCOUNT}: resizes the {settings.gpu_nodegroup_name} nodegroup only",
-    )
     role.add_to_policy(iam.PolicyStatement(actions=list(DESCRIBE_ACTIONS), resources=["*"]))
     role.add_to_policy(
         iam.PolicyStatement(
@@ -128,7 +116,6 @@ def grant(scope: Construct, *, cluster: eks.ICluster, settings: Settings) -> eks
             f"Resource::arn:<AWS::Partition>:eks:<AWS::Region>:<AWS::AccountId>:nodegroup/{settings.cluster_name}/{settings.gpu_nodegroup_name}/*",
         ],
     )
-    return association
 
 
 ADDON = HelmAddon(
@@ -140,4 +127,5 @@ ADDON = HelmAddon(
     values=values,
     enabled=lambda s: s.autoscaling,
     purpose="grows and shrinks the GPU nodegroup for the Ray autoscaler's pods (PREFILL/DECODE_MAX_REPLICAS)",
+    pod_identity=PodIdentityGrant(SERVICE_ACCOUNT, lambda s: f"resizes the {s.gpu_nodegroup_name} nodegroup only", grant),
 )
