@@ -44,6 +44,12 @@ def main() -> int:
             "the vision encoder (a maximum-size image batch), which can take several GiB more: leave room below MAX_MODEL_LEN's limit",
             file=sys.stderr,
         )
+    if settings.serve_endpoint.exposed and not settings.serve_endpoint.https:
+        print(
+            "warning: SERVE_CERTIFICATE_ARN=none: the internal load balancer listens on plain HTTP, so API keys, prompts and completions "
+            "cross the VPC in clear text; give it an ACM certificate to serve HTTPS",
+            file=sys.stderr,
+        )
     if settings.model_facts is None:
         print(
             f"notice: MODEL_SOURCE={settings.model_source} is neither built in nor looked up: whether vLLM 0.26 serves it and whether "

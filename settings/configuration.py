@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from settings.addressing import collector_subnet_cidrs
+from settings.endpoint import ServeEndpoint
 from settings.instance_types import InstanceFacts
 from settings.model_facts import ModelFacts
 from settings.model_fit import phase_eager
@@ -72,6 +73,7 @@ class Settings:
     gcs_store_node_type: str = "cache.t4g.micro"
     prefill_max_replicas: int | None = None  # None: fixed at prefill_replicas; else Serve autoscales up to it
     decode_max_replicas: int | None = None
+    serve_endpoint: ServeEndpoint = field(default_factory=ServeEndpoint)  # SERVE_EXPOSURE and its companions (settings/endpoint.py)
 
     def eager(self, phase: str) -> bool:
         """enforce_eager of the prefill or decode engine (ENFORCE_EAGER; settings/model_fit.py decides auto)."""

@@ -15,6 +15,7 @@ from typing import Any
 
 from settings import versions
 from settings.configuration import Settings
+from settings.endpoint import parse_endpoint
 from settings.errors import SettingError
 from settings.images import pinned_image
 from settings.instance_types import (
@@ -315,6 +316,7 @@ def load_settings(environ: Mapping[str, str], context: Mapping[str, Any], defaul
         eks_addon_versions=_addon_versions(region, raw["K8S_VERSION"], context),
         gpu_placement_group=placement_group,
         gpu_capacity_reservation_id=reservation,
+        serve_endpoint=parse_endpoint(raw, region=region, vpc_cidr=raw["VPC_CIDR"]),
         model_source_kms_key_arn=parse_kms_key_arn("MODEL_SOURCE_KMS_KEY_ARN", raw["MODEL_SOURCE_KMS_KEY_ARN"].strip(), model_source),
     )
     facts, facts_source = model_facts(model_source, context)

@@ -181,6 +181,56 @@ SPECS: tuple[SettingSpec, ...] = (
         change=(IN_PLACE, "the NetworkPolicy of the Serve port"),
     ),
     SettingSpec(
+        "SERVE_EXPOSURE",
+        "cluster",
+        "Where the OpenAI endpoint is reachable from: `cluster` (pods of SERVE_CLIENT_NAMESPACES, `kubectl port-forward`), `internal` (an Application "
+        "Load Balancer in the private subnets, for the VPC and networks routed to it) or `internet-facing` (public subnets); docs/endpoint.md",
+        "cluster, internal or internet-facing; internet-facing needs SERVE_CERTIFICATE_ARN and SERVE_ALLOWED_CIDRS",
+        change=(
+            RECREATE,
+            "the load balancer controller (system stack) and the Ingress (serving stack) come or go in place; between internal and internet-facing "
+            "the controller replaces the load balancer (a new DNS name). Turning API keys on or off with it mounts their volume on the Ray pods: "
+            f"{_RECREATE_HOW}",
+        ),
+    ),
+    SettingSpec(
+        "SERVE_CERTIFICATE_ARN",
+        "",
+        "ACM certificate of the load balancer's HTTPS listener (the only listener); `none`: plain HTTP, internal only",
+        "an ACM certificate ARN in REGION (the preflight checks it is ISSUED and covers SERVE_HOSTNAME), `none` with SERVE_EXPOSURE=internal, "
+        "empty with SERVE_EXPOSURE=cluster",
+        change=(IN_PLACE, "the listener's certificate"),
+    ),
+    SettingSpec(
+        "SERVE_HOSTNAME",
+        "",
+        "DNS name clients use for the endpoint (the Ingress's host; with SERVE_HOSTED_ZONE_ID a record pointing at the load balancer)",
+        "empty or a fully qualified domain name",
+        change=(IN_PLACE, "the Ingress's host rule and the DNS record"),
+    ),
+    SettingSpec(
+        "SERVE_HOSTED_ZONE_ID",
+        "",
+        "Route 53 hosted zone in which to create SERVE_HOSTNAME's record (empty: you point the name at the load balancer yourself)",
+        "empty or a hosted zone ID (Z...), only with SERVE_HOSTNAME",
+        change=(IN_PLACE, "the DNS record"),
+    ),
+    SettingSpec(
+        "SERVE_ALLOWED_CIDRS",
+        "",
+        "Sources the load balancer's security group admits (empty: the VPC's CIDR for internal; required for internet-facing)",
+        "comma-separated IPv4 CIDRs, empty with SERVE_EXPOSURE=cluster",
+        change=(IN_PLACE, "the load balancer's security group rules"),
+    ),
+    SettingSpec(
+        "SERVE_API_KEYS",
+        "",
+        "The Serve ingress requires `Authorization: Bearer KEY` with a key from Secrets Manager (generated at deploy; `make api-key`); empty: on "
+        "whenever SERVE_EXPOSURE leaves the cluster, off for cluster",
+        "on, off or empty; off is refused with SERVE_EXPOSURE internal or internet-facing",
+        change=(RECREATE, f"the serve config's ingress in place; the keys' volume on the Ray pods is a RayCluster change: {_RECREATE_HOW}"),
+    ),
+    SettingSpec(
         "METRICS_NAMESPACE",
         "monitoring",
         "Namespace of an in-cluster metrics collector (your Prometheus) allowed to scrape the Ray pods' port 8080; OBSERVABILITY's managed collector is let in by address",
