@@ -4,7 +4,8 @@ network policy agent (the cluster stack turns it on in the vpc-cni add-on).
 Ingress is denied by default; then only: the pods of the RayCluster among themselves (GCS, object
 transfers, NIXL's side channel, Serve's internal calls), the KubeRay operator to the head's dashboard
 (serve config, status) and Serve health port, the namespaces named by SERVE_CLIENT_NAMESPACES to the Serve
-port, and the metrics collectors to the metrics port: METRICS_NAMESPACE (a collector run in the cluster)
+port, the Serve endpoint's load balancer (SERVE_EXPOSURE internal or internet-facing) to the Serve port from the
+public subnets it alone has addresses in, and the metrics collectors to the metrics port: METRICS_NAMESPACE (a collector run in the cluster)
 and, with OBSERVABILITY=on, the managed Prometheus collector, which connects from network interfaces in
 subnets of its own (no node or pod has an address there), named by their address blocks. Ray's token authentication guards the dashboard,
 the Jobs API and GCS; it does not cover Serve's HTTP port, so this is the Serve endpoint's only guard.
@@ -33,6 +34,7 @@ class NetworkPolicyProps:
     serve_client_namespaces: tuple[str, ...]
     metrics_namespace: str
     collector_cidrs: tuple[str, ...] = ()  # the managed collector's subnets, with OBSERVABILITY=on
+    load_balancer_cidrs: tuple[str, ...] = ()  # the Serve endpoint's load balancer's subnets, with SERVE_EXPOSURE beyond cluster
 
 
 class RayNetworkPolicies(Construct):
@@ -76,4 +78,11 @@ class RayNetworkPolicies(Construct):
         for index, cidr in enumerate(props.collector_cidrs):
             # The metrics port only; the dashboard, GCS and Serve ports stay closed to it.
             metrics.add_ingress_rule(kplus.NetworkPolicyIpBlock.ipv4(self, f"ManagedCollector{index}", cidr), [kplus.NetworkPolicyPort.tcp(METRICS_PORT)])
-        self.policies = (deny, internal, operator, serve, metrics)
+        self.policies: tuple[kplus.NetworkPolicy, ...] = (deny, internal, operator, serve, metrics)
+        if props.load_balancer_cidrs:
+            # The load balancer connects to the pods' addresses (target type ip) from its subnets, where nothing else
+            # has an address: the Serve port only.
+            balancer = kplus.NetworkPolicy(self, "LoadBalancer", metadata=metadata("load-balancer-to-serve"), selector=ray_pods)
+            for index, cidr in enumerate(props.load_balancer_cidrs):
+                balancer.add_ingress_rule(kplus.NetworkPolicyIpBlock.ipv4(self, f"LoadBalancerSubnet{index}", cidr), [kplus.NetworkPolicyPort.tcp(SERVE_PORT)])
+            self.policies += (balancer,)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TypeVar
 
 import cdk8s
@@ -62,13 +62,14 @@ from imports.io.ray import (
     RayServiceSpecRayClusterConfigWorkerGroupSpecsTemplateSpecVolumesHostPath,
     RayServiceSpecUpgradeStrategy,
 )
-from k8s_constructs import gcs_ft, synced_secrets
+from k8s_constructs import endpoint, gcs_ft, synced_secrets
 from k8s_constructs.network_policies import NetworkPolicyProps, RayNetworkPolicies
 from k8s_constructs.ray_autoscaling import WORKER_ANNOTATIONS, autoscaler_options, autoscaler_token_volume
 from k8s_constructs.ray_facts import DASHBOARD_PORT, GCS_PORT, HEAD_CONTAINER, SERVE_PORT, WORKER_CONTAINER, worker_service_account
 from k8s_constructs.serve_config import PHASE_RESOURCES, Phase, pd_application
 from k8s_constructs.synced_secrets import HfTokenProviderClass, hf_token_of
 from settings import Settings
+from settings.addressing import public_subnet_cidrs
 from settings.scheduling import GPU_NODE_LABELS, LOCAL_NVME_MOUNT, SYSTEM_NODE_LABELS, gpu_toleration
 from settings.sizing import (
     HEAD_LIMIT_CPU_MILLI,
@@ -95,8 +96,14 @@ Q = TypeVar("Q")
 
 
 def worker_identity_needed(settings: Settings) -> bool:
-    """The GPU workers get a ServiceAccount with an EKS Pod Identity only when they read from AWS."""
-    return bool(settings.hf_token_secret_name) or settings.model_s3 is not None
+    """The GPU workers get a ServiceAccount with an EKS Pod Identity only when they read from AWS (the Hub token, the
+    S3 weights, the API keys)."""
+    return bool(settings.hf_token_secret_name) or settings.model_s3 is not None or settings.serve_endpoint.api_keys
+
+
+def head_identity_needed(settings: Settings) -> bool:
+    """The head gets its ServiceAccount (and Pod Identity) to read the GCS store's token or the API keys."""
+    return settings.gcs_redis or settings.serve_endpoint.api_keys
 
 
 @dataclass(frozen=True)
@@ -104,6 +111,8 @@ class RayServiceProps:
     settings: Settings
     # GCS_FAULT_TOLERANCE=redis: the deployed store (the serving stack's tokens); None: placeholders (dist/, validators).
     gcs_store: gcs_ft.GcsStoreRef | None = None
+    # SERVE_EXPOSURE / SERVE_API_KEYS: the keys' secret and the load balancer's subnets (tokens), else placeholders.
+    endpoint_refs: endpoint.EndpointRefs = field(default_factory=endpoint.EndpointRefs)
 
 
 def _quantities(make: Callable[[str], Q], cpu_milli: int, memory_mib: int) -> dict[str, Q]:
@@ -142,6 +151,7 @@ class PdRayServiceChart(cdk8s.Chart):
                 serve_client_namespaces=s.serve_client_namespaces,
                 metrics_namespace=s.metrics_namespace,
                 collector_cidrs=s.metrics_collector_cidrs if s.observability else (),
+                load_balancer_cidrs=public_subnet_cidrs(s.vpc_cidr, len(s.availability_zones)) if s.serve_endpoint.exposed else (),
             ),
         )
         for policy in self.network_policies.policies:
@@ -165,6 +175,20 @@ class PdRayServiceChart(cdk8s.Chart):
                 self, "GcsStore", store=store, namespace=s.namespace, region=s.region, ray_service_name=s.ray_service_name
             )
             self.gcs_store_objects.node.add_dependency(self.namespace_object)
+
+        if s.serve_endpoint.api_keys:
+            self.api_key_objects = endpoint.ApiKeyObjects(self, "ApiKeys", settings=s, refs=props.endpoint_refs)
+            self.api_key_objects.node.add_dependency(self.namespace_object)
+            if store is None:  # with the GCS store the head's ServiceAccount is among its objects
+                head_account = kplus.ServiceAccount(
+                    self,
+                    "HeadServiceAccount",
+                    metadata=cdk8s.ApiObjectMetadata(name=gcs_ft.head_service_account(s.ray_service_name), namespace=s.namespace),
+                )
+                head_account.node.add_dependency(self.namespace_object)
+        if s.serve_endpoint.exposed:
+            self.ingress = endpoint.ServeIngress(self, "ServeIngress", settings=s, refs=props.endpoint_refs)
+            self.ingress.node.add_dependency(self.namespace_object)
 
         self.ray_service = RayService(
             self,
@@ -219,8 +243,13 @@ class PdRayServiceChart(cdk8s.Chart):
                     automount_service_account_token=False,
                     # With the GCS store: its own identity, whose Pod Identity reads the store's token (KubeRay's
                     # autoscaler Role, if any, is then bound to it).
-                    service_account_name=gcs_ft.head_service_account(s.ray_service_name) if fault_tolerant else None,
-                    volumes=[*(gcs_ft.head_volumes() if fault_tolerant else []), *([autoscaler_token_volume()] if s.autoscaling else [])] or None,
+                    service_account_name=gcs_ft.head_service_account(s.ray_service_name) if head_identity_needed(s) else None,
+                    volumes=[
+                        *(gcs_ft.head_volumes() if fault_tolerant else []),
+                        *endpoint.head_key_volumes(s),
+                        *([autoscaler_token_volume()] if s.autoscaling else []),
+                    ]
+                    or None,
                     security_context=RayServiceSpecRayClusterConfigHeadGroupSpecTemplateSpecSecurityContext(
                         seccomp_profile=RayServiceSpecRayClusterConfigHeadGroupSpecTemplateSpecSecurityContextSeccompProfile(type="RuntimeDefault")
                     ),
@@ -229,7 +258,7 @@ class PdRayServiceChart(cdk8s.Chart):
                             name=HEAD_CONTAINER,
                             image=s.dlc_image,
                             env=gcs_ft.head_env() if fault_tolerant else None,
-                            volume_mounts=gcs_ft.head_mounts() if fault_tolerant else None,
+                            volume_mounts=(gcs_ft.head_mounts() if fault_tolerant else []) + endpoint.head_key_mounts(s) or None,
                             ports=[
                                 RayServiceSpecRayClusterConfigHeadGroupSpecTemplateSpecContainersPorts(name=name, container_port=port) for name, port in ports
                             ],
@@ -369,6 +398,7 @@ class PdRayServiceChart(cdk8s.Chart):
                                     name="model-cache", mount_path=MODEL_CACHE_MOUNT
                                 ),
                                 *token_mounts,
+                                *endpoint.worker_key_mounts(s),
                             ],
                             lifecycle=RayServiceSpecRayClusterConfigWorkerGroupSpecsTemplateSpecContainersLifecycle(
                                 pre_stop=RayServiceSpecRayClusterConfigWorkerGroupSpecsTemplateSpecContainersLifecyclePreStop(
@@ -391,6 +421,7 @@ class PdRayServiceChart(cdk8s.Chart):
                             ),
                         ),
                         *token_volumes,
+                        *endpoint.worker_key_volumes(s),
                     ],
                 ),
             ),

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any, Literal
+from pathlib import Path
+from typing import Any, Final, Literal
 
 import yaml
 
@@ -183,6 +184,36 @@ class PhaseConfig:
         return config
 
 
+# The API-key ingress (k8s_constructs/data/serve_auth_ingress.py): a module of its own that reaches the Ray pods as a
+# ConfigMap mounted on AUTH_MODULE_DIR, which the application's runtime_env puts first on PYTHONPATH (Ray expands
+# ${PYTHONPATH} to the image's own); the keys are files in API_KEYS_DIR (the Secrets Store CSI driver's mount).
+AUTH_MODULE_FILE: Final = Path(__file__).parent / "data" / "serve_auth_ingress.py"
+AUTH_INGRESS_CLASS: Final = f"{AUTH_MODULE_FILE.stem}:ApiKeyIngress"
+AUTH_MODULE_DIR: Final = "/etc/ray/serve-auth"
+API_KEYS_DIR: Final = "/mnt/serve-api-keys"
+# Two ingress replicas (one survives a node's loss) reserving no CPU: Ray's default ingress takes 1 CPU, and with the
+# head advertising none it lands on a GPU worker, where it keeps an added GPU node from ever being idle.
+INGRESS_REPLICAS: Final = 2
+
+
+@dataclass(frozen=True)
+class IngressConfig:
+    """PDServingArgs' ingress_cls_config and ingress_deployment_config."""
+
+    api_keys: bool
+    replicas: int = INGRESS_REPLICAS
+
+    def to_args(self) -> dict[str, Any]:
+        args: dict[str, Any] = {}
+        if self.api_keys:
+            args["ingress_cls_config"] = {"ingress_cls": AUTH_INGRESS_CLASS, "ingress_extra_kwargs": {"api_keys_dir": API_KEYS_DIR}}
+        args["ingress_deployment_config"] = {"num_replicas": self.replicas, "ray_actor_options": {"num_cpus": 0}}
+        return args
+
+    def runtime_env(self) -> dict[str, Any] | None:
+        return {"env_vars": {"PYTHONPATH": f"{AUTH_MODULE_DIR}:${{PYTHONPATH}}"}} if self.api_keys else None
+
+
 @dataclass(frozen=True)
 class PdApplication:
     prefill: PhaseConfig
@@ -191,6 +222,7 @@ class PdApplication:
     ingress_graceful_shutdown_timeout_s: int | None = None
     name: str = APP_NAME
     route_prefix: str = "/"
+    ingress: IngressConfig | None = None  # None: Ray's default ingress (one replica of 1 CPU)
 
     def __post_init__(self) -> None:
         # Ray rejects a PD app whose halves serve different models; fail at synth, not after a deploy.
@@ -198,24 +230,22 @@ class PdApplication:
             raise ValueError("prefill and decode must serve the same model_id")
 
     def to_serve_config(self) -> dict[str, Any]:
-        return {
-            "applications": [
-                {
-                    "name": self.name,
-                    "import_path": PD_APP_IMPORT_PATH,
-                    "route_prefix": self.route_prefix,
-                    "args": {
-                        "prefill_config": self.prefill.to_dict(),
-                        "decode_config": self.decode.to_dict(),
-                        **(
-                            {"ingress_deployment_config": {"graceful_shutdown_timeout_s": self.ingress_graceful_shutdown_timeout_s}}
-                            if self.ingress_graceful_shutdown_timeout_s is not None
-                            else {}
-                        ),
-                    },
-                }
-            ]
+        application: dict[str, Any] = {"name": self.name, "import_path": PD_APP_IMPORT_PATH, "route_prefix": self.route_prefix}
+        runtime_env = self.ingress.runtime_env() if self.ingress else None
+        if runtime_env:
+            application["runtime_env"] = runtime_env
+        ingress_args = self.ingress.to_args() if self.ingress else {}
+        if self.ingress_graceful_shutdown_timeout_s is not None:
+            ingress_args["ingress_deployment_config"] = {
+                **ingress_args.get("ingress_deployment_config", {}),
+                "graceful_shutdown_timeout_s": self.ingress_graceful_shutdown_timeout_s,
+            }
+        application["args"] = {
+            "prefill_config": self.prefill.to_dict(),
+            "decode_config": self.decode.to_dict(),
+            **ingress_args,
         }
+        return {"applications": [application]}
 
     def to_yaml(self) -> str:
         """The YAML string KubeRay expects in spec.serveConfigV2."""
@@ -251,8 +281,13 @@ def pd_application(settings: Settings) -> PdApplication:
         )
 
     draining_s = graceful_shutdown_timeout_s(settings.max_model_len)
+    endpoint = settings.serve_endpoint
+    # The default configuration keeps Ray's default ingress (one replica of 1 CPU); autoscaling and an endpoint
+    # beyond the cluster or with keys get the two CPU-free replicas.
+    own_ingress = settings.autoscaling or endpoint.exposed or endpoint.api_keys
     return PdApplication(
         prefill=phase("prefill", settings.prefill_replicas, settings.prefill_max_replicas),
         decode=phase("decode", settings.decode_replicas, settings.decode_max_replicas),
         ingress_graceful_shutdown_timeout_s=draining_s,
+        ingress=IngressConfig(api_keys=endpoint.api_keys) if own_ingress else None,
     )

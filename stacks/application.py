@@ -61,6 +61,7 @@ def build_stacks(app: App, settings: Settings) -> Deployment:
         gpu_nodegroup=gpu.gpu_nodes.nodegroup,
         kuberay=system.kuberay,
         gcs_store=system.gcs_store,
+        load_balancer_controller=system.load_balancer_controller,
         env=env,
     )
     observability = (

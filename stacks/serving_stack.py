@@ -2,18 +2,22 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import cdk8s
-from aws_cdk import Aws, CfnOutput, Environment, Stack
+from aws_cdk import Aws, CfnOutput, Duration, Environment, Stack
 from aws_cdk import aws_eks_v2 as eks
 from aws_cdk import aws_iam as iam
+from aws_cdk import aws_route53 as route53
+from aws_cdk import aws_secretsmanager as secretsmanager
 from constructs import Construct
 
 from k8s_constructs import gcs_ft
+from k8s_constructs.endpoint import EndpointRefs, ingress_name
 from k8s_constructs.gcs_ft import GcsStoreRef, head_service_account
 from k8s_constructs.ray_facts import SERVE_PORT, worker_service_account
-from k8s_constructs.ray_service import PdRayServiceChart, RayServiceProps, worker_identity_needed
+from k8s_constructs.ray_service import PdRayServiceChart, RayServiceProps, head_identity_needed, worker_identity_needed
 from k8s_constructs.synced_secrets import HfToken, hf_token_of
 from settings import Settings
 from stacks import addons, model_access, nag
@@ -22,6 +26,12 @@ from stacks.pod_identity import pod_identity_role
 
 # The objects that belong to the namespace, not to one RayService: they move only with NAMESPACE.
 NAMESPACE_KINDS = frozenset({"Namespace", "NetworkPolicy"})
+# The endpoint's Ingress: a manifest of its own, created after (and so deleted before) the load balancer controller,
+# which deletes the load balancer, its security groups and their rules while the Ingress waits on its finalizer.
+ENDPOINT_KINDS = frozenset({"Ingress"})
+# The API keys' secret: a JSON object of name -> key, generated at deploy with one key named "default".
+API_KEY_LENGTH = 48
+FIRST_API_KEY = "default"
 # And what KubeRay's Redis cleanup Job (a copy of the head pod, run when the RayService is deleted) needs: the
 # head's service account, the store's token and its CA must outlive the RayService's manifest.
 GCS_STORE_OBJECTS = frozenset({("SecretProviderClass", gcs_ft.PROVIDER_CLASS), ("ConfigMap", gcs_ft.CA_CONFIG_MAP)})
@@ -33,9 +43,10 @@ def namespace_scoped(obj: dict[str, Any], settings: Settings) -> bool:
     return obj["kind"] in NAMESPACE_KINDS or (settings.gcs_redis and ((obj["kind"], name) in GCS_STORE_OBJECTS or (obj["kind"], name) == head))
 
 
-def build_rayservice_chart(settings: Settings, gcs_store: GcsStoreRef | None = None) -> PdRayServiceChart:
+def build_rayservice_chart(settings: Settings, gcs_store: GcsStoreRef | None = None, endpoint_refs: EndpointRefs | None = None) -> PdRayServiceChart:
     """The cdk8s chart in a cdk8s app of its own (``cdk8s.App.of(chart)``); `make synth` writes it to dist/."""
-    return PdRayServiceChart(cdk8s.App(), "rayservice", props=RayServiceProps(settings=settings, gcs_store=gcs_store))
+    props = RayServiceProps(settings=settings, gcs_store=gcs_store, endpoint_refs=endpoint_refs or EndpointRefs())
+    return PdRayServiceChart(cdk8s.App(), "rayservice", props=props)
 
 
 class ServingStack(Stack):
@@ -54,12 +65,19 @@ class ServingStack(Stack):
         kuberay: eks.HelmChart,
         env: Environment,
         gcs_store: GcsStore | None = None,
+        load_balancer_controller: eks.HelmChart | None = None,
     ) -> None:
         super().__init__(scope, construct_id, env=env, description=f"{settings.cluster_name}: the PD RayService")
         self.kuberay = kuberay
         store = GcsStoreRef(address=gcs_store.address, secret_arn=gcs_store.secret.secret_arn) if gcs_store else None
-        self.chart = build_rayservice_chart(settings, store)
-        objects = self.chart.to_json()
+        endpoint = settings.serve_endpoint
+        self.api_keys = self._api_keys_secret(settings) if endpoint.api_keys else None
+        refs = EndpointRefs(
+            keys_secret_arn=self.api_keys.secret_arn if self.api_keys else EndpointRefs().keys_secret_arn,
+            public_subnet_ids=tuple(subnet.subnet_id for subnet in cluster.vpc.public_subnets) if endpoint.exposed else EndpointRefs().public_subnet_ids,
+        )
+        self.chart = build_rayservice_chart(settings, store, refs)
+        objects = [o for o in self.chart.to_json() if o["kind"] not in ENDPOINT_KINDS]
         # Two manifests whose construct ids carry the names: renaming the namespace or the RayService
         # replaces the resource, so CloudFormation applies the new objects and then deletes the old ones
         # (`kubectl delete`). Applied in place, the kubectl provider's prune would miss the old RayService
@@ -89,7 +107,7 @@ class ServingStack(Stack):
         if worker_identity_needed(settings):
             for dependency in self._worker_access(cluster, settings):
                 self.ray_service.node.add_dependency(dependency)
-        if gcs_store is not None:
+        if head_identity_needed(settings):
             self.ray_service.node.add_dependency(self._head_access(cluster, settings, gcs_store))
 
         # Create after, and so delete before, the operator (it owns the finalizers and the pods) and
@@ -107,11 +125,68 @@ class ServingStack(Stack):
             value=self.chart.ray_cluster_fingerprint,
             description="Changes when the RayCluster must be re-created: destroy and deploy this stack to apply",
         )
+        self.endpoint_manifest: eks.KubernetesManifest | None = None
+        if endpoint.exposed:
+            if load_balancer_controller is None:
+                raise ValueError("SERVE_EXPOSURE beyond the cluster needs the load balancer controller's release")
+            self._endpoint(cluster, settings, [o for o in self.chart.to_json() if o["kind"] in ENDPOINT_KINDS], load_balancer_controller)
+        if self.api_keys is not None:
+            CfnOutput(self, "ApiKeysSecretArn", value=self.api_keys.secret_arn, description="The API keys (JSON: name -> key); `make api-key` prints one")
         CfnOutput(
             self,
             "PortForwardCommand",
             value=f"kubectl port-forward -n {settings.namespace} svc/{settings.serve_service_name} {SERVE_PORT}:{SERVE_PORT}",
         )
+
+    def _api_keys_secret(self, settings: Settings) -> secretsmanager.Secret:
+        """The API keys, generated at deploy: the template holds the secret's name, never a key."""
+        secret = secretsmanager.Secret(
+            self,
+            "ApiKeys",
+            description=f"{settings.cluster_name}: API keys of the Serve endpoint (JSON: name -> key; the Ray pods read it through the Secrets Store CSI driver)",
+            generate_secret_string=secretsmanager.SecretStringGenerator(
+                secret_string_template=json.dumps({}), generate_string_key=FIRST_API_KEY, password_length=API_KEY_LENGTH, exclude_punctuation=True
+            ),
+        )
+        nag.acknowledge(
+            secret,
+            "AwsSolutions-SMG4",
+            "Rotated by its owner, not by a Lambda: `aws secretsmanager put-secret-value` with the new set of named keys (docs/endpoint.md); "
+            "the CSI driver re-reads it every minute and the ingress takes the new file without a restart, so clients move at their pace.",
+        )
+        return secret
+
+    def _endpoint(self, cluster: eks.ICluster, settings: Settings, objects: list[dict[str, Any]], controller: eks.HelmChart) -> None:
+        """The Ingress (after the controller and the namespace; deleted before them) and, with SERVE_HOSTED_ZONE_ID, its DNS name."""
+        endpoint = settings.serve_endpoint
+        self.endpoint_manifest = eks.KubernetesManifest(self, f"Endpoint-{settings.namespace}", cluster=cluster, manifest=objects, overwrite=True)
+        self.endpoint_manifest.node.add_dependency(self.namespace_manifest)
+        self.endpoint_manifest.node.add_dependency(controller)
+        # The controller creates the load balancer: its DNS name is read back from the Ingress's status.
+        address = eks.KubernetesObjectValue(
+            self,
+            "LoadBalancerAddress",
+            cluster=cluster,
+            object_type="ingress",
+            object_name=ingress_name(settings),
+            object_namespace=settings.namespace,
+            json_path=".status.loadBalancer.ingress[0].hostname",
+            timeout=Duration.minutes(10),
+        )
+        address.node.add_dependency(self.endpoint_manifest)
+        scheme = "https" if endpoint.https else "http"
+        CfnOutput(self, "LoadBalancerDnsName", value=address.value, description=f"The {endpoint.scheme} load balancer of the Serve endpoint")
+        CfnOutput(self, "EndpointUrl", value=f"{scheme}://{endpoint.hostname}/v1" if endpoint.hostname else f"{scheme}://{address.value}/v1")
+        if endpoint.hosted_zone_id:
+            route53.CfnRecordSet(
+                self,
+                "EndpointRecord",
+                hosted_zone_id=endpoint.hosted_zone_id,
+                name=f"{endpoint.hostname}.",
+                type="CNAME",
+                ttl="60",
+                resource_records=[address.value],
+            )
 
     def _worker_access(self, cluster: eks.ICluster, settings: Settings) -> list[Construct]:
         """The GPU workers' Pod Identity role: it may read the Hugging Face token's secret (with the Secrets Manager
@@ -119,7 +194,11 @@ class ServingStack(Stack):
         namespace = settings.namespace
         account = worker_service_account(settings.ray_service_name)
         token, source = hf_token_of(settings), settings.model_s3
-        reads = " and ".join(what for what, on in (("the Hugging Face token", token), (f"the weights under {source.uri if source else ''}", source)) if on)
+        reads = " and ".join(
+            what
+            for what, on in (("the Hugging Face token", token), (f"the weights under {source.uri if source else ''}", source), ("the API keys", self.api_keys))
+            if on
+        )
         # The logical IDs date from when the role only read the token: renamed, CloudFormation would create a
         # second association for the same service account before deleting the first, which EKS refuses.
         role, association = pod_identity_role(
@@ -132,6 +211,8 @@ class ServingStack(Stack):
             description=f"EKS Pod Identity of {namespace}/{account}: reads {reads}",
         )
         needs: list[Construct] = [association]
+        if self.api_keys is not None:
+            self.api_keys.grant_read(role)
         if token is not None:
             role.add_to_policy(self._token_secret_statement(role, token))
         if source is not None:
@@ -143,9 +224,10 @@ class ServingStack(Stack):
                 mirror.add_to_policy(self._token_secret_statement(mirror, token))
         return needs
 
-    def _head_access(self, cluster: eks.ICluster, settings: Settings, store: GcsStore) -> Construct:
-        """The head's Pod Identity role: it may read the GCS store's AUTH token, nothing else."""
+    def _head_access(self, cluster: eks.ICluster, settings: Settings, store: GcsStore | None) -> Construct:
+        """The head's Pod Identity role: it may read the GCS store's AUTH token and the API keys (each when there), nothing else."""
         account = head_service_account(settings.ray_service_name)
+        reads = " and ".join(what for what, on in (("the GCS store's AUTH token", store), ("the API keys", self.api_keys)) if on)
         role, association = pod_identity_role(
             self,
             "HeadRole",
@@ -153,9 +235,12 @@ class ServingStack(Stack):
             cluster=cluster,
             namespace=settings.namespace,
             service_account=account,
-            description=f"EKS Pod Identity of {settings.namespace}/{account}: reads the GCS store's AUTH token",
+            description=f"EKS Pod Identity of {settings.namespace}/{account}: reads {reads}",
         )
-        store.secret.grant_read(role)
+        if store is not None:
+            store.secret.grant_read(role)
+        if self.api_keys is not None:
+            self.api_keys.grant_read(role)
         return association
 
     @staticmethod

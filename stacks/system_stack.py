@@ -14,7 +14,7 @@ from constructs import Construct
 from settings import Settings
 from settings.scheduling import SYSTEM_NODE_LABELS
 from stacks import addons
-from stacks.addons import cluster_autoscaler, kuberay_operator
+from stacks.addons import aws_load_balancer_controller, cluster_autoscaler, kuberay_operator
 from stacks.addons.managed import install_managed
 from stacks.cluster_stack import node_role
 from stacks.gcs_store import GcsStore
@@ -23,7 +23,8 @@ from stacks.node_launch_template import metadata_options, pin_kubernetes_version
 
 class SystemStack(Stack):
     """Exposes ``system_nodegroup``, ``coredns`` (the managed add-on), ``kuberay`` (the Helm release) and
-    ``cluster_autoscaler`` (its release with PREFILL/DECODE_MAX_REPLICAS, else None), ``gcs_store`` (GCS_FAULT_TOLERANCE=redis, else None)."""
+    ``cluster_autoscaler`` (its release with PREFILL/DECODE_MAX_REPLICAS, else None), ``load_balancer_controller`` (with
+    SERVE_EXPOSURE beyond the cluster, else None), ``gcs_store`` (GCS_FAULT_TOLERANCE=redis, else None)."""
 
     def __init__(self, scope: Construct, construct_id: str, *, settings: Settings, cluster: eks.ICluster, env: Environment) -> None:
         super().__init__(scope, construct_id, env=env, description=f"{settings.cluster_name}: system nodes, CoreDNS and the KubeRay operator")
@@ -86,3 +87,5 @@ class SystemStack(Stack):
         )
         # PREFILL/DECODE_MAX_REPLICAS: the Cluster Autoscaler (its Pod Identity comes with it).
         self.cluster_autoscaler = releases.get(cluster_autoscaler.ADDON.release)
+        # SERVE_EXPOSURE beyond the cluster: the load balancer controller, which the serving stack's Ingress waits for.
+        self.load_balancer_controller = releases.get(aws_load_balancer_controller.ADDON.release)

@@ -143,3 +143,19 @@ def autoscaling_synth(features_synth: Synth) -> Synth:
 def gcs_synth(features_synth: Synth) -> Synth:
     """GCS_FAULT_TOLERANCE=redis: the ElastiCache store, its token, the head's identity and the RayCluster's options."""
     return features_synth
+
+
+# The exposed endpoint as the issue's "done when" runs it, with a DNS name in a hosted zone.
+CERTIFICATE_ARN = "arn:aws:acm:sa-east-1:123456789012:certificate/0123abcd-0123-4567-89ab-0123456789ab"
+ENDPOINT = {
+    "SERVE_EXPOSURE": "internal",
+    "SERVE_CERTIFICATE_ARN": CERTIFICATE_ARN,
+    "SERVE_HOSTNAME": "llm.example.com",
+    "SERVE_HOSTED_ZONE_ID": "Z0123456789ABCDEFGHIJ",
+}
+
+
+@pytest.fixture(scope="session")
+def endpoint_synth(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Synth]:
+    """SERVE_EXPOSURE=internal with a certificate and a hosted zone: the controller, the Ingress, the keys."""
+    yield synthesize(settings_for(ENDPOINT), tmp_path_factory.mktemp("endpoint"))

@@ -8,7 +8,7 @@ from typing import Any
 
 from stacks.addons import HELM_ADDONS, chart_pins, enabled_addons
 from stacks.addons.base import PLACEHOLDERS, HelmAddon
-from tests.conftest import Synth, settings_for
+from tests.conftest import ENDPOINT, Synth, settings_for
 from tools.preflight import preflight_input
 from tools.write_dist import render
 
@@ -22,8 +22,8 @@ def _releases(synth: Synth) -> dict[str, tuple[str, dict[str, object]]]:
     }
 
 
-def test_each_enabled_add_on_is_installed_by_its_stack_as_declared(default_synth: Synth, hf_token_synth: Synth) -> None:
-    for synth in (default_synth, hf_token_synth):
+def test_each_enabled_add_on_is_installed_by_its_stack_as_declared(default_synth: Synth, hf_token_synth: Synth, endpoint_synth: Synth) -> None:
+    for synth in (default_synth, hf_token_synth, endpoint_synth):
         releases = _releases(synth)
         assert set(releases) == {a.release for a in enabled_addons(synth.settings)}
         for addon in enabled_addons(synth.settings):
@@ -111,7 +111,7 @@ def test_the_cluster_autoscaler_comes_only_with_a_maximum() -> None:
 
 
 def test_the_preflight_and_dist_follow_the_registry() -> None:
-    settings = settings_for({"HF_TOKEN_SECRET_NAME": "x/y", "DECODE_MAX_REPLICAS": "2"})
+    settings = settings_for({"HF_TOKEN_SECRET_NAME": "x/y", "DECODE_MAX_REPLICAS": "2", **ENDPOINT})
     assert preflight_input(settings).helm_charts == chart_pins(settings) == tuple(a.pin(settings) for a in HELM_ADDONS)
     defaults = settings_for()
     helm_files = {name for name in render(defaults) if name.startswith("helm/")}
@@ -127,6 +127,7 @@ def test_every_add_on_says_what_it_is_for_and_keeps_its_construct_id() -> None:
         "aws-efa-k8s-device-plugin": "EfaDevicePlugin",
         "secrets-store-csi-driver-provider-aws": "SecretsStoreCsiProvider",
         "cluster-autoscaler": "ClusterAutoscaler",
+        "aws-load-balancer-controller": "AwsLoadBalancerController",
     }
     assert all(a.purpose for a in HELM_ADDONS)
 

@@ -8,7 +8,14 @@ from constructs import Construct
 
 from settings import Settings
 from settings.versions import HelmChartPin
-from stacks.addons import cluster_autoscaler, efa_device_plugin, kuberay_operator, nvidia_device_plugin, secrets_store_provider
+from stacks.addons import (
+    aws_load_balancer_controller,
+    cluster_autoscaler,
+    efa_device_plugin,
+    kuberay_operator,
+    nvidia_device_plugin,
+    secrets_store_provider,
+)
 from stacks.addons.base import PLACEHOLDERS, HelmAddon
 
 HELM_ADDONS: tuple[HelmAddon, ...] = (
@@ -17,6 +24,7 @@ HELM_ADDONS: tuple[HelmAddon, ...] = (
     efa_device_plugin.ADDON,
     secrets_store_provider.ADDON,
     cluster_autoscaler.ADDON,
+    aws_load_balancer_controller.ADDON,
 )
 
 

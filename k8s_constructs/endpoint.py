@@ -1,0 +1,217 @@
+"""The Serve endpoint beyond the cluster (SERVE_EXPOSURE internal or internet-facing) and its API keys (SERVE_API_KEYS).
+
+The route: an Ingress of the AWS Load Balancer Controller's class (`alb`) to KubeRay's Serve Service, target type ip
+(the load balancer connects to the pods' addresses; the Service's endpoints are the pods whose proxy is healthy), in
+the VPC's public /24s whatever the scheme: an internal load balancer there has private addresses only, and no node or
+pod has an address in those subnets, so the NetworkPolicy that admits the load balancer to the Serve port admits it
+alone. HTTPS only with a TLS 1.3/1.2 policy; the health check is Serve's own /-/healthz, which its proxy answers
+before any application route (no key); an idle timeout and a deregistration delay as long as the longest response.
+
+The keys: one Secrets Manager secret (a JSON object of name -> key) read by the Secrets Store CSI driver with the
+Ray pods' EKS Pod Identity and mounted as a file on every Ray pod (an ingress replica may run on any of them); the
+ingress module (data/serve_auth_ingress.py) is a ConfigMap mounted beside it. Neither a template nor a manifest holds
+a key: they name the secret.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any, Final
+
+import cdk8s
+import cdk8s_plus_28 as kplus
+import yaml
+from constructs import Construct
+
+from imports.io.ray import (
+    RayServiceSpecRayClusterConfigHeadGroupSpecTemplateSpecContainersVolumeMounts,
+    RayServiceSpecRayClusterConfigHeadGroupSpecTemplateSpecVolumes,
+    RayServiceSpecRayClusterConfigHeadGroupSpecTemplateSpecVolumesConfigMap,
+    RayServiceSpecRayClusterConfigHeadGroupSpecTemplateSpecVolumesCsi,
+    RayServiceSpecRayClusterConfigWorkerGroupSpecsTemplateSpecContainersVolumeMounts,
+    RayServiceSpecRayClusterConfigWorkerGroupSpecsTemplateSpecVolumes,
+    RayServiceSpecRayClusterConfigWorkerGroupSpecsTemplateSpecVolumesConfigMap,
+    RayServiceSpecRayClusterConfigWorkerGroupSpecsTemplateSpecVolumesCsi,
+)
+from k8s_constructs.ray_facts import SERVE_PORT
+from k8s_constructs.serve_config import API_KEYS_DIR, AUTH_MODULE_DIR, AUTH_MODULE_FILE
+from k8s_constructs.synced_secrets import CSI_DRIVER
+from settings import Settings
+from settings.endpoint import deregistration_delay_s, idle_timeout_s
+
+INGRESS_CLASS: Final = "alb"  # the controller chart's IngressClass (stacks/addons/aws_load_balancer_controller.py)
+HEALTH_PATH: Final = "/-/healthz"  # Ray Serve's proxy answers it itself (ray/serve/_private/proxy_request_response.py)
+# A TLS 1.3 and 1.2 policy of Elastic Load Balancing (docs: "Security policies for your Application Load Balancer").
+TLS_POLICY: Final = "ELBSecurityPolicy-TLS13-1-2-2021-06"
+AUTH_CONFIG_MAP: Final = "serve-auth-ingress"
+KEYS_PROVIDER_CLASS: Final = "serve-api-keys"
+KEYS_FILE: Final = "api-keys.json"
+AUTH_MODULE_VOLUME: Final = "serve-auth-ingress"
+KEYS_VOLUME: Final = "serve-api-keys"
+# Stand-ins when a chart is built without the deployed resources (dist/, the offline validators).
+PLACEHOLDER_KEYS_SECRET: Final = "SERVE_API_KEYS_SECRET_ARN"
+PLACEHOLDER_SUBNETS: Final = ("PUBLIC_SUBNET_ID_1", "PUBLIC_SUBNET_ID_2")
+
+
+def ingress_name(settings: Settings) -> str:
+    return f"{settings.ray_service_name}-serve"
+
+
+@dataclass(frozen=True)
+class EndpointRefs:
+    """The deployment's own resources the objects name (tokens in the serving stack, placeholders elsewhere)."""
+
+    keys_secret_arn: str = PLACEHOLDER_KEYS_SECRET
+    public_subnet_ids: tuple[str, ...] = PLACEHOLDER_SUBNETS
+
+
+def ingress_annotations(settings: Settings, subnet_ids: tuple[str, ...]) -> dict[str, str]:
+    endpoint = settings.serve_endpoint
+    listen = [{"HTTPS": 443}] if endpoint.https else [{"HTTP": 80}]
+    attributes = {
+        "idle_timeout.timeout_seconds": str(idle_timeout_s(settings.max_model_len)),
+        "routing.http.drop_invalid_header_fields.enabled": "true",
+        "deletion_protection.enabled": "false",  # `make destroy` deletes it with the Ingress
+    }
+    annotations = {
+        "alb.ingress.kubernetes.io/scheme": endpoint.scheme,
+        "alb.ingress.kubernetes.io/target-type": "ip",
+        "alb.ingress.kubernetes.io/subnets": ",".join(subnet_ids),
+        "alb.ingress.kubernetes.io/listen-ports": json.dumps(listen, separators=(",", ":")),
+        "alb.ingress.kubernetes.io/inbound-cidrs": ",".join(endpoint.allowed_cidrs),
+        "alb.ingress.kubernetes.io/backend-protocol": "HTTP",
+        "alb.ingress.kubernetes.io/healthcheck-path": HEALTH_PATH,
+        "alb.ingress.kubernetes.io/healthcheck-port": "traffic-port",
+        "alb.ingress.kubernetes.io/success-codes": "200",
+        "alb.ingress.kubernetes.io/load-balancer-attributes": ",".join(f"{k}={v}" for k, v in attributes.items()),
+        "alb.ingress.kubernetes.io/target-group-attributes": f"deregistration_delay.timeout_seconds={deregistration_delay_s(settings.max_model_len)}",
+        "alb.ingress.kubernetes.io/tags": f"project=ray-llm-eks-pd,cluster={settings.cluster_name}",
+    }
+    if endpoint.https:
+        annotations["alb.ingress.kubernetes.io/certificate-arn"] = endpoint.certificate_arn
+        annotations["alb.ingress.kubernetes.io/ssl-policy"] = TLS_POLICY
+    return annotations
+
+
+class ServeIngress(Construct):
+    """The Ingress of the Serve Service: every path to port 8000."""
+
+    def __init__(self, scope: Construct, construct_id: str, *, settings: Settings, refs: EndpointRefs) -> None:
+        super().__init__(scope, construct_id)
+        rule: dict[str, Any] = {
+            "http": {
+                "paths": [
+                    {
+                        "path": "/",
+                        "pathType": "Prefix",
+                        "backend": {"service": {"name": settings.serve_service_name, "port": {"number": SERVE_PORT}}},
+                    }
+                ]
+            }
+        }
+        if settings.serve_endpoint.hostname:
+            rule = {"host": settings.serve_endpoint.hostname, **rule}
+        self.api_object = cdk8s.ApiObject(
+            self,
+            "Resource",
+            api_version="networking.k8s.io/v1",
+            kind="Ingress",
+            metadata=cdk8s.ApiObjectMetadata(
+                name=ingress_name(settings), namespace=settings.namespace, annotations=ingress_annotations(settings, refs.public_subnet_ids)
+            ),
+        )
+        self.api_object.add_json_patch(cdk8s.JsonPatch.add("/spec", {"ingressClassName": INGRESS_CLASS, "rules": [rule]}))
+
+
+class ApiKeyObjects(Construct):
+    """The ingress module's ConfigMap and the keys' SecretProviderClass (mounted as files, not synced to a Secret)."""
+
+    def __init__(self, scope: Construct, construct_id: str, *, settings: Settings, refs: EndpointRefs) -> None:
+        super().__init__(scope, construct_id)
+        self.module = kplus.ConfigMap(self, "Module", metadata=cdk8s.ApiObjectMetadata(name=AUTH_CONFIG_MAP, namespace=settings.namespace))
+        self.module.add_data(AUTH_MODULE_FILE.name, AUTH_MODULE_FILE.read_text())
+        objects = [{"objectName": refs.keys_secret_arn, "objectType": "secretsmanager", "objectAlias": KEYS_FILE}]
+        self.provider_class = cdk8s.ApiObject(
+            self,
+            "Keys",
+            api_version="secrets-store.csi.x-k8s.io/v1",
+            kind="SecretProviderClass",
+            metadata=cdk8s.ApiObjectMetadata(name=KEYS_PROVIDER_CLASS, namespace=settings.namespace),
+        )
+        self.provider_class.add_json_patch(
+            cdk8s.JsonPatch.add(
+                "/spec",
+                {"provider": "aws", "parameters": {"region": settings.region, "usePodIdentity": "true", "objects": yaml.safe_dump(objects, sort_keys=False)}},
+            )
+        )
+
+
+def pod_volumes() -> list[dict[str, Any]]:
+    """The two volumes every Ray pod mounts with API keys on (as Kubernetes JSON; each group's typed class takes it)."""
+    return [
+        {"name": AUTH_MODULE_VOLUME, "configMap": {"name": AUTH_CONFIG_MAP}},
+        {"name": KEYS_VOLUME, "csi": {"driver": CSI_DRIVER, "readOnly": True, "volumeAttributes": {"secretProviderClass": KEYS_PROVIDER_CLASS}}},
+    ]
+
+
+def pod_mounts() -> list[dict[str, Any]]:
+    return [
+        {"name": AUTH_MODULE_VOLUME, "mountPath": AUTH_MODULE_DIR, "readOnly": True},
+        {"name": KEYS_VOLUME, "mountPath": API_KEYS_DIR, "readOnly": True},
+    ]
+
+
+# --- SERVE_API_KEYS: the ingress module and the keys on every Ray pod (an ingress replica may run on any) -------------
+
+
+def head_key_volumes(s: Settings) -> list[RayServiceSpecRayClusterConfigHeadGroupSpecTemplateSpecVolumes]:
+    if not s.serve_endpoint.api_keys:
+        return []
+    module, keys = pod_volumes()
+    return [
+        RayServiceSpecRayClusterConfigHeadGroupSpecTemplateSpecVolumes(
+            name=module["name"], config_map=RayServiceSpecRayClusterConfigHeadGroupSpecTemplateSpecVolumesConfigMap(name=module["configMap"]["name"])
+        ),
+        RayServiceSpecRayClusterConfigHeadGroupSpecTemplateSpecVolumes(
+            name=keys["name"],
+            csi=RayServiceSpecRayClusterConfigHeadGroupSpecTemplateSpecVolumesCsi(
+                driver=keys["csi"]["driver"], read_only=True, volume_attributes=keys["csi"]["volumeAttributes"]
+            ),
+        ),
+    ]
+
+
+def head_key_mounts(s: Settings) -> list[RayServiceSpecRayClusterConfigHeadGroupSpecTemplateSpecContainersVolumeMounts]:
+    if not s.serve_endpoint.api_keys:
+        return []
+    return [
+        RayServiceSpecRayClusterConfigHeadGroupSpecTemplateSpecContainersVolumeMounts(name=m["name"], mount_path=m["mountPath"], read_only=True)
+        for m in pod_mounts()
+    ]
+
+
+def worker_key_volumes(s: Settings) -> list[RayServiceSpecRayClusterConfigWorkerGroupSpecsTemplateSpecVolumes]:
+    if not s.serve_endpoint.api_keys:
+        return []
+    module, keys = pod_volumes()
+    return [
+        RayServiceSpecRayClusterConfigWorkerGroupSpecsTemplateSpecVolumes(
+            name=module["name"], config_map=RayServiceSpecRayClusterConfigWorkerGroupSpecsTemplateSpecVolumesConfigMap(name=module["configMap"]["name"])
+        ),
+        RayServiceSpecRayClusterConfigWorkerGroupSpecsTemplateSpecVolumes(
+            name=keys["name"],
+            csi=RayServiceSpecRayClusterConfigWorkerGroupSpecsTemplateSpecVolumesCsi(
+                driver=keys["csi"]["driver"], read_only=True, volume_attributes=keys["csi"]["volumeAttributes"]
+            ),
+        ),
+    ]
+
+
+def worker_key_mounts(s: Settings) -> list[RayServiceSpecRayClusterConfigWorkerGroupSpecsTemplateSpecContainersVolumeMounts]:
+    if not s.serve_endpoint.api_keys:
+        return []
+    return [
+        RayServiceSpecRayClusterConfigWorkerGroupSpecsTemplateSpecContainersVolumeMounts(name=m["name"], mount_path=m["mountPath"], read_only=True)
+        for m in pod_mounts()
+    ]

@@ -1,0 +1,140 @@
+"""The AWS Load Balancer Controller (SERVE_EXPOSURE internal or internet-facing): turns the serving stack's Ingress
+into an Application Load Balancer in front of the Serve pods. On the system nodes, with an EKS Pod Identity whose
+policy is the controller's published one (data/, at the pinned version) narrowed to this cluster.
+
+The narrowing: every statement the published policy limits to resources carrying the controller's tracking tag
+(`elbv2.k8s.aws/cluster`, any value) is limited to those carrying it with this cluster's name, which the controller
+sets (`--cluster-name`, pkg/deploy/tracking/provider.go): it may create, change and delete its own load balancers,
+target groups and security groups only. Its EC2 and ELB resource ARNs are this Region's and account's. What stays
+as published: reads (Describe*, no resource-level permissions), the listener and rule actions on resources it
+finds by the load balancer (their ARNs are the load balancer's own), tagging on create (conditioned on the
+create action), and the WAF, Shield and Cognito reads the controller makes when an Ingress asks for them.
+
+Its pods cannot reach IMDS (hop limit 1 on the nodes): the VPC id is a deploy-time value.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Final
+
+from aws_cdk import Aws
+from aws_cdk import aws_iam as iam
+
+from settings import Settings
+from settings.scheduling import SYSTEM_NODE_LABELS
+from settings.versions import HelmChartPin
+from stacks import nag
+from stacks.addons.base import DeployTimeRefs, HelmAddon, PodIdentityGrant
+
+NAMESPACE: Final = "kube-system"
+SERVICE_ACCOUNT: Final = "aws-load-balancer-controller"
+# Chart 3.5.0 (kubernetes-sigs/aws-load-balancer-controller tag v3.5.0, helm/aws-load-balancer-controller), appVersion v3.5.0.
+PIN: Final = HelmChartPin("https://aws.github.io/eks-charts", "aws-load-balancer-controller", "3.5.0")
+APP_VERSION: Final = "v3.5.0"
+# docs/install/iam_policy.json at the same tag, unchanged.
+PUBLISHED_POLICY: Final = Path(__file__).parent / "data" / f"aws-load-balancer-controller-{APP_VERSION}-iam-policy.json"
+IMAGE_REPOSITORY: Final = "amazon/aws-load-balancer-controller"
+INGRESS_CLASS: Final = "alb"
+TRACKING_TAG: Final = "elbv2.k8s.aws/cluster"
+_TAG_KEYS: Final = (f"aws:ResourceTag/{TRACKING_TAG}", f"aws:RequestTag/{TRACKING_TAG}")
+_ANY_REGION_ACCOUNT: Final = ("arn:aws:ec2:*:*:", "arn:aws:elasticloadbalancing:*:*:")
+
+
+def values(settings: Settings) -> dict[str, Any]:
+    memory = "256Mi"
+    return {
+        "clusterName": settings.cluster_name,
+        "region": settings.region,
+        # From the deploy Region's EKS registry, as the EFA plugin's (the chart's default is public.ecr.aws).
+        "image": {"repository": f"{settings.eks_addon_registry}/{IMAGE_REPOSITORY}", "tag": APP_VERSION},
+        "serviceAccount": {"create": True, "name": SERVICE_ACCOUNT},
+        "nodeSelector": dict(SYSTEM_NODE_LABELS),
+        "resources": {"requests": {"cpu": "100m", "memory": memory}, "limits": {"memory": memory}},
+        "ingressClass": INGRESS_CLASS,
+        "createIngressClassResource": True,
+        # Only the Ingress of the serving stack: no mutating webhook on every Service of type LoadBalancer.
+        "enableServiceMutatorWebhook": False,
+        # One of its two pods may be drained at a time (the other keeps the webhook answering).
+        "podDisruptionBudget": {"maxUnavailable": 1},
+    }
+
+
+def deploy_values(refs: DeployTimeRefs) -> dict[str, Any]:
+    return {"vpcId": refs.vpc_id}
+
+
+def _narrowed_condition(condition: dict[str, Any], cluster_name: str) -> dict[str, Any]:
+    """A published condition with "tag present" (Null: false) on the tracking tag made "tag is this cluster's"."""
+    out = {operator: dict(tests) for operator, tests in condition.items()}
+    null = out.get("Null", {})
+    for key in _TAG_KEYS:
+        if null.get(key) == "false":
+            del null[key]
+            out.setdefault("StringEquals", {})[key] = cluster_name
+    if "Null" in out and not out["Null"]:
+        del out["Null"]
+    return out
+
+
+def _narrowed_resource(resource: str) -> str:
+    for prefix in _ANY_REGION_ACCOUNT:
+        if resource.startswith(prefix):
+            service = prefix.split(":")[2]
+            return f"arn:{Aws.PARTITION}:{service}:{Aws.REGION}:{Aws.ACCOUNT_ID}:" + resource[len(prefix) :]
+    return resource
+
+
+def _nag_form(resource: str) -> str:
+    """How cdk-nag writes a resource with the pseudo parameters above."""
+    for prefix in _ANY_REGION_ACCOUNT:
+        if resource.startswith(prefix):
+            service = prefix.split(":")[2]
+            return f"arn:<AWS::Partition>:{service}:<AWS::Region>:<AWS::AccountId>:" + resource[len(prefix) :]
+    return resource
+
+
+def policy_statements(cluster_name: str) -> list[dict[str, Any]]:
+    """The published policy's statements, narrowed to this cluster (as JSON, before the pseudo parameters resolve)."""
+    published = json.loads(PUBLISHED_POLICY.read_text())
+    statements = []
+    for statement in published["Statement"]:
+        resources = statement["Resource"] if isinstance(statement["Resource"], list) else [statement["Resource"]]
+        narrowed = {**statement, "Resource": [_narrowed_resource(r) for r in resources]}
+        if "Condition" in statement:
+            narrowed["Condition"] = _narrowed_condition(statement["Condition"], cluster_name)
+        statements.append(narrowed)
+    return statements
+
+
+def grant(role: iam.Role, settings: Settings) -> None:
+    statements = policy_statements(settings.cluster_name)
+    for statement in statements:
+        role.add_to_policy(iam.PolicyStatement.from_json(statement))
+    published = json.loads(PUBLISHED_POLICY.read_text())
+    wildcards = sorted(
+        {_nag_form(r) for s in published["Statement"] for r in (s["Resource"] if isinstance(s["Resource"], list) else [s["Resource"]]) if "*" in r}
+    )
+    nag.acknowledge(
+        role,
+        "AwsSolutions-IAM5",
+        f"The AWS Load Balancer Controller's published policy ({APP_VERSION}): EC2 and ELB reads have no resource-level permissions; "
+        "the load balancers, target groups, listeners and security groups it creates get names and IDs from AWS, so their ARNs end "
+        f"in wildcards, and every change to them is limited to resources tagged {TRACKING_TAG}={settings.cluster_name}.",
+        applies_to=[f"Resource::{r}" for r in wildcards],
+    )
+
+
+ADDON = HelmAddon(
+    construct_id="AwsLoadBalancerController",
+    stack="system",
+    pin=lambda s: PIN,
+    release="aws-load-balancer-controller",
+    namespace=lambda s: NAMESPACE,
+    values=values,
+    enabled=lambda s: s.serve_endpoint.exposed,
+    purpose="the load balancer of the Serve endpoint (SERVE_EXPOSURE internal or internet-facing)",
+    pod_identity=PodIdentityGrant(SERVICE_ACCOUNT, lambda s: f"manages the load balancers tagged {TRACKING_TAG}={s.cluster_name}", grant),
+    deploy_values=deploy_values,
+)
