@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import ipaddress
 import json
+from pathlib import Path
 from typing import Any
 
 import kubernetes_validate
@@ -208,3 +209,27 @@ def test_the_dns_record_points_at_the_load_balancer_the_controller_made(endpoint
 
 def test_cdk_nag_has_nothing_unacknowledged(endpoint_synth: Synth) -> None:
     assert endpoint_synth.nag_error == ""
+
+
+# --- connectivity, computed by nca (network-config-analyzer, as tests/test_security.py) -------------------------------
+
+LOAD_BALANCER_ADDRESS = "10.0.1.37/32"  # in the second AZ's public /24 (settings.addressing.public_subnet_cidrs)
+
+
+def test_the_load_balancer_reaches_the_serve_port_and_nothing_else(endpoint_synth: Synth, tmp_path: Path) -> None:
+    from tests.test_security import DECODE, HEAD, NODE_ADDRESS, OUTSIDE_ADDRESS, PREFILL, _address_flow, _nca, _world
+
+    directory = tmp_path / "resources"
+    directory.mkdir()
+    (directory / "world.yaml").write_text(yaml.safe_dump_all(_world(deployed_manifest(endpoint_synth), endpoint_synth.settings)))
+    ns = endpoint_synth.settings.namespace
+    for name, to in (("lb-to-head", HEAD), ("lb-to-prefill", PREFILL), ("lb-to-decode", DECODE)):
+        result = _nca("permits", _address_flow(f"{name}-serve", ns, to, LOAD_BALANCER_ADDRESS, 8000), directory, tmp_path)
+        assert result.returncode == 0, result.stdout + result.stderr
+    for port in (8265, 6379, 8080, 10001, 20000):
+        result = _nca("forbids", _address_flow(f"lb-to-head-{port}", ns, HEAD, LOAD_BALANCER_ADDRESS, port), directory, tmp_path)
+        assert result.returncode == 0, result.stdout + result.stderr
+    # A pod's or node's address (the private subnets) and one outside the VPC still do not reach the Serve port.
+    for name, address in (("node-subnet", NODE_ADDRESS), ("outside", OUTSIDE_ADDRESS)):
+        result = _nca("forbids", _address_flow(f"{name}-to-head-serve", ns, HEAD, address, 8000), directory, tmp_path)
+        assert result.returncode == 0, result.stdout + result.stderr
