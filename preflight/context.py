@@ -88,6 +88,11 @@ class PreflightInput:
     gcs_store_node_type: str = ""  # GCS_FAULT_TOLERANCE=redis: the store's node type; "" = no store
     hf_token_secret_name: str = ""  # HF_TOKEN_SECRET_NAME: read only for a gated model
     dlc_image: str = ""  # the reference the pods pull
+    # SERVE_EXPOSURE beyond the cluster: the load balancer's certificate ("" or "none": none) and DNS name.
+    serve_exposure: str = "cluster"
+    serve_certificate_arn: str = ""
+    serve_hostname: str = ""
+    serve_hosted_zone_id: str = ""
     # Where the tools run (RUNNER_ENVIRONMENT tells a GitHub-hosted runner): a private API must be reachable from it.
     environ: Mapping[str, str] = field(default_factory=dict)
 

@@ -17,6 +17,7 @@ from preflight import redeploy as day2
 from preflight.charts import check_helm_charts
 from preflight.context import CheckFunction, Context
 from preflight.deployed import Deployed
+from preflight.endpoint_checks import check_certificate, check_hosted_zone
 from preflight.gcs_store_checks import check_gcs_store
 from preflight.hub import check_model_source
 from preflight.image_checks import check_image
@@ -201,6 +202,21 @@ CHECKS: tuple[Check, ...] = (
         lambda ctx: check_image(ctx.client("ecr"), ctx.inp.dlc_image, ctx.inp.region) if ctx.inp.dlc_image else ok("dlc-image", "not set"),
         "DLC_IMAGE (its tag, or its digest once `make lookup` pinned it) does not exist in the Region's registry, or is another Region's",
         ("ecr:BatchGetImage",),
+    ),
+    Check(
+        "endpoint-certificate",
+        lambda ctx: check_certificate(ctx.client("acm"), certificate_arn=ctx.inp.serve_certificate_arn, hostname=ctx.inp.serve_hostname, region=ctx.inp.region),
+        "SERVE_CERTIFICATE_ARN does not exist in REGION, is not ISSUED, or does not cover SERVE_HOSTNAME (the load balancer controller "
+        "would fail to make the HTTPS listener after the deploy); warns without SERVE_HOSTNAME",
+        ("acm:DescribeCertificate",),
+    ),
+    Check(
+        "endpoint-hosted-zone",
+        lambda ctx: check_hosted_zone(
+            ctx.client("route53"), hosted_zone_id=ctx.inp.serve_hosted_zone_id, hostname=ctx.inp.serve_hostname, exposure=ctx.inp.serve_exposure
+        ),
+        "SERVE_HOSTED_ZONE_ID does not exist or SERVE_HOSTNAME is not a name in it; warns for a private zone with an internet-facing endpoint",
+        ("route53:GetHostedZone",),
     ),
     Check(
         "helm-charts",

@@ -49,6 +49,8 @@ SCOPED_READS = frozenset(
         "s3:GetBucketLocation",
         "s3:GetObject",
         "s3:ListBucket",
+        "acm:DescribeCertificate",
+        "route53:GetHostedZone",
     }
 )
 DEPLOY_READ_ONLY_UNSCOPED = tuple(a for a in read_only_actions() if a not in SCOPED_READS)
@@ -187,6 +189,11 @@ class CiAccessStack(Stack):
                     if settings.model_s3
                     else []
                 ),
+                # SERVE_EXPOSURE beyond the cluster: the load balancer's certificate (this Region's) and the DNS name's hosted zone.
+                iam.PolicyStatement(
+                    sid="ReadTheEndpointCertificate", actions=["acm:DescribeCertificate"], resources=[self._arn("acm", settings.region, "certificate/*")]
+                ),
+                iam.PolicyStatement(sid="ReadTheEndpointZone", actions=["route53:GetHostedZone"], resources=["arn:aws:route53:::hostedzone/*"]),
                 # OBSERVABILITY=on: CloudWatch's OpenTelemetry metrics store, the account's implicit dataset,
                 # which the preflight reads.
                 iam.PolicyStatement(
@@ -206,7 +213,9 @@ class CiAccessStack(Stack):
             "Read-only calls of make preflight and the destroy leftovers check: EC2, ELB, tag, log-group and default-quota "
             "Describe/Get calls support no resource-level permission; the EC2 quotas, and the nodegroups and stacks of this cluster by name prefix; "
             "GetRole/GetUser on the account's roles and users, whose names ADMIN_PRINCIPAL_ARNS gives (not known to this stack); "
-            "BatchGetImage (a pull's read) on the Region's repositories of any account: the DLC image is in AWS's account.",
+            "BatchGetImage (a pull's read) on the Region's repositories of any account: the DLC image is in AWS's account; "
+            "DescribeCertificate on the Region's certificates and GetHostedZone on the account's zones (SERVE_CERTIFICATE_ARN and "
+            "SERVE_HOSTED_ZONE_ID are service settings, not known to this stack).",
             applies_to=[
                 "Resource::*",
                 self._nag_resource(self._eks_arn("nodegroup", f"{settings.cluster_name}/*/*", account=_NAG_ACCOUNT)),
@@ -216,6 +225,8 @@ class CiAccessStack(Stack):
                 self._nag_resource(self._arn("iam", "", "role/*", account=_NAG_ACCOUNT)),
                 self._nag_resource(self._arn("iam", "", "user/*", account=_NAG_ACCOUNT)),
                 f"Resource::arn:aws:ecr:{settings.region}:*:repository/*",
+                self._nag_resource(self._arn("acm", settings.region, "certificate/*", account=_NAG_ACCOUNT)),
+                "Resource::arn:aws:route53:::hostedzone/*",
             ],
         )
 

@@ -25,9 +25,15 @@ import pytest
 
 from tests.conftest import REPO, Synth
 
-EXECUTION_POLICIES = ("cfn-execution-policy.json", "cfn-execution-policy-eks.json", "cfn-execution-policy-observability.json", "cfn-execution-policy-gcs.json")
+EXECUTION_POLICIES = (
+    "cfn-execution-policy.json",
+    "cfn-execution-policy-eks.json",
+    "cfn-execution-policy-observability.json",
+    "cfn-execution-policy-gcs.json",
+    "cfn-execution-policy-endpoint.json",
+)
 CLUSTER = "ray-llm-multinode"
-SYNTHS = ("default_synth", "observed_synth", "hf_token_synth", "private_synth", "features_synth")
+SYNTHS = ("default_synth", "observed_synth", "hf_token_synth", "private_synth", "features_synth", "endpoint_synth")
 CFN_DATA = Path(cfnlint.__file__).parent / "data"
 
 # Handler permissions of features no stack uses, per resource type: the policies leave them out. The reads a

@@ -75,6 +75,8 @@ def test_all_checks_pass(aws: None, capsys: pytest.CaptureFixture[str]) -> None:
         ("model-source", True, "not set", ""),
         ("gcs-store", True, "GCS_FAULT_TOLERANCE=off: no store", ""),
         ("dlc-image", True, "not set", ""),
+        ("endpoint-certificate", True, "no certificate (SERVE_EXPOSURE=cluster, or plain HTTP inside the VPC)", ""),
+        ("endpoint-hosted-zone", True, "no SERVE_HOSTED_ZONE_ID: no DNS record to create", ""),
         ("helm-charts", True, "no Helm chart to install", ""),
         ("metrics-destination", True, "OBSERVABILITY=off: nothing to check", ""),
         ("stacks-left-out", True, "this configuration contains every stack", ""),

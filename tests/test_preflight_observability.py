@@ -118,6 +118,10 @@ SWITCHED_ON: dict[str, Any] = {
     "gcs_store_node_type": "cache.t4g.micro",
     "hf_token_secret_name": "prod/hf-token",
     "dlc_image": f"763104351884.dkr.ecr.{REGION}.amazonaws.com/ray:serve-llm-cuda-v1.0",
+    # An exposed endpoint's: the certificate and the zone are moto's, made by the full run's test.
+    "serve_certificate_arn": "the certificate moto issues in the full run",
+    "serve_hostname": "llm.example.com",
+    "serve_hosted_zone_id": "the hosted zone moto creates in the full run",
 }
 # Optional inputs whose checks call no AWS API (tested against servers on 127.0.0.1 in their own tests).
 NO_AWS_CALL = {
@@ -142,7 +146,7 @@ def test_the_full_run_switches_every_optional_input_on() -> None:
 
 def test_every_aws_call_of_the_checks_is_declared_in_the_registry(aws: None, monkeypatch: pytest.MonkeyPatch) -> None:
     """The CI deploy role's read-only actions are derived from preflight/registry.py: every call a full run makes
-    (every optional input switched on: SWITCHED_ON) must be among them."""
+    (every optional input switched on: SWITCHED_ON, an exposed endpoint's certificate and zone included) must be among them."""
     import botocore.client
 
     from preflight.registry import read_only_actions
@@ -158,6 +162,9 @@ def test_every_aws_call_of_the_checks_is_declared_in_the_registry(aws: None, mon
 
     create_bootstrap_stack()
     boto3.client("iam", region_name="us-east-1").create_role(RoleName="ci-deploy", AssumeRolePolicyDocument="{}")
+    # The endpoint's checks read a certificate and a hosted zone (moto's: the session's other clients).
+    certificate = boto3.client("acm", region_name=REGION).request_certificate(DomainName="llm.example.com")["CertificateArn"]
+    zone = boto3.client("route53", region_name="us-east-1").create_hosted_zone(Name="example.com", CallerReference="full-run")["HostedZone"]["Id"]
     monkeypatch.setattr(botocore.client.BaseClient, "_make_api_call", recording)
     session, _ = observed_session()
     session.events.register(
@@ -171,8 +178,10 @@ def test_every_aws_call_of_the_checks_is_declared_in_the_registry(aws: None, mon
     stub.add_response("describe_cache_engine_versions", {"CacheEngineVersions": []})
     stub.activate()
     session._stubbed["elasticache"] = elasticache
-    inp = replace(INPUT, **(SWITCHED_ON | {"redeploy": redeploy_of()}))
+    endpoint = {"serve_exposure": "internal", "serve_certificate_arn": certificate, "serve_hosted_zone_id": zone.split("/")[-1]}
+    inp = replace(INPUT, **(SWITCHED_ON | {"redeploy": redeploy_of()} | endpoint))
     results = run_checks(inp, session)
     assert {"sts:GetCallerIdentity", "iam:GetRole", "aps:ListScrapers", "cloudwatch:GetDataset", "servicequotas:GetServiceQuota"} <= called
     assert {"cloudformation:GetTemplate", "s3:ListObjectsV2", "ecr:BatchGetImage"} & called, sorted(called)
+    assert {"acm:DescribeCertificate", "route53:GetHostedZone"} <= called
     assert called - set(read_only_actions()) == set(), [r for r in results if not r.ok]

@@ -76,6 +76,10 @@ def preflight_input(
             vpc_azs=settings.availability_zones,
             model_source_kms_key=bool(settings.model_source_kms_key_arn),
             gcs_store_node_type=settings.gcs_store_node_type if settings.gcs_redis else "",
+            serve_exposure=settings.serve_endpoint.exposure,
+            serve_certificate_arn=settings.serve_endpoint.certificate_arn,
+            serve_hostname=settings.serve_endpoint.hostname,
+            serve_hosted_zone_id=settings.serve_endpoint.hosted_zone_id,
             environ=dict(environ or {}),
         )
     )
