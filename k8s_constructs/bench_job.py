@@ -74,6 +74,9 @@ class BenchJobProps:
     ramp_step_s: int = RAMP_STEP_S
     ramp_hold_s: int = RAMP_HOLD_S
     ramp_rate_workload: Workload = RAMP
+    # SERVE_API_KEYS=on: the Kubernetes Secret (key `key`) `make bench-serving` makes for the run from the API keys'
+    # secret; vLLM's benchmark sends OPENAI_API_KEY as the bearer token.
+    api_key_secret: str = ""
 
 
 def bench_command(props: BenchJobProps, workload: Workload, rate: float, *, max_concurrency: int | None = None) -> str:
@@ -141,7 +144,18 @@ class BenchJobChart(cdk8s.Chart):
                         memory=kplus.MemoryResources(request=cdk8s.Size.gibibytes(2), limit=cdk8s.Size.gibibytes(4)),
                     ),
                     security_context=client_security_context(read_only_root_filesystem=False),
-                    env_variables={"HF_HOME": kplus.EnvValue.from_value("/tmp/hf")},
+                    env_variables={
+                        "HF_HOME": kplus.EnvValue.from_value("/tmp/hf"),
+                        **(
+                            {
+                                "OPENAI_API_KEY": kplus.EnvValue.from_secret_value(
+                                    kplus.SecretValue(secret=kplus.Secret.from_secret_name(self, "ApiKey", props.api_key_secret), key="key")
+                                )
+                            }
+                            if props.api_key_secret
+                            else {}
+                        ),
+                    },
                 )
             ],
         )

@@ -49,6 +49,7 @@ def bench_props(settings: Settings) -> BenchJobProps:
         base_url=f"http://{settings.serve_service_name}.{settings.namespace}.svc.cluster.local:{SERVE_PORT}",
         model_id=settings.model_id,
         tokenizer=bench_tokenizer(settings),
+        api_key_secret=f"{settings.ray_service_name}-bench-api-key" if settings.serve_endpoint.api_keys else "",
     )
 
 
@@ -128,6 +129,21 @@ def run_job(settings: Settings, kubectl: Kubectl, timeout_s: int, *, poll_s: flo
     props = bench_props(settings)
     manifest = cdk8s.App.of(BenchJobChart(cdk8s.App(), "bench", props=props)).synth_yaml()
     kubectl(["delete", "job", "-n", props.namespace, props.name, "--ignore-not-found", "--wait=true"])
+    if props.api_key_secret:
+        # The key from Secrets Manager, to a Secret of the run only, through stdin (never an argument or a file).
+        import boto3  # type: ignore[import-untyped]
+
+        from tools.endpoint import read_key
+
+        secret = {
+            "apiVersion": "v1",
+            "kind": "Secret",
+            "metadata": {"name": props.api_key_secret, "namespace": props.namespace},
+            "type": "Opaque",
+            "stringData": {"key": read_key(settings, boto3.session.Session())},
+        }
+        if kubectl(["apply", "-f", "-"], json.dumps(secret)).returncode != 0:
+            raise RuntimeError(f"cannot create Secret {props.namespace}/{props.api_key_secret} for the benchmark's API key")
     applied = kubectl(["apply", "-f", "-"], manifest)
     if applied.returncode != 0:
         raise RuntimeError(f"cannot create Job {props.namespace}/{props.name}: {applied.stderr.strip()}")
@@ -140,6 +156,8 @@ def run_job(settings: Settings, kubectl: Kubectl, timeout_s: int, *, poll_s: flo
             break
         time.sleep(poll_s)
     log = kubectl(["logs", "-n", props.namespace, f"job/{props.name}"]).stdout
+    if props.api_key_secret:
+        kubectl(["delete", "secret", "-n", props.namespace, props.api_key_secret, "--ignore-not-found"])
     unfinished = ""
     if not state.startswith("1"):
         unfinished = (

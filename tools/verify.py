@@ -4,7 +4,10 @@ In order, each with a visible wait where it waits:
 1. rayservice   the RayService Ready for the spec just deployed, its Serve application RUNNING
 2. gpu-nodes    every GPU node advertises the GPUs and EFA devices the instance facts say
 3. nixl         every Ray worker's NIXL backend is LIBFABRIC (UCX, or no backend line, fails)
-4. completion   one chat completion through Serve, from inside the cluster, with a non-empty answer
+4. completion   one chat completion through Serve, from inside the cluster, with a non-empty answer (with SERVE_API_KEYS=on,
+                the head pod's own key)
+   endpoint     with SERVE_EXPOSURE beyond the cluster: through the load balancer (HTTPS), 401 without a key and a completion
+                with one (run it from where the load balancer is reachable: inside the VPC for internal)
 5. metrics      with OBSERVABILITY=on: the managed Prometheus collector of the Ray pods is ACTIVE, and
                 CloudWatch answers PromQL with the vLLM engines' series of both phases (what the
                 dashboard and the NIXL alarm read), waiting a few scrapes for them
@@ -28,6 +31,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, get_args
 
+from k8s_constructs.endpoint import KEYS_FILE, ingress_name
 from k8s_constructs.ray_facts import (
     ENGINE_REQUESTS_RUNNING,
     HEAD_CONTAINER,
@@ -39,12 +43,13 @@ from k8s_constructs.ray_facts import (
     WORKER_CONTAINER,
     selector,
 )
-from k8s_constructs.serve_config import Phase
+from k8s_constructs.serve_config import API_KEYS_DIR, Phase
 from preflight.cluster_access import ClusterUnreachable, Kubectl, cluster_kubectl
 from settings import Settings
 from settings.context_files import REPO
 from settings.scheduling import GPU_NODE_LABELS
 from tools.cluster import duration_seconds, ray_service_verdict, worker_backends
+from tools.endpoint import Probe, base_url, load_balancer_host, probe, read_key, tls_context
 from tools.entry import one_line_errors, project_settings
 
 DEPLOY_STARTED = REPO / ".deploy-started"
@@ -235,9 +240,16 @@ def _completion(settings: Settings, kubectl: Kubectl) -> tuple[dict[str, Any] | 
     if head.returncode != 0 or not head.stdout.strip():
         return None, "no head pod"
     body = json.dumps({"model": settings.model_id, "messages": [{"role": "user", "content": PROMPT}], "max_tokens": 16})
+    # SERVE_API_KEYS=on: the pod's own key file (the CSI mount), read inside the pod: no key leaves it.
+    auth = (
+        f"headers['Authorization'] = 'Bearer ' + next(iter(json.load(open('{API_KEYS_DIR}/{KEYS_FILE}')).values())); "
+        if settings.serve_endpoint.api_keys
+        else ""
+    )
     script = (
-        "import sys, urllib.request; "
-        f"req = urllib.request.Request('http://127.0.0.1:{SERVE_PORT}/v1/chat/completions', data=sys.argv[1].encode(), headers={{'Content-Type': 'application/json'}}); "
+        "import json, sys, urllib.request; headers = {'Content-Type': 'application/json'}; "
+        + auth
+        + f"req = urllib.request.Request('http://127.0.0.1:{SERVE_PORT}/v1/chat/completions', data=sys.argv[1].encode(), headers=headers); "
         "print(urllib.request.urlopen(req, timeout=300).read().decode())"
     )
     got = kubectl(["exec", "-n", settings.namespace, head.stdout.strip(), "-c", HEAD_CONTAINER, "--", "python", "-c", script, body])
@@ -247,6 +259,24 @@ def _completion(settings: Settings, kubectl: Kubectl) -> tuple[dict[str, Any] | 
         return json.loads(got.stdout), ""
     except json.JSONDecodeError:
         return None, got.stdout.strip()[:300]
+
+
+def check_endpoint(settings: Settings, got: Probe) -> Step:
+    detail = (
+        f"through the {settings.serve_endpoint.scheme} load balancer: without a key {got.without_key}, with one {got.with_key}: {got.answer.strip()!r}"
+        if not got.error
+        else got.error
+    )
+    return Step("endpoint", got.ok, detail, "" if got.ok else f"kubectl describe ingress -n {settings.namespace} {ingress_name(settings)}")
+
+
+def _probe_endpoint(settings: Settings, kubectl: Kubectl) -> Probe:
+    import boto3  # type: ignore[import-untyped]
+
+    host = load_balancer_host(settings, kubectl)
+    if not host:
+        return Probe(0, 0, "", "the Ingress has no load balancer address (the controller's events: kubectl describe ingress)")
+    return probe(base_url(settings, host), settings.model_id, read_key(settings, boto3.session.Session()), context=tls_context(settings))
 
 
 def verify(
@@ -259,6 +289,7 @@ def verify(
     clock: Callable[[], float] = time.time,
     sleep: Callable[[float], None] = time.sleep,
     collectors: Callable[[], tuple[list[dict[str, Any]] | None, str]] | None = None,
+    endpoint_probe: Callable[[], Probe] | None = None,
     promql: Callable[[str], tuple[list[dict[str, Any]] | None, str]] | None = None,
     metrics_wait_s: int = METRICS_WAIT_S,
 ) -> Result:
@@ -310,6 +341,9 @@ def verify(
     answer, error = _completion(settings, kubectl) if ready else (None, "skipped: the RayService is not ready")
     first_token = clock() if answer else None
     result.steps.append(check_completion(settings, answer, error))
+    if settings.serve_endpoint.exposed:
+        got = (endpoint_probe or (lambda: _probe_endpoint(settings, kubectl)))() if ready else Probe(0, 0, "", "skipped: the RayService is not ready")
+        result.steps.append(check_endpoint(settings, got))
     if settings.observability:
         scrapers, why = (collectors or (lambda: list_collectors(settings)))()
         step = check_metrics_collector(settings, scrapers, why)

@@ -1,0 +1,158 @@
+"""The Serve endpoint beyond the cluster, after the deploy: `make endpoint` prints its URL and an OpenAI SDK example,
+`make api-key` prints how to fetch a key (never the key), and `make verify` calls it through the load balancer
+(`probe`: without a key 401, with one a completion).
+
+The URL is SERVE_HOSTNAME's when set, else the load balancer's DNS name from the Ingress's status (the controller
+writes it there). The key is read from the serving stack's secret (its ARN is the stack's ApiKeysSecretArn output)
+with the caller's credentials, kept in memory and sent only in the Authorization header.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import ssl
+import sys
+import urllib.error
+import urllib.request
+from dataclasses import dataclass
+from typing import Any
+
+from k8s_constructs.endpoint import ingress_name
+from preflight.cluster_access import ClusterUnreachable, Kubectl, cluster_kubectl
+from settings import Settings
+from tools.entry import one_line_errors, project_settings
+
+KEYS_OUTPUT = "ApiKeysSecretArn"
+FIRST_KEY = "default"  # the key generated at deploy (stacks/serving_stack.py)
+PROMPT = "Say hello in five words."
+
+
+def load_balancer_host(settings: Settings, kubectl: Kubectl) -> str:
+    got = kubectl(["get", "ingress", "-n", settings.namespace, ingress_name(settings), "-o", "jsonpath={.status.loadBalancer.ingress[0].hostname}"])
+    return got.stdout.strip() if got.returncode == 0 else ""
+
+
+def base_url(settings: Settings, load_balancer: str) -> str:
+    endpoint = settings.serve_endpoint
+    scheme = "https" if endpoint.https else "http"
+    return f"{scheme}://{endpoint.hostname or load_balancer}"
+
+
+def keys_secret_arn(settings: Settings, session: Any) -> str:
+    cloudformation = session.client("cloudformation", region_name=settings.region)
+    (stack,) = cloudformation.describe_stacks(StackName=settings.stack_names["serving"])["Stacks"]
+    outputs = {o["OutputKey"]: o["OutputValue"] for o in stack.get("Outputs", [])}
+    return str(outputs[KEYS_OUTPUT])
+
+
+def read_key(settings: Settings, session: Any, name: str = FIRST_KEY) -> str:
+    secret = session.client("secretsmanager", region_name=settings.region).get_secret_value(SecretId=keys_secret_arn(settings, session))
+    keys = json.loads(secret["SecretString"])
+    return str(keys.get(name) or next(iter(keys.values())))
+
+
+@dataclass(frozen=True)
+class Probe:
+    without_key: int  # HTTP status
+    with_key: int
+    answer: str  # the completion's text
+    error: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return self.without_key == 401 and self.with_key == 200 and bool(self.answer.strip())
+
+
+def _post(url: str, body: dict[str, Any], key: str | None, context: ssl.SSLContext | None, timeout: float) -> tuple[int, Any]:
+    headers = {"Content-Type": "application/json", **({"Authorization": f"Bearer {key}"} if key else {})}
+    request = urllib.request.Request(url, data=json.dumps(body).encode(), headers=headers, method="POST")
+    try:
+        with urllib.request.urlopen(request, timeout=timeout, context=context) as response:
+            return int(response.status), json.loads(response.read().decode())
+    except urllib.error.HTTPError as error:
+        return int(error.code), error.read().decode()[:300]
+
+
+def probe(url: str, model_id: str, key: str, *, context: ssl.SSLContext | None = None, timeout: float = 300) -> Probe:
+    """Through the load balancer: a completion without a key (401), then with it (200 and text)."""
+    body = {"model": model_id, "messages": [{"role": "user", "content": PROMPT}], "max_tokens": 16}
+    completions = f"{url}/v1/chat/completions"
+    try:
+        without, _ = _post(completions, body, None, context, timeout)
+        status, answer = _post(completions, body, key, context, timeout)
+    except (urllib.error.URLError, OSError) as error:
+        return Probe(0, 0, "", f"cannot reach {url}: {error}")
+    text = answer["choices"][0]["message"]["content"] if status == 200 and isinstance(answer, dict) else ""
+    return Probe(without, status, text or "", "" if status == 200 else str(answer)[:300])
+
+
+def tls_context(settings: Settings) -> ssl.SSLContext | None:
+    """Verify the certificate's chain always; its name only when clients use SERVE_HOSTNAME (the load balancer's own
+    DNS name is not on the certificate)."""
+    if not settings.serve_endpoint.https:
+        return None
+    context = ssl.create_default_context()
+    if not settings.serve_endpoint.hostname:
+        context.check_hostname = False
+    return context
+
+
+def sdk_example(url: str, settings: Settings) -> str:
+    return "\n".join(
+        [
+            "from openai import OpenAI  # pip install openai",
+            "",
+            f'client = OpenAI(base_url="{url}/v1", api_key=os.environ["OPENAI_API_KEY"])  # make api-key',
+            f'answer = client.chat.completions.create(model="{settings.model_id}", messages=[{{"role": "user", "content": "Hello"}}])',
+            "print(answer.choices[0].message.content)",
+        ]
+    )
+
+
+def api_key_howto(settings: Settings, secret_arn: str) -> str:
+    return (
+        f"aws secretsmanager get-secret-value --region {settings.region} --secret-id {secret_arn} "
+        f"--query SecretString --output text | python3 -c 'import json,sys; print(json.load(sys.stdin)[\"{FIRST_KEY}\"])'"
+    )
+
+
+@one_line_errors
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description="The Serve endpoint's URL and SDK example, or how to fetch an API key")
+    parser.add_argument("what", choices=("url", "api-key"))
+    args = parser.parse_args(argv)
+    settings = project_settings()
+    endpoint = settings.serve_endpoint
+    if args.what == "api-key":
+        if not endpoint.api_keys:
+            print("SERVE_API_KEYS is off: the endpoint takes no key", file=sys.stderr)
+            return 1
+        import boto3  # type: ignore[import-untyped]
+
+        print("# The key generated at deploy (add named keys, or rotate, with put-secret-value: docs/endpoint.md):")
+        print("export OPENAI_API_KEY=$(" + api_key_howto(settings, keys_secret_arn(settings, boto3.session.Session())) + ")")
+        return 0
+    if not endpoint.exposed:
+        print(
+            f"SERVE_EXPOSURE=cluster: kubectl port-forward -n {settings.namespace} svc/{settings.serve_service_name} 8000:8000, then http://127.0.0.1:8000/v1"
+        )
+        return 0
+    try:
+        with cluster_kubectl(settings.region, settings.cluster_name) as kubectl:
+            host = load_balancer_host(settings, kubectl)
+    except ClusterUnreachable as error:
+        print(f"error: cannot reach cluster {settings.cluster_name} in {settings.region}: {error}", file=sys.stderr)
+        return 2
+    if not host:
+        print(f"error: the Ingress {settings.namespace}/{ingress_name(settings)} has no load balancer yet (kubectl describe ingress)", file=sys.stderr)
+        return 1
+    url = base_url(settings, host)
+    print(f"{url}/v1  ({endpoint.scheme} load balancer {host})")
+    print()
+    print("import os\n" + sdk_example(url, settings))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
