@@ -42,6 +42,7 @@ def default_quota_markdown() -> str:
 PAGES: tuple[tuple[str, str, str], ...] = (
     ("Deploying", "deploy.md", "prerequisites, the preflight checks, the stacks, how long a deploy takes, GPU capacity, teardown"),
     ("Verify and benchmark", "verify.md", "the endpoint, `make verify`, `make bench-serving`, the Ray dashboard, EFA"),
+    ("An endpoint applications can call", "endpoint.md", "a load balancer with TLS and API keys (`SERVE_EXPOSURE`), `make endpoint`, `make api-key`"),
     ("Changing a deployed stack", "day2.md", "what each setting does to a deployed stack, and the procedures"),
     ("Settings", "settings.md", "every setting, its default and what is allowed"),
     ("The model", "models.md", "the fit and serveability checks, and what fits each GPU type"),
