@@ -131,7 +131,7 @@ def run_job(settings: Settings, kubectl: Kubectl, timeout_s: int, *, poll_s: flo
     kubectl(["delete", "job", "-n", props.namespace, props.name, "--ignore-not-found", "--wait=true"])
     if props.api_key_secret:
         # The key from Secrets Manager, to a Secret of the run only, through stdin (never an argument or a file).
-        import boto3  # type: ignore[import-untyped]
+        import boto3
 
         from tools.endpoint import read_key
 

@@ -128,7 +128,7 @@ def main(argv: list[str] | None = None) -> int:
         if not endpoint.api_keys:
             print("SERVE_API_KEYS is off: the endpoint takes no key", file=sys.stderr)
             return 1
-        import boto3  # type: ignore[import-untyped]
+        import boto3
 
         print("# The key generated at deploy (add named keys, or rotate, with put-secret-value: docs/endpoint.md):")
         print("export OPENAI_API_KEY=$(" + api_key_howto(settings, keys_secret_arn(settings, boto3.session.Session())) + ")")

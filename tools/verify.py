@@ -271,7 +271,7 @@ def check_endpoint(settings: Settings, got: Probe) -> Step:
 
 
 def _probe_endpoint(settings: Settings, kubectl: Kubectl) -> Probe:
-    import boto3  # type: ignore[import-untyped]
+    import boto3
 
     host = load_balancer_host(settings, kubectl)
     if not host:

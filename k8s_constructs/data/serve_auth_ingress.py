@@ -168,7 +168,7 @@ class ApiKeyMiddleware:
         await self.app(scope, receive, send)
 
 
-class ApiKeyIngress(OpenAiIngress):
+class ApiKeyIngress(OpenAiIngress):  # type: ignore[misc]  # Ray's class is untyped here (no vLLM to import it)
     """Ray Serve LLM's OpenAI ingress with API keys (ingress_cls_config.ingress_cls)."""
 
     def __init__(self, *args: Any, api_keys_dir: str | None = None, **kwargs: Any) -> None:
@@ -181,6 +181,6 @@ class ApiKeyIngress(OpenAiIngress):
 
     def __serve_build_asgi_app__(self) -> Any:
         """Serve calls this before the app starts: the FastAPI app of make_fastapi_ingress, behind the key check."""
-        app = self.app  # type: ignore[attr-defined]  # ASGIAppReplicaWrapper's, mixed in by serve.ingress
+        app = self.app  # ASGIAppReplicaWrapper's, mixed in by serve.ingress
         app.add_middleware(ApiKeyMiddleware, keys=self._api_keys)
         return app
