@@ -188,9 +188,11 @@ SPECS: tuple[SettingSpec, ...] = (
         "cluster, internal or internet-facing; internet-facing needs SERVE_CERTIFICATE_ARN and SERVE_ALLOWED_CIDRS",
         change=(
             RECREATE,
-            "the load balancer controller (system stack) and the Ingress (serving stack) come or go in place; between internal and internet-facing "
-            "the controller replaces the load balancer (a new DNS name). Turning API keys on or off with it mounts their volume on the Ray pods: "
-            f"{_RECREATE_HOW}",
+            "the load balancer controller (system stack) and the Ingress (serving stack) come in place; between internal and internet-facing "
+            "the controller replaces the load balancer (a new DNS name). Back to `cluster`: first `kubectl delete ingress -n NAMESPACE "
+            "RAY_SERVICE_NAME-serve` (the controller, still running, deletes the load balancer; the system stack would otherwise uninstall it "
+            "before the serving stack deletes the Ingress, whose finalizer would then never clear). Turning API keys on or off with it mounts "
+            f"their volume on the Ray pods: {_RECREATE_HOW}",
         ),
     ),
     SettingSpec(
