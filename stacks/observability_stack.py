@@ -26,7 +26,6 @@ from aws_cdk import aws_aps as aps
 from aws_cdk import aws_cloudwatch as cw
 from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_eks_v2 as eks
-from aws_cdk import aws_iam as iam
 from constructs import Construct
 
 from k8s_constructs.ray_facts import (
@@ -39,12 +38,8 @@ from k8s_constructs.ray_facts import (
     RAY_NODE_LABEL,
 )
 from settings import Settings
-from stacks import nag
 from stacks.addons.managed import install_managed
-from stacks.pod_identity import pod_identity_role
 
-# Where the add-on runs its agent (fixed by the add-on): the Pod Identity association's target.
-AGENT_NAMESPACE, AGENT_SERVICE_ACCOUNT = "amazon-cloudwatch", "cloudwatch-agent"
 CONTAINER_INSIGHTS = "ContainerInsights"
 # The collector's scrape interval: the shortest it accepts.
 SCRAPE_INTERVAL = "30s"
@@ -316,21 +311,5 @@ class ObservabilityStack(Stack):
             self.scraper.node.add_dependency(rule)
 
     def _container_insights(self, cluster: eks.ICluster, settings: Settings) -> None:
-        role, association = pod_identity_role(
-            self,
-            "CloudWatchAgentRole",
-            "CloudWatchAgentPodIdentity",
-            cluster=cluster,
-            namespace=AGENT_NAMESPACE,
-            service_account=AGENT_SERVICE_ACCOUNT,
-            description=f"EKS Pod Identity of {AGENT_NAMESPACE}/{AGENT_SERVICE_ACCOUNT}: writes metrics and logs to CloudWatch",
-            managed_policies=[iam.ManagedPolicy.from_aws_managed_policy_name("CloudWatchAgentServerPolicy")],
-        )
-        nag.acknowledge(
-            role,
-            "AwsSolutions-IAM4",
-            "The CloudWatch agent's AWS managed policy: what the amazon-cloudwatch-observability add-on documents for its agent.",
-            applies_to=["Policy::arn:<AWS::Partition>:iam::aws:policy/CloudWatchAgentServerPolicy"],
-        )
+        # The agent's Pod Identity comes with the add-on (stacks/addons/managed.py).
         (self.addon,) = install_managed(self, "observability", cluster=cluster, settings=settings).values()
-        self.addon.node.add_dependency(association)

@@ -150,3 +150,19 @@ def test_each_managed_add_on_is_installed_by_its_stack(default_synth: Synth, obs
             assert props.get("ResolveConflicts") == ("OVERWRITE" if addon.follows_kubernetes_version else None)
             configuration = addon.configuration(synth.settings)
             assert (json.loads(props["ConfigurationValues"]) if "ConfigurationValues" in props else None) == configuration
+
+
+def test_a_managed_add_on_with_a_grant_gets_its_role_before_it(observed_synth: Synth) -> None:
+    """The CloudWatch add-on's agent: its Pod Identity declared with the add-on (stacks/addons/managed.py), the same
+    logical IDs as when the observability stack wired it by hand."""
+    from stacks.addons.managed import MANAGED_ADDONS
+
+    (addon,) = [a for a in MANAGED_ADDONS if a.pod_identity is not None]
+    assert addon.pod_identity is not None
+    resources = observed_synth.templates["observability"]["Resources"]
+    (association_id,) = [k for k, r in resources.items() if r["Type"] == "AWS::EKS::PodIdentityAssociation"]
+    association = resources[association_id]["Properties"]
+    assert association_id == "CloudWatchAgentPodIdentity"
+    assert (association["Namespace"], association["ServiceAccount"]) == (addon.pod_identity.namespace, addon.pod_identity.service_account)
+    (addon_id,) = [k for k, r in resources.items() if r["Type"] == "AWS::EKS::Addon"]
+    assert association_id in resources[addon_id]["DependsOn"]

@@ -49,6 +49,23 @@ class PodIdentityGrant:
     service_account: str
     does: Callable[[Settings], str]
     grant: Callable[[iam.Role, Settings], None]
+    namespace: str | None = None  # a managed add-on's (a Helm add-on's is its release's)
+    ids: str | None = None  # the prefix of the role's and association's logical IDs; default: the add-on's construct id
+
+    def create(self, scope: Construct, *, cluster: eks.ICluster, settings: Settings, namespace: str, ids: str) -> eks.CfnPodIdentityAssociation:
+        """The role with its statements and the association, named {ids}Role and {ids}PodIdentity (never renamed)."""
+        prefix = self.ids or ids
+        role, association = pod_identity_role(
+            scope,
+            f"{prefix}Role",
+            f"{prefix}PodIdentity",
+            cluster=cluster,
+            namespace=self.namespace or namespace,
+            service_account=self.service_account,
+            description=f"EKS Pod Identity of {self.namespace or namespace}/{self.service_account}: {self.does(settings)}",
+        )
+        self.grant(role, settings)
+        return association
 
 
 @dataclass(frozen=True)
@@ -88,22 +105,9 @@ class HelmAddon:
         )
         if self.pod_identity is not None:
             # Its Pod Identity exists before its pods start (they read credentials once, at start).
-            release.node.add_dependency(self._pod_identity(scope, cluster, settings, self.pod_identity))
+            identity = self.pod_identity.create(scope, cluster=cluster, settings=settings, namespace=self.namespace(settings), ids=self.construct_id)
+            release.node.add_dependency(identity)
         return release
-
-    def _pod_identity(self, scope: Construct, cluster: eks.ICluster, settings: Settings, identity: PodIdentityGrant) -> eks.CfnPodIdentityAssociation:
-        namespace = self.namespace(settings)
-        role, association = pod_identity_role(
-            scope,
-            f"{self.construct_id}Role",
-            f"{self.construct_id}PodIdentity",
-            cluster=cluster,
-            namespace=namespace,
-            service_account=identity.service_account,
-            description=f"EKS Pod Identity of {namespace}/{identity.service_account}: {identity.does(settings)}",
-        )
-        identity.grant(role, settings)
-        return association
 
 
 def spread_affinity(match_labels: dict[str, str]) -> dict[str, Any]:

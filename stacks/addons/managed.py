@@ -10,10 +10,12 @@ from dataclasses import dataclass, field
 from typing import Any, cast
 
 from aws_cdk import aws_eks_v2 as eks
+from aws_cdk import aws_iam as iam
 from constructs import Construct
 
 from settings import Settings
-from stacks.addons.base import spread_affinity
+from stacks import nag
+from stacks.addons.base import PodIdentityGrant, spread_affinity
 
 
 def _no_configuration(_: Settings) -> dict[str, Any] | None:
@@ -30,8 +32,15 @@ class ManagedAddon:
     # version bump overwrites fields changed by hand: the stack is the source of truth for its configuration.
     follows_kubernetes_version: bool = True
     purpose: str = ""
+    # Its pods' EKS Pod Identity (namespace and logical-ID prefix given): created before the add-on, which waits for it.
+    pod_identity: PodIdentityGrant | None = None
 
     def install(self, scope: Construct, *, cluster: eks.ICluster, settings: Settings) -> eks.Addon:
+        association = None
+        if self.pod_identity is not None:
+            if self.pod_identity.namespace is None:
+                raise ValueError(f"{self.name}: a managed add-on's Pod Identity names the namespace of its service account")
+            association = self.pod_identity.create(scope, cluster=cluster, settings=settings, namespace=self.pod_identity.namespace, ids=self.construct_id)
         version = dict(settings.eks_addon_versions).get(self.name) if self.follows_kubernetes_version else None
         addon = eks.Addon(
             scope,
@@ -44,6 +53,8 @@ class ManagedAddon:
         )
         if self.follows_kubernetes_version:
             cast(eks.CfnAddon, addon.node.default_child).add_property_override("ResolveConflicts", "OVERWRITE")
+        if association is not None:
+            addon.node.add_dependency(association)
         return addon
 
 
@@ -73,6 +84,19 @@ def _cloudwatch_configuration(_: Settings) -> dict[str, Any]:
     return {"containerInsights": {"enabled": True}}
 
 
+CLOUDWATCH_AGENT_POLICY = "CloudWatchAgentServerPolicy"
+
+
+def _cloudwatch_agent_grant(role: iam.Role, _: Settings) -> None:
+    role.add_managed_policy(iam.ManagedPolicy.from_aws_managed_policy_name(CLOUDWATCH_AGENT_POLICY))
+    nag.acknowledge(
+        role,
+        "AwsSolutions-IAM4",
+        "The CloudWatch agent's AWS managed policy: what the amazon-cloudwatch-observability add-on documents for its agent.",
+        applies_to=[f"Policy::arn:<AWS::Partition>:iam::aws:policy/{CLOUDWATCH_AGENT_POLICY}"],
+    )
+
+
 MANAGED_ADDONS: tuple[ManagedAddon, ...] = (
     # The VPC CNI's network policy agent enforces the serving namespace's NetworkPolicies (none would be
     # enforced without it: EKS ships the agent off).
@@ -87,6 +111,14 @@ MANAGED_ADDONS: tuple[ManagedAddon, ...] = (
         _cloudwatch_configuration,
         follows_kubernetes_version=False,
         purpose="Container Insights with GPU and EFA metrics (OBSERVABILITY=on)",
+        # Where the add-on runs its agent (fixed by the add-on).
+        pod_identity=PodIdentityGrant(
+            "cloudwatch-agent",
+            lambda s: "writes metrics and logs to CloudWatch",
+            _cloudwatch_agent_grant,
+            namespace="amazon-cloudwatch",
+            ids="CloudWatchAgent",
+        ),
     ),
 )
 
