@@ -1,6 +1,6 @@
 """Every Kubernetes object the project ships, one file each, for the validators that read manifests
 (checkov's kubernetes framework): dist/, the manifests embedded in the synthesized templates, the benchmark
-Job of `make bench-serving`, and the Pods KubeRay makes from each RayService's head and worker templates
+Job of `make bench-serving`, the chart of an exposed endpoint with API keys, and the Pods KubeRay makes from each RayService's head and worker templates
 (checkov does not look inside the CRD).
 
 `python -m tools.k8s_objects OUTDIR ASSEMBLY...` (make checkov: cdk.out and the other configurations' assemblies).
@@ -118,8 +118,25 @@ def kuberay_pods(ray_service: dict[str, Any]) -> list[dict[str, Any]]:
     return pods
 
 
+# A configuration with the endpoint beyond the cluster and API keys (docs/endpoint.md): its chart, with the placeholders
+# dist/ uses for the deploy-time names (the templates hold them as tokens, which cannot be read offline).
+ENDPOINT_EXAMPLE = {
+    "SERVE_EXPOSURE": "internal",
+    "SERVE_CERTIFICATE_ARN": "arn:aws:acm:sa-east-1:123456789012:certificate/0123abcd-0123-4567-89ab-0123456789ab",
+    "SERVE_HOSTNAME": "llm.example.com",
+}
+
+
+def endpoint_objects() -> Iterator[tuple[str, dict[str, Any]]]:
+    from settings import load_settings
+    from stacks.serving_stack import build_rayservice_chart
+
+    for obj in build_rayservice_chart(load_settings(ENDPOINT_EXAMPLE, {})).to_json():
+        yield "the SERVE_EXPOSURE=internal chart", obj
+
+
 def all_objects(assemblies: list[Path]) -> Iterator[tuple[str, dict[str, Any]]]:
-    sources = [dist_objects(), bench_job(), *(embedded_manifests(a) for a in assemblies)]
+    sources = [dist_objects(), bench_job(), endpoint_objects(), *(embedded_manifests(a) for a in assemblies)]
     for source in sources:
         for where, obj in source:
             yield where, obj
