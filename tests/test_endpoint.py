@@ -233,3 +233,12 @@ def test_the_load_balancer_reaches_the_serve_port_and_nothing_else(endpoint_synt
     for name, address in (("node-subnet", NODE_ADDRESS), ("outside", OUTSIDE_ADDRESS)):
         result = _nca("forbids", _address_flow(f"{name}-to-head-serve", ns, HEAD, address, 8000), directory, tmp_path)
         assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_with_elastic_capacity_the_ingress_reserves_no_cpu_without_keys() -> None:
+    from k8s_constructs.serve_config import pd_application
+
+    (application,) = pd_application(settings_for({"DECODE_MAX_REPLICAS": "2"})).to_serve_config()["applications"]
+    assert application["args"]["ingress_deployment_config"] == {"num_replicas": 2, "ray_actor_options": {"num_cpus": 0}}
+    assert "ingress_cls_config" not in application["args"] and "runtime_env" not in application
+    assert ray_serve_errors({"applications": [application]}) == []
