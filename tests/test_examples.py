@@ -25,6 +25,11 @@ SHOWS: dict[str, Callable[[Settings], bool]] = {
     "elastic-capacity.env": lambda s: s.autoscaling and (s.prefill_max_replicas, s.decode_max_replicas) == (2, 3),
     "s3-weights.env": lambda s: s.model_s3 is not None and s.model_s3.bucket == "my-models",
     "head-fault-tolerance.env": lambda s: s.gcs_redis and s.system_node_count == 2,
+    "internal-endpoint.env": lambda s: (
+        (s.serve_endpoint.exposure, s.serve_endpoint.https, s.serve_endpoint.api_keys, s.serve_endpoint.hosted_zone_id)
+        == ("internal", True, True, "Z0123456789ABCDEFGHIJ")
+        and s.serve_endpoint.allowed_cidrs == (s.vpc_cidr, "10.20.0.0/16")
+    ),
 }
 
 
