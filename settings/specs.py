@@ -194,6 +194,7 @@ SPECS: tuple[SettingSpec, ...] = (
             "before the serving stack deletes the Ingress, whose finalizer would then never clear). Turning API keys on or off with it mounts "
             f"their volume on the Ray pods: {_RECREATE_HOW}",
         ),
+        ci_variable=True,
     ),
     SettingSpec(
         "SERVE_CERTIFICATE_ARN",
@@ -202,6 +203,7 @@ SPECS: tuple[SettingSpec, ...] = (
         "an ACM certificate ARN in REGION (the preflight checks it is ISSUED and covers SERVE_HOSTNAME), `none` with SERVE_EXPOSURE=internal, "
         "empty with SERVE_EXPOSURE=cluster",
         change=(IN_PLACE, "the listener's certificate"),
+        ci_variable=True,
     ),
     SettingSpec(
         "SERVE_HOSTNAME",
@@ -209,6 +211,7 @@ SPECS: tuple[SettingSpec, ...] = (
         "DNS name clients use for the endpoint (the Ingress's host; with SERVE_HOSTED_ZONE_ID a record pointing at the load balancer)",
         "empty or a fully qualified domain name",
         change=(IN_PLACE, "the Ingress's host rule and the DNS record"),
+        ci_variable=True,
     ),
     SettingSpec(
         "SERVE_HOSTED_ZONE_ID",
@@ -216,6 +219,7 @@ SPECS: tuple[SettingSpec, ...] = (
         "Route 53 hosted zone in which to create SERVE_HOSTNAME's record (empty: you point the name at the load balancer yourself)",
         "empty or a hosted zone ID (Z...), only with SERVE_HOSTNAME",
         change=(IN_PLACE, "the DNS record"),
+        ci_variable=True,
     ),
     SettingSpec(
         "SERVE_ALLOWED_CIDRS",
@@ -223,6 +227,7 @@ SPECS: tuple[SettingSpec, ...] = (
         "Sources the load balancer's security group admits (empty: the VPC's CIDR for internal; required for internet-facing)",
         "comma-separated IPv4 CIDRs, empty with SERVE_EXPOSURE=cluster",
         change=(IN_PLACE, "the load balancer's security group rules"),
+        ci_variable=True,
     ),
     SettingSpec(
         "SERVE_API_KEYS",
