@@ -6,7 +6,6 @@ the result against Ray's own schema at the Ray version inside the image.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final, Literal
@@ -14,6 +13,7 @@ from typing import Any, Final, Literal
 import yaml
 
 from settings import Settings
+from settings.decode_rate import longest_response_s
 from settings.model_fit import GPU_MEMORY_UTILIZATION
 from settings.model_source import S3_SCHEME
 from settings.sizing import CPUS_PER_GPU_BUNDLE
@@ -114,17 +114,11 @@ DOWNSCALE_DELAY_S = 600
 # streams it holds. Ray Serve's default graceful_shutdown_timeout_s is 20 s (serve/_private/constants.py); the
 # replica drains (replica.py, perform_graceful_shutdown: it waits, polling every graceful_shutdown_wait_loop_s,
 # Ray's 2 s, until no request is ongoing) and is killed when the timeout runs out, cutting what is left. Ray Serve
-# LLM does not raise it. The longest response is MAX_MODEL_LEN tokens at the slowest decode: eager decode on an L4
-# is memory-bandwidth-bound, each token reading the GPU's weights once (~17 GiB for Qwen3.5-9B text-only) at
-# ~300 GB/s, ~60 ms; a GPU filled to the fit check's budget (~20 GiB) plus the KV cache of 16 streams reads ~22 GiB
-# per step, ~80 ms. The L4 is the slowest GPU of the EFA types (settings/instance_types.py); the H200 run measured
-# 40-51 ms eager (docs/scaling.md). Only the time a replica actually needs is spent: it stops once drained.
-SLOWEST_DECODE_S_PER_TOKEN = 0.08
-
-
+# LLM does not raise it. It is the longest response (settings/decode_rate.py); only the time a replica actually
+# needs is spent: it stops once drained.
 def graceful_shutdown_timeout_s(max_model_len: int) -> int:
     """Serve's graceful_shutdown_timeout_s for the deployments a stream passes through (ingress, decode)."""
-    return math.ceil(max_model_len * SLOWEST_DECODE_S_PER_TOKEN)
+    return longest_response_s(max_model_len)
 
 
 @dataclass(frozen=True)

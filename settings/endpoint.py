@@ -10,22 +10,18 @@ in clear text.
 from __future__ import annotations
 
 import ipaddress
-import math
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Final
 
+from settings.decode_rate import longest_response_s
 from settings.errors import SettingError
 from settings.parsers import csv
 
 EXPOSURES: Final = ("cluster", "internal", "internet-facing")
 NO_CERTIFICATE: Final = "none"
 
-# The slowest decode rate the load balancer waits for: 10 tokens/s, half the slowest measured here (51 ms/token:
-# eager decode at batch 16 on an H200; an L4 reads ~17 GiB per token at ~300 GB/s, ~60 ms). A non-streaming
-# response of MAX_MODEL_LEN tokens sends nothing until its end; the idle timeout must outlast it.
-SLOWEST_DECODE_TOKENS_PER_S: Final = 10
 # Queueing and prefill before the first byte (a request waits behind a full batch).
 QUEUE_MARGIN_S: Final = 60
 # The ALB's limits: idle timeout 1-4000 s, deregistration delay 0-3600 s.
@@ -67,9 +63,9 @@ class ServeEndpoint:
 
 
 def idle_timeout_s(max_model_len: int) -> int:
-    """The load balancer's idle timeout: the longest response (MAX_MODEL_LEN tokens at the slowest decode rate, which a
-    non-streaming request waits for in silence) plus the queueing margin, within the ALB's limit."""
-    return min(ALB_MAX_IDLE_TIMEOUT_S, math.ceil(max_model_len / SLOWEST_DECODE_TOKENS_PER_S) + QUEUE_MARGIN_S)
+    """The load balancer's idle timeout: the longest response (settings/decode_rate.py; a non-streaming request
+    waits for it in silence) plus the queueing margin, within the ALB's limit."""
+    return min(ALB_MAX_IDLE_TIMEOUT_S, longest_response_s(max_model_len) + QUEUE_MARGIN_S)
 
 
 def deregistration_delay_s(max_model_len: int) -> int:

@@ -214,7 +214,7 @@ def test_decode_and_the_ingress_drain_their_streams_for_the_longest_response(env
     from ray.serve._private.constants import DEFAULT_GRACEFUL_SHUTDOWN_TIMEOUT_S
     from ray.serve.schema import DeploymentSchema
 
-    from k8s_constructs.serve_config import SLOWEST_DECODE_S_PER_TOKEN
+    from settings.decode_rate import SLOWEST_DECODE_S_PER_TOKEN
 
     settings = settings_for(env)
     args = yaml.safe_load(build_rayservice_chart(settings).serve_config_yaml)["applications"][0]["args"]

@@ -15,7 +15,7 @@ import kubernetes_validate
 import yaml
 
 from k8s_constructs.endpoint import HEALTH_PATH, KEYS_FILE, TLS_POLICY
-from k8s_constructs.serve_config import API_KEYS_DIR, AUTH_INGRESS_CLASS, AUTH_MODULE_DIR, AUTH_MODULE_FILE
+from k8s_constructs.serve_config import API_KEYS_DIR, AUTH_INGRESS_CLASS, AUTH_MODULE_DIR, AUTH_MODULE_FILE, graceful_shutdown_timeout_s
 from settings.endpoint import idle_timeout_s
 from stacks.addons import aws_load_balancer_controller as lbc
 from tests.conftest import CERTIFICATE_ARN, ENDPOINT, Synth, settings_for
@@ -107,9 +107,10 @@ def test_the_ingress_is_an_https_only_load_balancer_for_the_allowed_sources(endp
     assert annotations["alb.ingress.kubernetes.io/inbound-cidrs"] == settings.vpc_cidr  # internal's default: the VPC
     assert annotations["alb.ingress.kubernetes.io/healthcheck-path"] == HEALTH_PATH == "/-/healthz"
     attributes = dict(a.split("=") for a in annotations["alb.ingress.kubernetes.io/load-balancer-attributes"].split(","))
-    # MAX_MODEL_LEN 4096 tokens at 10 tokens/s, plus a minute of queueing: a non-streaming answer sends nothing until its end.
-    assert attributes["idle_timeout.timeout_seconds"] == str(idle_timeout_s(4096)) == "470"
-    assert annotations["alb.ingress.kubernetes.io/target-group-attributes"] == "deregistration_delay.timeout_seconds=470"
+    # MAX_MODEL_LEN 4096 tokens at the slowest decode (80 ms a token: 328 s, Serve's drain of decode and the ingress),
+    # plus a minute of queueing: a non-streaming answer sends nothing until its end.
+    assert attributes["idle_timeout.timeout_seconds"] == str(idle_timeout_s(4096)) == str(graceful_shutdown_timeout_s(4096) + 60) == "388"
+    assert annotations["alb.ingress.kubernetes.io/target-group-attributes"] == "deregistration_delay.timeout_seconds=388"
     # The public subnets, whatever the scheme (the network stack's, imported).
     subnets = annotations["alb.ingress.kubernetes.io/subnets"].split(",")
     network = endpoint_synth.templates["network"]["Resources"]
@@ -176,7 +177,9 @@ def test_the_serve_config_names_the_auth_ingress_with_two_replicas_that_reserve_
     application = _application(endpoint_synth)
     args = application["args"]
     assert args["ingress_cls_config"] == {"ingress_cls": AUTH_INGRESS_CLASS, "ingress_extra_kwargs": {"api_keys_dir": API_KEYS_DIR}}
-    assert args["ingress_deployment_config"] == {"num_replicas": 2, "ray_actor_options": {"num_cpus": 0}}
+    # Two CPU-free replicas, draining their streams as decode does (graceful_shutdown_timeout_s).
+    drain = graceful_shutdown_timeout_s(endpoint_synth.settings.max_model_len)
+    assert args["ingress_deployment_config"] == {"num_replicas": 2, "ray_actor_options": {"num_cpus": 0}, "graceful_shutdown_timeout_s": drain}
     assert application["runtime_env"] == {"env_vars": {"PYTHONPATH": f"{AUTH_MODULE_DIR}:${{PYTHONPATH}}"}}
     (service,) = _objects(endpoint_synth, "RayService")
     assert ray_serve_errors(yaml.safe_load(service["spec"]["serveConfigV2"])) == []
@@ -238,7 +241,12 @@ def test_the_load_balancer_reaches_the_serve_port_and_nothing_else(endpoint_synt
 def test_with_elastic_capacity_the_ingress_reserves_no_cpu_without_keys() -> None:
     from k8s_constructs.serve_config import pd_application
 
-    (application,) = pd_application(settings_for({"DECODE_MAX_REPLICAS": "2"})).to_serve_config()["applications"]
-    assert application["args"]["ingress_deployment_config"] == {"num_replicas": 2, "ray_actor_options": {"num_cpus": 0}}
+    settings = settings_for({"DECODE_MAX_REPLICAS": "2"})
+    (application,) = pd_application(settings).to_serve_config()["applications"]
+    assert application["args"]["ingress_deployment_config"] == {
+        "num_replicas": 2,
+        "ray_actor_options": {"num_cpus": 0},
+        "graceful_shutdown_timeout_s": graceful_shutdown_timeout_s(settings.max_model_len),
+    }
     assert "ingress_cls_config" not in application["args"] and "runtime_env" not in application
     assert ray_serve_errors({"applications": [application]}) == []
