@@ -125,9 +125,10 @@ class ServeIngress(Construct):
 
 
 class ApiKeyObjects(Construct):
-    """The ingress module's ConfigMap and the keys' SecretProviderClass (mounted as files, not synced to a Secret)."""
+    """The ingress module's ConfigMap and the keys' SecretProviderClass (mounted as files, not synced to a Secret);
+    `head_account`: the head's ServiceAccount (its Pod Identity reads the keys) when nothing else makes it."""
 
-    def __init__(self, scope: Construct, construct_id: str, *, settings: Settings, refs: EndpointRefs) -> None:
+    def __init__(self, scope: Construct, construct_id: str, *, settings: Settings, refs: EndpointRefs, head_account: str | None = None) -> None:
         super().__init__(scope, construct_id)
         self.module = kplus.ConfigMap(self, "Module", metadata=cdk8s.ApiObjectMetadata(name=AUTH_CONFIG_MAP, namespace=settings.namespace))
         self.module.add_data(AUTH_MODULE_FILE.name, AUTH_MODULE_FILE.read_text())
@@ -145,6 +146,8 @@ class ApiKeyObjects(Construct):
                 {"provider": "aws", "parameters": {"region": settings.region, "usePodIdentity": "true", "objects": yaml.safe_dump(objects, sort_keys=False)}},
             )
         )
+        if head_account:
+            kplus.ServiceAccount(self, "HeadServiceAccount", metadata=cdk8s.ApiObjectMetadata(name=head_account, namespace=settings.namespace))
 
 
 def pod_volumes() -> list[dict[str, Any]]:

@@ -96,8 +96,7 @@ Q = TypeVar("Q")
 
 
 def worker_identity_needed(settings: Settings) -> bool:
-    """The GPU workers get a ServiceAccount with an EKS Pod Identity only when they read from AWS (the Hub token, the
-    S3 weights, the API keys)."""
+    """The GPU workers get a ServiceAccount with an EKS Pod Identity only when they read from AWS (Hub token, S3 weights, API keys)."""
     return bool(settings.hf_token_secret_name) or settings.model_s3 is not None or settings.serve_endpoint.api_keys
 
 
@@ -177,15 +176,10 @@ class PdRayServiceChart(cdk8s.Chart):
             self.gcs_store_objects.node.add_dependency(self.namespace_object)
 
         if s.serve_endpoint.api_keys:
-            self.api_key_objects = endpoint.ApiKeyObjects(self, "ApiKeys", settings=s, refs=props.endpoint_refs)
+            # With the GCS store the head's ServiceAccount is among its objects; without, among the keys'.
+            head_account = gcs_ft.head_service_account(s.ray_service_name) if store is None else None
+            self.api_key_objects = endpoint.ApiKeyObjects(self, "ApiKeys", settings=s, refs=props.endpoint_refs, head_account=head_account)
             self.api_key_objects.node.add_dependency(self.namespace_object)
-            if store is None:  # with the GCS store the head's ServiceAccount is among its objects
-                head_account = kplus.ServiceAccount(
-                    self,
-                    "HeadServiceAccount",
-                    metadata=cdk8s.ApiObjectMetadata(name=gcs_ft.head_service_account(s.ray_service_name), namespace=s.namespace),
-                )
-                head_account.node.add_dependency(self.namespace_object)
         if s.serve_endpoint.exposed:
             self.ingress = endpoint.ServeIngress(self, "ServeIngress", settings=s, refs=props.endpoint_refs)
             self.ingress.node.add_dependency(self.namespace_object)
@@ -231,6 +225,7 @@ class PdRayServiceChart(cdk8s.Chart):
     @staticmethod
     def _head_group(s: Settings, *, fault_tolerant: bool) -> RayServiceSpecRayClusterConfigHeadGroupSpec:
         ports = [("gcs", GCS_PORT), ("dashboard", DASHBOARD_PORT), ("serve", SERVE_PORT)]
+        volumes = [*(gcs_ft.head_volumes() if fault_tolerant else []), *endpoint.head_key_volumes(s), *([autoscaler_token_volume()] if s.autoscaling else [])]
         return RayServiceSpecRayClusterConfigHeadGroupSpec(
             # The head runs no model and no Serve replica (as KubeRay's production samples): with no CPU or
             # GPU to offer, Ray places the engines, the ingress and the router on the GPU workers.
@@ -244,12 +239,7 @@ class PdRayServiceChart(cdk8s.Chart):
                     # With the GCS store: its own identity, whose Pod Identity reads the store's token (KubeRay's
                     # autoscaler Role, if any, is then bound to it).
                     service_account_name=gcs_ft.head_service_account(s.ray_service_name) if head_identity_needed(s) else None,
-                    volumes=[
-                        *(gcs_ft.head_volumes() if fault_tolerant else []),
-                        *endpoint.head_key_volumes(s),
-                        *([autoscaler_token_volume()] if s.autoscaling else []),
-                    ]
-                    or None,
+                    volumes=volumes or None,
                     security_context=RayServiceSpecRayClusterConfigHeadGroupSpecTemplateSpecSecurityContext(
                         seccomp_profile=RayServiceSpecRayClusterConfigHeadGroupSpecTemplateSpecSecurityContextSeccompProfile(type="RuntimeDefault")
                     ),
