@@ -46,6 +46,13 @@ ACCESS_DENIED_CODES = frozenset({"AccessDenied", "AccessDeniedException", "Unaut
 TRANSIENT_CODES = frozenset({"Throttling", "ThrottlingException", "TooManyRequestsException", "RequestLimitExceeded"})
 
 
+def optional(default: Any, *, switched_on: Any) -> Any:
+    """An optional input: its default leaves its check(s) with nothing to do, `switched_on` is a value that makes them
+    run. The recording test (tests/test_preflight_observability.py) runs every check with every optional input at
+    its `switched_on`, so an AWS call of a new check that preflight/registry.py does not declare fails it."""
+    return field(default=default, metadata={"switched_on": switched_on})
+
+
 @dataclass(frozen=True)
 class PreflightInput:
     region: str
@@ -61,37 +68,37 @@ class PreflightInput:
     cluster_name: str  # the nodes this cluster already runs count as held, not as other workloads
     bootstrap_stack_name: str = "CDKToolkit"
     # Extra nodes a rolling update of each nodegroup launches before it drains the old ones.
-    gpu_update_surge_nodes: int = 0
-    system_update_surge_nodes: int = 0
+    gpu_update_surge_nodes: int = optional(0, switched_on=2)
+    system_update_surge_nodes: int = optional(0, switched_on=6)
     # The Kubernetes API endpoint: "public-and-private" | "private" | "public", and its public allow-list.
     endpoint_access: str = "public-and-private"
-    public_access_cidrs: tuple[str, ...] = ()
+    public_access_cidrs: tuple[str, ...] = optional((), switched_on=("203.0.113.0/24",))
     # A deploy over deployed stacks: the synthesized templates to compare with them (None: skip).
     redeploy: Redeploy | None = None
     helm_charts: tuple[HelmChartPin, ...] = ()
     # OBSERVABILITY=on: the managed Prometheus collector and CloudWatch's OpenTelemetry metrics store.
-    observability: bool = False
-    metrics_collector_alias: str = ""  # ours: held, not another collector
+    observability: bool = optional(False, switched_on=True)
+    metrics_collector_alias: str = optional("", switched_on="ray-llm-multinode-ray")  # ours: held, not another collector
     # This cluster's optional stacks the configuration leaves out (OBSERVABILITY=off: the observability one).
-    stacks_left_out: tuple[str, ...] = ()
+    stacks_left_out: tuple[str, ...] = optional((), switched_on=("ray-llm-multinode-observability",))
     # Cluster-admin access entries to create, and the CDK bootstrap's CloudFormation execution role (the cluster
     # creator) as the assembly names it, ${AWS::AccountId} and ${AWS::Partition} still in it.
     admin_principal_arns: tuple[str, ...] = ()
     execution_role_arn: str = ""
     vpc_azs: tuple[str, ...] = ()  # every AZ the network stack puts subnets in
-    gpu_capacity_reservation_id: str = ""
+    gpu_capacity_reservation_id: str = optional("", switched_on="cr-0123456789abcdef0")
     gpu_capacity_reservation_type: str = "on-demand"
     gpu_placement_group: str = "on"
-    autoscaling: bool = False  # PREFILL/DECODE_MAX_REPLICAS: the Cluster Autoscaler adds GPU nodes after the deploy
-    model_source: str = ""  # MODEL_SOURCE: checked on the Hub, or its S3 prefix
-    model_source_kms_key: bool = False  # MODEL_SOURCE_KMS_KEY_ARN is set
-    gcs_store_node_type: str = ""  # GCS_FAULT_TOLERANCE=redis: the store's node type; "" = no store
-    hf_token_secret_name: str = ""  # HF_TOKEN_SECRET_NAME: read only for a gated model
+    autoscaling: bool = optional(False, switched_on=True)  # PREFILL/DECODE_MAX_REPLICAS: the Cluster Autoscaler adds GPU nodes after the deploy
+    model_source: str = optional("", switched_on="s3://example-models/qwen3.5-9b")  # MODEL_SOURCE: checked on the Hub, or its S3 prefix
+    model_source_kms_key: bool = optional(False, switched_on=True)  # MODEL_SOURCE_KMS_KEY_ARN is set
+    gcs_store_node_type: str = optional("", switched_on="cache.t4g.micro")  # GCS_FAULT_TOLERANCE=redis: the store's node type; "" = no store
+    hf_token_secret_name: str = optional("", switched_on="prod/hf-token")  # HF_TOKEN_SECRET_NAME: read only for a gated model
     dlc_image: str = ""  # the reference the pods pull
     # SERVE_EXPOSURE beyond the cluster: the load balancer's certificate ("" or "none": none) and DNS name.
     serve_exposure: str = "cluster"
     serve_certificate_arn: str = ""
-    serve_hostname: str = ""
+    serve_hostname: str = optional("", switched_on="llm.example.com")
     serve_hosted_zone_id: str = ""
     # Where the tools run (RUNNER_ENVIRONMENT tells a GitHub-hosted runner): a private API must be reachable from it.
     environ: Mapping[str, str] = field(default_factory=dict)

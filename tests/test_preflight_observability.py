@@ -97,32 +97,32 @@ def test_a_transient_dataset_answer_is_a_warning_not_a_wrong_region(aws: None, c
 
 
 # Every optional input of the preflight (a PreflightInput field whose default leaves its check with nothing to do)
-# with a value that switches it on: the full run below takes them all. A new check's optional input without
-# one here fails test_the_full_run_switches_every_optional_input_on; then an AWS call it makes that
-# preflight/registry.py does not declare fails test_every_aws_call_of_the_checks_is_declared_in_the_registry.
-SWITCHED_ON: dict[str, Any] = {
-    "gpu_update_surge_nodes": 2,
-    "system_update_surge_nodes": 6,
-    "public_access_cidrs": ("203.0.113.0/24",),
+# with a value that switches it on: the full run below takes them all. Each field declares its own
+# (preflight/context.py, `optional(DEFAULT, switched_on=…)`); these are the ones only this test can give (its
+# account, Region and AZs, the base synth, what moto creates). A new check's optional input without one fails
+# test_the_full_run_switches_every_optional_input_on; then an AWS call it makes that preflight/registry.py does not
+# declare fails test_every_aws_call_of_the_checks_is_declared_in_the_registry.
+THIS_TESTS: dict[str, Any] = {
     "vpc_azs": INPUT.vpc_azs,
     "redeploy": "the pinned base synth (tests/day2_helpers.py), compared with what moto holds",
-    "observability": True,
-    "metrics_collector_alias": "ray-llm-multinode-ray",
-    "stacks_left_out": ("ray-llm-multinode-observability",),
     "admin_principal_arns": (f"arn:aws:iam::{ACCOUNT}:role/ci-deploy",),
     "execution_role_arn": "arn:${AWS::Partition}:iam::${AWS::AccountId}:role/cdk-hnb659fds-cfn-exec-role-${AWS::AccountId}-sa-east-1",
-    "gpu_capacity_reservation_id": "cr-0123456789abcdef0",
-    "autoscaling": True,
-    "model_source": "s3://example-models/qwen3.5-9b",
-    "model_source_kms_key": True,
-    "gcs_store_node_type": "cache.t4g.micro",
-    "hf_token_secret_name": "prod/hf-token",
     "dlc_image": f"763104351884.dkr.ecr.{REGION}.amazonaws.com/ray:serve-llm-cuda-v1.0",
     # An exposed endpoint's: the certificate and the zone are moto's, made by the full run's test.
     "serve_certificate_arn": "the certificate moto issues in the full run",
-    "serve_hostname": "llm.example.com",
     "serve_hosted_zone_id": "the hosted zone moto creates in the full run",
 }
+
+
+def _declared_switched_on() -> dict[str, Any]:
+    from dataclasses import fields
+
+    from preflight.context import PreflightInput
+
+    return {f.name: f.metadata["switched_on"] for f in fields(PreflightInput) if "switched_on" in f.metadata}
+
+
+SWITCHED_ON: dict[str, Any] = _declared_switched_on() | THIS_TESTS
 # Optional inputs whose checks call no AWS API (tested against servers on 127.0.0.1 in their own tests).
 NO_AWS_CALL = {
     "helm_charts": "the chart repositories' indexes over HTTPS (tests/test_preflight.py)",
@@ -140,7 +140,7 @@ def _optional_inputs() -> set[str]:
 
 def test_the_full_run_switches_every_optional_input_on() -> None:
     missing = _optional_inputs() - set(SWITCHED_ON) - set(NO_AWS_CALL)
-    assert missing == set(), f"give SWITCHED_ON a value that switches on the check(s) reading {sorted(missing)}"
+    assert missing == set(), f"declare the optional input(s) {sorted(missing)} with optional(DEFAULT, switched_on=VALUE) in preflight/context.py"
     assert set(SWITCHED_ON) | set(NO_AWS_CALL) <= _optional_inputs()
 
 
