@@ -115,10 +115,7 @@ def bench_script(props: BenchJobProps) -> str:
         steps.append(
             f"( {bench_command(props, props.long, rate)} ) & long=$!; ( {bench_command(props, props.short, rate)} ) & short=$!; wait $long; wait $short"
         )
-    steps += [
-        bench_command(props, workload, rate, max_concurrency=RAMP_MAX_CONCURRENCY)
-        for workload, rate in ramp_steps(props)
-    ]
+    steps += [bench_command(props, workload, rate, max_concurrency=RAMP_MAX_CONCURRENCY) for workload, rate in ramp_steps(props)]
     return "\n".join(steps)
 
 
@@ -130,9 +127,7 @@ class BenchJobChart(cdk8s.Chart):
         self.job = kplus.Job(
             self,
             "Bench",
-            metadata=cdk8s.ApiObjectMetadata(
-                name=props.name, namespace=props.namespace, labels={"app.kubernetes.io/name": props.name}
-            ),
+            metadata=cdk8s.ApiObjectMetadata(name=props.name, namespace=props.namespace, labels={"app.kubernetes.io/name": props.name}),
             backoff_limit=0,
             active_deadline=cdk8s.Duration.hours(2),
             ttl_after_finished=cdk8s.Duration.hours(12),
@@ -154,10 +149,7 @@ class BenchJobChart(cdk8s.Chart):
                         **(
                             {
                                 "OPENAI_API_KEY": kplus.EnvValue.from_secret_value(
-                                    kplus.SecretValue(
-                                        secret=kplus.Secret.from_secret_name(self, "ApiKey", props.api_key_secret),
-                                        key="key",
-                                    )
+                                    kplus.SecretValue(secret=kplus.Secret.from_secret_name(self, "ApiKey", props.api_key_secret), key="key")
                                 )
                             }
                             if props.api_key_secret

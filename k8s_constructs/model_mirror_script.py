@@ -82,10 +82,7 @@ class _Hashing:
         self.digest.update(data)
         if self.count >= self.next_report:
             rate = self.count / max(time.monotonic() - self.started, 1e-6) / 1e6
-            print(
-                f"  {self.label}: {self.count / 1024**3:.1f} / {self.file.size / 1024**3:.1f} GiB ({rate:.0f} MB/s)",
-                flush=True,
-            )
+            print(f"  {self.label}: {self.count / 1024**3:.1f} / {self.file.size / 1024**3:.1f} GiB ({rate:.0f} MB/s)", flush=True)
             self.next_report += PROGRESS_EVERY
         return data
 
@@ -108,9 +105,7 @@ def hub_files(endpoint: str, repo: str, revision: str, token: str) -> tuple[str,
         with _hub(endpoint, f"/api/models/{repo}/revision/{quoted}?blobs=true", token) as answer:
             info = json.load(answer)
     except urllib.error.HTTPError as error:
-        raise MirrorError(
-            f"the Hub answered {error.code} for {repo}@{revision} (gated: set HF_TOKEN_SECRET_NAME; misspelt: check HF_MODEL)"
-        ) from None
+        raise MirrorError(f"the Hub answered {error.code} for {repo}@{revision} (gated: set HF_TOKEN_SECRET_NAME; misspelt: check HF_MODEL)") from None
     except (urllib.error.URLError, OSError) as error:
         raise MirrorError(f"cannot reach the Hub at {endpoint}: {error}") from None
     files = []
@@ -118,11 +113,7 @@ def hub_files(endpoint: str, repo: str, revision: str, token: str) -> tuple[str,
         lfs = sibling.get("lfs") or {}
         if "size" not in sibling or not (lfs.get("sha256") or sibling.get("blobId")):
             raise MirrorError(f"the Hub gave no size or hash for {sibling.get('rfilename')}")
-        files.append(
-            HubFile(
-                sibling["rfilename"], int(sibling["size"]), str(lfs.get("sha256", "")), str(sibling.get("blobId", ""))
-            )
-        )
+        files.append(HubFile(sibling["rfilename"], int(sibling["size"]), str(lfs.get("sha256", "")), str(sibling.get("blobId", ""))))
     if not any(f.path == "config.json" for f in files):
         raise MirrorError(f"{repo}@{revision} has no config.json: not a model repository")
     return str(info["sha"]), sorted(files, key=lambda f: f.path)
@@ -161,9 +152,7 @@ def _copy(s3: Any, endpoint: str, repo: str, commit: str, token: str, file: HubF
             continue
         if not reader.matches():
             s3.put_object(Bucket=bucket, Key=key, Body=b"")
-            raise MirrorError(
-                f"{file.path}: the Hub sent {reader.count} bytes that do not match its published size {file.size} and {kind} {digest}"
-            )
+            raise MirrorError(f"{file.path}: the Hub sent {reader.count} bytes that do not match its published size {file.size} and {kind} {digest}")
         return
 
 
@@ -175,14 +164,10 @@ def _verify(s3: Any, bucket: str, prefix: str, files: list[HubFile]) -> None:
         while reader.read(CHUNK):
             pass
         if not reader.matches():
-            raise MirrorError(
-                f"s3://{bucket}/{prefix}{file.path}: {reader.count} bytes whose hash is not the Hub's {file.expected()[0]} {file.expected()[1]}"
-            )
+            raise MirrorError(f"s3://{bucket}/{prefix}{file.path}: {reader.count} bytes whose hash is not the Hub's {file.expected()[0]} {file.expected()[1]}")
 
 
-def mirror(
-    *, repo: str, revision: str, dest: str, endpoint: str, token: str, s3: Any, served: bool = False
-) -> dict[str, Any]:
+def mirror(*, repo: str, revision: str, dest: str, endpoint: str, token: str, s3: Any, served: bool = False) -> dict[str, Any]:
     started = time.monotonic()
     commit, listed = hub_files(endpoint, repo, revision, token)
     files, left_out = served_files(listed)
@@ -214,16 +199,11 @@ def mirror(
                 )
             # The same revision: read it back, write nothing.
             started_verify = time.monotonic()
-            print(
-                f"s3://{bucket}/{prefix} is the finished mirror of {was}: reading every object back, writing nothing",
-                flush=True,
-            )
+            print(f"s3://{bucket}/{prefix} is the finished mirror of {was}: reading every object back, writing nothing", flush=True)
             try:
                 _verify(s3, bucket, prefix, files)
             except MirrorError as error:
-                raise MirrorError(
-                    f"{error} (the finished mirror is left as it is: mirror into a prefix of its own)"
-                ) from None
+                raise MirrorError(f"{error} (the finished mirror is left as it is: mirror into a prefix of its own)") from None
             print(f"verified {len(files)} files; {COMPLETION_OBJECT} = {commit} unchanged", flush=True)
             return {
                 "repo": repo,
@@ -243,11 +223,7 @@ def mirror(
         for number, file in enumerate(files, 1):
             kind, digest = file.expected()
             old = existing.get(file.path)
-            if (
-                old
-                and old["Size"] == file.size
-                and s3.head_object(Bucket=bucket, Key=prefix + file.path).get("Metadata", {}).get(kind) == digest
-            ):
+            if old and old["Size"] == file.size and s3.head_object(Bucket=bucket, Key=prefix + file.path).get("Metadata", {}).get(kind) == digest:
                 print(f"[{number}/{len(files)}] {file.path}: already there", flush=True)
                 continue
             print(f"[{number}/{len(files)}] {file.path} ({file.size / 1024**2:.1f} MiB)", flush=True)
@@ -256,9 +232,7 @@ def mirror(
         print(f"copied in {copied - started:.0f} s; reading every object back from S3", flush=True)
         _verify(s3, bucket, prefix, files)
         # The repository it came from, for `make lookup` (what vLLM skips of a known model is not in the files' index).
-        s3.put_object(
-            Bucket=bucket, Key=prefix + COMPLETION_OBJECT, Body=commit.encode(), Metadata={MIRRORED_FROM: repo}
-        )
+        s3.put_object(Bucket=bucket, Key=prefix + COMPLETION_OBJECT, Body=commit.encode(), Metadata={MIRRORED_FROM: repo})
     except (BotoCoreError, ClientError) as error:
         raise MirrorError(f"s3://{bucket}/{prefix}: {error}") from None
     result = {

@@ -27,19 +27,13 @@ def hosted_runner_cannot_reach(endpoint_access: str, environ: Mapping[str, str])
     return ""
 
 
-def check_api_endpoint(
-    endpoint_access: str, public_access_cidrs: Sequence[str], environ: Mapping[str, str]
-) -> CheckResult:
+def check_api_endpoint(endpoint_access: str, public_access_cidrs: Sequence[str], environ: Mapping[str, str]) -> CheckResult:
     """A public endpoint open to the whole internet is allowed (hosted CI runners have no fixed address),
     but it is a choice to make knowingly; a private one must be reachable from where the tools run."""
     if endpoint_access == "private":
         unreachable = hosted_runner_cannot_reach(endpoint_access, environ)
         if unreachable:
-            return fail(
-                NAME,
-                f"{unreachable}: make kubeconfig, wait-ready, verify and the teardown would fail after the deploy",
-                RUNNER_FIX,
-            )
+            return fail(NAME, f"{unreachable}: make kubeconfig, wait-ready, verify and the teardown would fail after the deploy", RUNNER_FIX)
         return warn(
             NAME,
             "private only: reachable from inside the VPC",

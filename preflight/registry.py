@@ -34,13 +34,7 @@ def _check_model_source(ctx: Context) -> CheckResult:
         return ok("model-source", "not set")
     s3 = s3_source(source)
     if s3 is not None:
-        return check_s3_model_source(
-            ctx.client("s3"),
-            s3,
-            region=ctx.inp.region,
-            gpu_nodes=ctx.inp.gpu_node_count,
-            kms_key=ctx.inp.model_source_kms_key,
-        )
+        return check_s3_model_source(ctx.client("s3"), s3, region=ctx.inp.region, gpu_nodes=ctx.inp.gpu_node_count, kms_key=ctx.inp.model_source_kms_key)
     return check_model_source(source, token=_hub_token(ctx))
 
 
@@ -80,13 +74,7 @@ def _hub_token(ctx: Context) -> Callable[[], str] | None:
 
 
 # What reading the deployed stacks costs (preflight.deployed.read_deployed, once per run).
-_DEPLOYED = (
-    "cloudformation:DescribeStacks",
-    "cloudformation:GetTemplate",
-    "eks:DescribeCluster",
-    "eks:ListNodegroups",
-    "eks:DescribeNodegroup",
-)
+_DEPLOYED = ("cloudformation:DescribeStacks", "cloudformation:GetTemplate", "eks:DescribeCluster", "eks:ListNodegroups", "eks:DescribeNodegroup")
 
 CHECKS: tuple[Check, ...] = (
     Check("credentials", account.check_credentials, "no or expired credentials", ("sts:GetCallerIdentity",)),
@@ -168,27 +156,15 @@ CHECKS: tuple[Check, ...] = (
         "other workloads + the most this deploy holds at once exceed the GPU family's On-Demand vCPU quota: the larger of what this cluster "
         "holds and the new count, plus the surge when the plan rolls the nodegroup (`default` strategy), or old + new when it is replaced "
         "beside the old one",
-        (
-            "servicequotas:GetServiceQuota",
-            "servicequotas:GetAWSDefaultServiceQuota",
-            "ec2:DescribeInstances",
-            "ec2:DescribeInstanceTypes",
-        ),
+        ("servicequotas:GetServiceQuota", "servicequotas:GetAWSDefaultServiceQuota", "ec2:DescribeInstances", "ec2:DescribeInstanceTypes"),
     ),
     Check(
         "standard-vcpu-quota",
         quotas.check_standard_quota,
         "the same for the system nodes and the Standard On-Demand vCPU quota",
-        (
-            "servicequotas:GetServiceQuota",
-            "servicequotas:GetAWSDefaultServiceQuota",
-            "ec2:DescribeInstances",
-            "ec2:DescribeInstanceTypes",
-        ),
+        ("servicequotas:GetServiceQuota", "servicequotas:GetAWSDefaultServiceQuota", "ec2:DescribeInstances", "ec2:DescribeInstanceTypes"),
     ),
-    Check(
-        "cdk-bootstrap", account.check_bootstrap, "no usable CDK bootstrap stack", ("cloudformation:DescribeStacks",)
-    ),
+    Check("cdk-bootstrap", account.check_bootstrap, "no usable CDK bootstrap stack", ("cloudformation:DescribeStacks",)),
     Check(
         "admin-principals",
         account.check_admin_principals_of,
@@ -216,33 +192,20 @@ CHECKS: tuple[Check, ...] = (
     Check(
         "gcs-store",
         lambda ctx: check_gcs_store(
-            ctx.client("elasticache"),
-            node_type=ctx.inp.gcs_store_node_type,
-            engine=GCS_ENGINE,
-            engine_version=GCS_ENGINE_VERSION,
-            region=ctx.inp.region,
+            ctx.client("elasticache"), node_type=ctx.inp.gcs_store_node_type, engine=GCS_ENGINE, engine_version=GCS_ENGINE_VERSION, region=ctx.inp.region
         ),
         "GCS_FAULT_TOLERANCE=redis and ElastiCache does not offer GCS_STORE_NODE_TYPE or Valkey 8.1 in the Region",
         ("elasticache:DescribeReservedCacheNodesOfferings", "elasticache:DescribeCacheEngineVersions"),
     ),
     Check(
         "dlc-image",
-        lambda ctx: (
-            check_image(ctx.client("ecr"), ctx.inp.dlc_image, ctx.inp.region)
-            if ctx.inp.dlc_image
-            else ok("dlc-image", "not set")
-        ),
+        lambda ctx: check_image(ctx.client("ecr"), ctx.inp.dlc_image, ctx.inp.region) if ctx.inp.dlc_image else ok("dlc-image", "not set"),
         "DLC_IMAGE (its tag, or its digest once `make lookup` pinned it) does not exist in the Region's registry, or is another Region's",
         ("ecr:BatchGetImage",),
     ),
     Check(
         "endpoint-certificate",
-        lambda ctx: check_certificate(
-            ctx.client("acm"),
-            certificate_arn=ctx.inp.serve_certificate_arn,
-            hostname=ctx.inp.serve_hostname,
-            region=ctx.inp.region,
-        ),
+        lambda ctx: check_certificate(ctx.client("acm"), certificate_arn=ctx.inp.serve_certificate_arn, hostname=ctx.inp.serve_hostname, region=ctx.inp.region),
         "SERVE_CERTIFICATE_ARN does not exist in REGION, is not ISSUED, or does not cover SERVE_HOSTNAME (the load balancer controller "
         "would fail to make the HTTPS listener after the deploy); warns without SERVE_HOSTNAME",
         ("acm:DescribeCertificate",),
@@ -250,10 +213,7 @@ CHECKS: tuple[Check, ...] = (
     Check(
         "endpoint-hosted-zone",
         lambda ctx: check_hosted_zone(
-            ctx.client("route53"),
-            hosted_zone_id=ctx.inp.serve_hosted_zone_id,
-            hostname=ctx.inp.serve_hostname,
-            exposure=ctx.inp.serve_exposure,
+            ctx.client("route53"), hosted_zone_id=ctx.inp.serve_hosted_zone_id, hostname=ctx.inp.serve_hostname, exposure=ctx.inp.serve_exposure
         ),
         "SERVE_HOSTED_ZONE_ID does not exist or SERVE_HOSTNAME is not a name in it; warns for a private zone with an internet-facing endpoint",
         ("route53:GetHostedZone",),

@@ -118,9 +118,7 @@ def plan(before: Mapping[str, Any] | None, after: Mapping[str, Any] | None) -> l
     while True:
         for logical_id in sorted(set(old) | set(new)):
             if logical_id not in new:
-                changes[logical_id] = ResourceChange(
-                    logical_id, _entry(old[logical_id])[0], REMOVE, before=old[logical_id]
-                )
+                changes[logical_id] = ResourceChange(logical_id, _entry(old[logical_id])[0], REMOVE, before=old[logical_id])
                 continue
             if logical_id not in old:
                 changes[logical_id] = ResourceChange(logical_id, _entry(new[logical_id])[0], ADD, after=new[logical_id])
@@ -134,15 +132,11 @@ def plan(before: Mapping[str, Any] | None, after: Mapping[str, Any] | None) -> l
                 or _references(new_props.get(name), attributes_only=True) & modified
             )
             if old_type != new_type:
-                changes[logical_id] = ResourceChange(
-                    logical_id, new_type, REPLACE, tuple(differing), ("Type",), old[logical_id], new[logical_id]
-                )
+                changes[logical_id] = ResourceChange(logical_id, new_type, REPLACE, tuple(differing), ("Type",), old[logical_id], new[logical_id])
             elif differing:
                 forcing = tuple(name for name in differing if name in create_only_properties(new_type))
                 action = REPLACE if forcing else MODIFY
-                changes[logical_id] = ResourceChange(
-                    logical_id, new_type, action, tuple(differing), forcing, old[logical_id], new[logical_id]
-                )
+                changes[logical_id] = ResourceChange(logical_id, new_type, action, tuple(differing), forcing, old[logical_id], new[logical_id])
         now_replaced = {k for k, c in changes.items() if c.action == REPLACE}
         now_modified = {k for k, c in changes.items() if c.action == MODIFY}
         if (now_replaced, now_modified) == (replaced, modified):
@@ -174,11 +168,7 @@ def _kubernetes_objects(resource: Mapping[str, Any]) -> set[str]:
         objects = json.loads(manifest)
     except json.JSONDecodeError:
         return set()
-    return {
-        f"{o.get('kind')} {o.get('metadata', {}).get('namespace', '-')}/{o.get('metadata', {}).get('name')}"
-        for o in objects
-        if isinstance(o, dict)
-    }
+    return {f"{o.get('kind')} {o.get('metadata', {}).get('namespace', '-')}/{o.get('metadata', {}).get('name')}" for o in objects if isinstance(o, dict)}
 
 
 # What identifies a resource to its service, beyond CloudFormation's logical id: two resources with the
@@ -229,23 +219,15 @@ def clashes_across_stacks(stacks: list[tuple[str, list[ResourceChange]]]) -> lis
     found: list[str] = []
     for index, (stack, changes) in enumerate(stacks):
         for later_stack, later_changes in stacks[index:]:
-            removed_objects = set().union(
-                *(_kubernetes_objects(c.before) for c in later_changes if c.action in (REMOVE, REPLACE))
-            )
+            removed_objects = set().union(*(_kubernetes_objects(c.before) for c in later_changes if c.action in (REMOVE, REPLACE)))
             removed_ids = {i for c in later_changes if c.action in (REMOVE, REPLACE) and (i := identity_of(c.before))}
             for change in changes:
                 if change.action not in (ADD, REPLACE):
                     continue
                 for obj in sorted(_kubernetes_objects(change.after) & removed_objects):
-                    found.append(
-                        f"{stack}: {obj} would be applied and then deleted with an old resource of {later_stack}"
-                    )
+                    found.append(f"{stack}: {obj} would be applied and then deleted with an old resource of {later_stack}")
                 identity = identity_of(change.after)
-                if (
-                    identity
-                    and identity in removed_ids
-                    and not (change.resource_type == "AWS::EKS::Nodegroup" and later_stack == stack)
-                ):
+                if identity and identity in removed_ids and not (change.resource_type == "AWS::EKS::Nodegroup" and later_stack == stack):
                     found.append(
                         f"{stack}: {change.resource_type} {change.logical_id} would be created while the one of the same identity in {later_stack} still exists"
                     )

@@ -113,9 +113,7 @@ def check_head_fits(instance: InstanceFacts, *, observability: bool, autoscaling
         )
 
 
-def check_engine_cpus(
-    instance: InstanceFacts, engines_per_node: int, tensor_parallel_size: int, *, observability: bool
-) -> None:
+def check_engine_cpus(instance: InstanceFacts, engines_per_node: int, tensor_parallel_size: int, *, observability: bool) -> None:
     """The engines' bundles of a full GPU node must leave the ingress and router room on its worker."""
     worker_cpus = gpu_worker_resources(instance, observability=observability).cpu_milli // 1000
     bundles = engines_per_node * (tensor_parallel_size * CPUS_PER_GPU_BUNDLE + REPLICA_ACTOR_CPUS)

@@ -11,17 +11,7 @@ from typing import Final
 
 from settings import versions
 from settings.parsers import Choice, DnsLabel, Flag, Integer, OptionalInteger, Pattern, Semver
-from settings.spec_base import (
-    _RECREATE_HOW,
-    IN_PLACE,
-    NEW,
-    PREFLIGHT_ONLY,
-    RECREATE,
-    REFUSED,
-    REPLACEMENT,
-    ROLLING,
-    SettingSpec,
-)
+from settings.spec_base import _RECREATE_HOW, IN_PLACE, NEW, PREFLIGHT_ONLY, RECREATE, REFUSED, REPLACEMENT, ROLLING, SettingSpec
 from settings.specs_infra import INFRA_SPECS
 
 __all__ = ["IN_PLACE", "NEW", "PREFLIGHT_ONLY", "RECREATE", "REFUSED", "REPLACEMENT", "ROLLING", "SPECS", "SettingSpec"]
@@ -81,9 +71,7 @@ SPECS: tuple[SettingSpec, ...] = (
         "MODEL_ID",
         "qwen3.5-9b",
         "Model name clients send in requests",
-        parser=Pattern(
-            r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}", "letters, digits, '.', '_' and '-', at most 128 characters"
-        ),
+        parser=Pattern(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}", "letters, digits, '.', '_' and '-', at most 128 characters"),
         change=(IN_PLACE, "serveConfigV2: Ray Serve redeploys the application"),
     ),
     SettingSpec(
@@ -247,10 +235,7 @@ SPECS: tuple[SettingSpec, ...] = (
         "The Serve ingress requires `Authorization: Bearer KEY` with a key from Secrets Manager (generated at deploy; `make api-key`); empty: on "
         "whenever SERVE_EXPOSURE leaves the cluster, off for cluster",
         "on, off or empty; off is refused with SERVE_EXPOSURE internal or internet-facing",
-        change=(
-            RECREATE,
-            f"the serve config's ingress in place; the keys' volume on the Ray pods is a RayCluster change: {_RECREATE_HOW}",
-        ),
+        change=(RECREATE, f"the serve config's ingress in place; the keys' volume on the Ray pods is a RayCluster change: {_RECREATE_HOW}"),
     ),
     SettingSpec(
         "METRICS_NAMESPACE",
@@ -289,22 +274,14 @@ SPECS: tuple[SettingSpec, ...] = (
         "cache.t4g.micro",
         "ElastiCache node type of the GCS store (GCS_FAULT_TOLERANCE=redis): a primary and a replica in another AZ",
         "the preflight checks that the Region offers it",
-        parser=Pattern(
-            r"cache\.[a-z][a-z0-9]*\.[a-z0-9]+",
-            "an ElastiCache node type, cache.FAMILY.SIZE (e.g. cache.t4g.micro, cache.m7g.large)",
-            strip=True,
-        ),
+        parser=Pattern(r"cache\.[a-z][a-z0-9]*\.[a-z0-9]+", "an ElastiCache node type, cache.FAMILY.SIZE (e.g. cache.t4g.micro, cache.m7g.large)", strip=True),
         change=(IN_PLACE, "ElastiCache modifies the nodes (the replica first, then a failover)"),
     ),
     SettingSpec(
         "HF_TOKEN_SECRET_NAME",
         "",
         "Secrets Manager secret holding a Hugging Face token (empty = none)",
-        parser=Pattern(
-            r"[A-Za-z0-9/_+=.@-]{1,512}",
-            "empty, or a Secrets Manager secret name (letters, digits and /_+=.@-)",
-            empty_ok=True,
-        ),
+        parser=Pattern(r"[A-Za-z0-9/_+=.@-]{1,512}", "empty, or a Secrets Manager secret name (letters, digits and /_+=.@-)", empty_ok=True),
         ci_variable=True,
         change=(
             RECREATE,

@@ -16,10 +16,7 @@ INFRA_SPECS: tuple[SettingSpec, ...] = (
         "",
         parser=DnsLabel(40),
         ci_variable=True,
-        change=(
-            NEW,
-            "new stack names: a second deployment beside the first. `make destroy` the old one (with the old name) first",
-        ),
+        change=(NEW, "new stack names: a second deployment beside the first. `make destroy` the old one (with the old name) first"),
     ),
     SettingSpec(
         "REGION",
@@ -46,10 +43,7 @@ INFRA_SPECS: tuple[SettingSpec, ...] = (
         "Namespace of the RayService",
         "",
         parser=DnsLabel(),
-        change=(
-            REPLACEMENT,
-            "new Namespace and RayService applied, then the old ones deleted; the model restarts (up to 30 minutes)",
-        ),
+        change=(REPLACEMENT, "new Namespace and RayService applied, then the old ones deleted; the model restarts (up to 30 minutes)"),
     ),
     SettingSpec(
         "VPC_CIDR",
@@ -104,14 +98,7 @@ INFRA_SPECS: tuple[SettingSpec, ...] = (
         "an x86_64 EC2 type with at least 4 vCPU and 16 GiB",
         change=(ROLLING, "a new launch template version: nodes replaced one at a time (up to two extra per AZ first)"),
     ),
-    SettingSpec(
-        "SYSTEM_NODE_COUNT",
-        "1",
-        "Number of system nodes",
-        "",
-        parser=Integer(1, 10),
-        change=(IN_PLACE, "nodegroup scaling"),
-    ),
+    SettingSpec("SYSTEM_NODE_COUNT", "1", "Number of system nodes", "", parser=Integer(1, 10), change=(IN_PLACE, "nodegroup scaling")),
     SettingSpec(
         "SYSTEM_ROOT_VOLUME_GIB",
         "100",
@@ -126,10 +113,7 @@ INFRA_SPECS: tuple[SettingSpec, ...] = (
         "Name of the EFA GPU nodegroup",
         "",
         parser=DnsLabel(),
-        change=(
-            REFUSED,
-            "unless parked: `GPU_NODE_COUNT=0 make deploy`, then rename with GPU_NODE_COUNT=0, then unpark",
-        ),
+        change=(REFUSED, "unless parked: `GPU_NODE_COUNT=0 make deploy`, then rename with GPU_NODE_COUNT=0, then unpark"),
     ),
     SettingSpec(
         "GPU_NODE_TYPE",

@@ -36,18 +36,11 @@ def _list_prefix(source: S3Prefix) -> iam.PolicyStatement:
 
 def _kms(actions: list[str], key_arn: str) -> iam.PolicyStatement:
     """The bucket's SSE-KMS key, only as S3 uses it on the caller's behalf."""
-    return iam.PolicyStatement(
-        actions=actions,
-        resources=[key_arn],
-        conditions={"StringEquals": {"kms:ViaService": f"s3.{Aws.REGION}.amazonaws.com"}},
-    )
+    return iam.PolicyStatement(actions=actions, resources=[key_arn], conditions={"StringEquals": {"kms:ViaService": f"s3.{Aws.REGION}.amazonaws.com"}})
 
 
 def reader_statements(source: S3Prefix, kms_key_arn: str) -> list[iam.PolicyStatement]:
-    statements = [
-        iam.PolicyStatement(actions=list(READ_ACTIONS), resources=[source.object_arn(Aws.PARTITION)]),
-        _list_prefix(source),
-    ]
+    statements = [iam.PolicyStatement(actions=list(READ_ACTIONS), resources=[source.object_arn(Aws.PARTITION)]), _list_prefix(source)]
     if kms_key_arn:
         statements.append(_kms(["kms:Decrypt"], kms_key_arn))
     return statements
@@ -73,9 +66,7 @@ def acknowledge_prefix_wildcard(role: iam.Role, source: S3Prefix) -> None:
     )
 
 
-def mirror_writer_role(
-    scope: Construct, *, cluster: eks.ICluster, settings: Settings, source: S3Prefix
-) -> tuple[iam.Role, eks.CfnPodIdentityAssociation]:
+def mirror_writer_role(scope: Construct, *, cluster: eks.ICluster, settings: Settings, source: S3Prefix) -> tuple[iam.Role, eks.CfnPodIdentityAssociation]:
     """The mirror Job's role: write (and read back) under the prefix; with a Hub token, read that secret too."""
     role, association = pod_identity_role(
         scope,

@@ -35,12 +35,5 @@ def acknowledge_checkov_on_cdk_lambdas(stack: IConstruct) -> None:
     from aws_cdk import CfnResource
 
     for child in stack.node.find_all():
-        if (
-            isinstance(child, CfnResource)
-            and child.cfn_resource_type == "AWS::Lambda::Function"
-            and any(p in child.node.path for p in CDK_GENERATED_FUNCTIONS)
-        ):
-            child.add_metadata(
-                "checkov",
-                {"skip": [{"id": check, "comment": reason} for check, reason in CHECKOV_CDK_LAMBDA_FINDINGS.items()]},
-            )
+        if isinstance(child, CfnResource) and child.cfn_resource_type == "AWS::Lambda::Function" and any(p in child.node.path for p in CDK_GENERATED_FUNCTIONS):
+            child.add_metadata("checkov", {"skip": [{"id": check, "comment": reason} for check, reason in CHECKOV_CDK_LAMBDA_FINDINGS.items()]})

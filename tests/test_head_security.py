@@ -31,11 +31,7 @@ pytestmark = pytest.mark.skipif(SETPRIV is None, reason="needs util-linux's setp
 ROOT = os.geteuid() == 0
 # As root (the image's user, what the container runs) the bounding set is emptied too: root with no
 # capability. Any other user (a hosted CI runner) holds none to begin with; no_new_privs applies either way.
-NO_CAPABILITIES = [
-    str(SETPRIV),
-    "--no-new-privs",
-    *(["--bounding-set=-all", "--inh-caps=-all", "--ambient-caps=-all"] if ROOT else []),
-]
+NO_CAPABILITIES = [str(SETPRIV), "--no-new-privs", *(["--bounding-set=-all", "--inh-caps=-all", "--ambient-caps=-all"] if ROOT else [])]
 
 
 def _capabilities(pid: int) -> dict[str, int]:
@@ -66,11 +62,7 @@ def test_the_head_container_drops_every_capability() -> None:
 
     ray_service = build_rayservice_chart(settings_for()).ray_service.to_json()
     (head,) = ray_service["spec"]["rayClusterConfig"]["headGroupSpec"]["template"]["spec"]["containers"]
-    assert head["securityContext"] == {
-        "allowPrivilegeEscalation": False,
-        "capabilities": {"drop": ["ALL"]},
-        "seccompProfile": {"type": "RuntimeDefault"},
-    }
+    assert head["securityContext"] == {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}, "seccompProfile": {"type": "RuntimeDefault"}}
 
 
 @pytest.fixture(scope="module")
@@ -99,9 +91,7 @@ def head_without_capabilities() -> Iterator[tuple[str, Path, int]]:
     try:
         yield f"127.0.0.1:{gcs_port}", temp_dir, serve_port
     finally:
-        stopped = subprocess.run(
-            [*NO_CAPABILITIES, ray, "stop", "--force"], capture_output=True, text=True, timeout=120, env=env
-        )
+        stopped = subprocess.run([*NO_CAPABILITIES, ray, "stop", "--force"], capture_output=True, text=True, timeout=120, env=env)
         shutil.rmtree(temp_dir, ignore_errors=True)
         assert stopped.returncode == 0, stopped.stderr[-2000:]
 

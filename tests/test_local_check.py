@@ -40,14 +40,7 @@ from tools.local_check.shape import (
 from tools.local_check.tokenizer import tokenizer_files, vocab_size
 
 REPO = Path(__file__).resolve().parent.parent
-H200 = Host(
-    gpus=1,
-    gpu_name="NVIDIA H200",
-    gpu_total_bytes=150_754_820_096,
-    compute_capability=(9, 0),
-    efa=False,
-    cutlass_dsl=False,
-)
+H200 = Host(gpus=1, gpu_name="NVIDIA H200", gpu_total_bytes=150_754_820_096, compute_capability=(9, 0), efa=False, cutlass_dsl=False)
 L4 = Target("L4", 23_034 * 1024 * 1024, hybrid_gdn=True)
 
 
@@ -76,9 +69,7 @@ def test_gpus_are_shared_in_turn_when_the_host_has_fewer(plan: dict[str, Any]) -
 
 def test_every_change_one_host_forces_is_named_and_nothing_else_changes(plan: dict[str, Any]) -> None:
     deployed = serve_config(plan["rayservice"])
-    patched, changes = patch_serve_config(
-        deployed, host=H200, target=L4, model_path="/m", random_weights=True, shared_gpu=True, kv_cache_bytes=2 * GIB
-    )
+    patched, changes = patch_serve_config(deployed, host=H200, target=L4, model_path="/m", random_weights=True, shared_gpu=True, kv_cache_bytes=2 * GIB)
     assert {c.what for c in changes} == {
         "model_source",
         "engine_kwargs.load_format",
@@ -93,9 +84,7 @@ def test_every_change_one_host_forces_is_named_and_nothing_else_changes(plan: di
         before, after = (c["applications"][0]["args"][f"{phase}_config"] for c in (deployed, patched))
         engine = after["engine_kwargs"]
         # The deployed GPU's budget on the bigger one: 0.9 x the L4's total.
-        assert engine["gpu_memory_utilization"] * H200.gpu_total_bytes == pytest.approx(
-            0.9 * L4.gpu_total_bytes, rel=1e-3
-        )
+        assert engine["gpu_memory_utilization"] * H200.gpu_total_bytes == pytest.approx(0.9 * L4.gpu_total_bytes, rel=1e-3)
         assert (engine["max_num_batched_tokens"], engine["max_num_seqs"]) == (2048, 256)
         assert engine["kv_transfer_config"]["kv_connector_extra_config"]["backends"] == ["UCX"]
         # What the deploy decides stays: roles, eager, length, placement, accelerator type.
@@ -108,22 +97,9 @@ def test_every_change_one_host_forces_is_named_and_nothing_else_changes(plan: di
 
 
 def test_a_host_like_the_target_changes_only_the_model(plan: dict[str, Any]) -> None:
-    host = Host(
-        gpus=2,
-        gpu_name="NVIDIA L4",
-        gpu_total_bytes=L4.gpu_total_bytes,
-        compute_capability=(8, 9),
-        efa=True,
-        cutlass_dsl=False,
-    )
+    host = Host(gpus=2, gpu_name="NVIDIA L4", gpu_total_bytes=L4.gpu_total_bytes, compute_capability=(8, 9), efa=True, cutlass_dsl=False)
     _, changes = patch_serve_config(
-        serve_config(plan["rayservice"]),
-        host=host,
-        target=L4,
-        model_path="Qwen/Qwen3.5-9B",
-        random_weights=False,
-        shared_gpu=False,
-        kv_cache_bytes=None,
+        serve_config(plan["rayservice"]), host=host, target=L4, model_path="Qwen/Qwen3.5-9B", random_weights=False, shared_gpu=False, kv_cache_bytes=None
     )
     assert changes == []
     extra, named = accelerator_resources(serve_config(plan["rayservice"]), host)
@@ -138,15 +114,7 @@ def test_the_bundles_accelerator_is_advertised_on_another_gpu(plan: dict[str, An
 
 def test_sharing_a_gpu_needs_the_kv_cache_size(plan: dict[str, Any]) -> None:
     with pytest.raises(ValueError, match="KV cache size"):
-        patch_serve_config(
-            serve_config(plan["rayservice"]),
-            host=H200,
-            target=L4,
-            model_path="/m",
-            random_weights=True,
-            shared_gpu=True,
-            kv_cache_bytes=None,
-        )
+        patch_serve_config(serve_config(plan["rayservice"]), host=H200, target=L4, model_path="/m", random_weights=True, shared_gpu=True, kv_cache_bytes=None)
 
 
 def test_the_lone_engine_has_the_phase_kwargs_without_the_connector(plan: dict[str, Any]) -> None:
@@ -162,12 +130,7 @@ def test_worker_env_is_the_pods_with_what_a_host_lacks_replaced(plan: dict[str, 
     assert env["VLLM_HOST_IP"] == "127.0.0.1"
     assert env["HF_HOME"] == str(tmp_path)
     assert env["TRITON_CACHE_DIR"] == f"{tmp_path}/triton"
-    assert {c.what for c in changes} == {
-        "env VLLM_HOST_IP",
-        "env HF_HOME",
-        "env TRITON_CACHE_DIR",
-        "env VLLM_CACHE_ROOT",
-    }
+    assert {c.what for c in changes} == {"env VLLM_HOST_IP", "env HF_HOME", "env TRITON_CACHE_DIR", "env VLLM_CACHE_ROOT"}
 
 
 def test_parity_lengths_reach_max_model_len() -> None:
@@ -236,9 +199,7 @@ def test_stand_in_tokenizer_covers_the_vocabulary_exactly() -> None:
 
 
 def test_nixl_lines_are_read_as_make_verify_reads_them(tmp_path: Path) -> None:
-    (tmp_path / "worker-1.out").write_text(
-        "x\n2026-12-01 22:27:26 NIXL INFO    _api.py:390 Backend UCX was instantiated\n"
-    )
+    (tmp_path / "worker-1.out").write_text("x\n2026-12-01 22:27:26 NIXL INFO    _api.py:390 Backend UCX was instantiated\n")
     (tmp_path / "worker-2.err").write_text("Transfer plan: TransferTopology(tp_ratio=1, num_kv_heads=4)\n")
     (tmp_path / "worker-3.out").write_text("libfabric: fi_mr_reg failed\n")
     backend, plans = nixl_lines(tmp_path)
@@ -260,11 +221,7 @@ def test_without_the_images_stack_it_stops_with_one_line(tmp_path: Path) -> None
     assert done.stderr.strip().count("\n") == 0
     assert "vllm is not installed (the image has 0.26.0)" in done.stderr and "requirements-gpu.txt" in done.stderr
     done = subprocess.run(
-        [sys.executable, "-m", "tools.local_check", "run", "--plan", str(tmp_path / "none.json")],
-        capture_output=True,
-        text=True,
-        cwd=REPO,
-        check=False,
+        [sys.executable, "-m", "tools.local_check", "run", "--plan", str(tmp_path / "none.json")], capture_output=True, text=True, cwd=REPO, check=False
     )
     assert done.returncode == 2 and done.stderr.startswith("error: no plan at")
 
@@ -274,17 +231,8 @@ def test_the_whole_flow_on_a_real_ray_cluster_with_a_stand_in_engine(plan: dict[
     for; the serve config as patched; every route, parity, the NIXL lines from the Ray session's logs, a benchmark run
     (a stand-in command printing the Job's marker lines), the memory comparison; the JSON and the chart."""
     marker = plan["bench_result_marker"]
-    result = {
-        "median_ttft_ms": 12.0,
-        "p99_ttft_ms": 20.0,
-        "median_itl_ms": 3.0,
-        "p99_itl_ms": 5.0,
-        "p50_ttft_ms": 12.0,
-        "p50_itl_ms": 3.0,
-    }
-    stand_in = "python3 -c " + json.dumps(
-        f"import json,sys; print({marker!r} + json.dumps({{**{result!r}, 'workload': sys.argv[1], 'rate': 2.0}}))"
-    )
+    result = {"median_ttft_ms": 12.0, "p99_ttft_ms": 20.0, "median_itl_ms": 3.0, "p99_itl_ms": 5.0, "p50_ttft_ms": 12.0, "p50_itl_ms": 3.0}
+    stand_in = "python3 -c " + json.dumps(f"import json,sys; print({marker!r} + json.dumps({{**{result!r}, 'workload': sys.argv[1], 'rate': 2.0}}))")
     plan = {**plan, "bench": [{"rate": 2.0, "long": f"{stand_in} long", "short": f"{stand_in} short"}]}
     (tmp_path / "plan.json").write_text(json.dumps(plan))
     model = tmp_path / "model"
@@ -299,15 +247,7 @@ def test_the_whole_flow_on_a_real_ray_cluster_with_a_stand_in_engine(plan: dict[
     report = json.loads((out / "local-check.json").read_text())
     steps = {s["name"]: s for s in report["steps"]}
     assert code == 0, [s for s in report["steps"] if not s["ok"]]
-    assert {
-        "GET /v1/models",
-        "POST /v1/completions",
-        "POST /v1/chat/completions",
-        "parity",
-        "nixl",
-        "bench",
-        "memory decode",
-    } <= set(steps)
+    assert {"GET /v1/models", "POST /v1/completions", "POST /v1/chat/completions", "parity", "nixl", "bench", "memory decode"} <= set(steps)
     assert [p["prompt_tokens"] for p in report["parity"]] == parity_lengths(plan["max_model_len"], 32, count=3)
     assert all(p["equal"] for p in report["parity"])
     assert "UCX" in steps["nixl"]["detail"]

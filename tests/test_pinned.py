@@ -24,9 +24,7 @@ def test_every_setting_is_pinned_or_follows_a_version_pin() -> None:
         v.version for v in vars(versions).values() if isinstance(getattr(v, "version", None), str)
     }
     followers = {env: SPECS_BY_CONTEXT_KEY[env.lower()].default for env in VERSION_FOLLOWERS}
-    assert {env: default for env, default in followers.items() if default not in pins} == {}, (
-        "null in pinned_settings.json: only for an artifact's pin"
-    )
+    assert {env: default for env, default in followers.items() if default not in pins} == {}, "null in pinned_settings.json: only for an artifact's pin"
 
 
 @pytest.fixture
@@ -51,41 +49,17 @@ def test_the_tests_settings_do_not_move_with_the_defaults(flipped: None) -> None
 
 
 def _pytest_flipped(*args: str) -> subprocess.CompletedProcess[str]:
-    command = [
-        sys.executable,
-        "-m",
-        "pytest",
-        "-q",
-        "-p",
-        "no:randomly",
-        "-p",
-        "no:cacheprovider",
-        "-n",
-        "0",
-        "-p",
-        "tests.flip_defaults",
-        "-rf",
-        *args,
-    ]
+    command = [sys.executable, "-m", "pytest", "-q", "-p", "no:randomly", "-p", "no:cacheprovider", "-n", "0", "-p", "tests.flip_defaults", "-rf", *args]
     return subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=600)
 
 
 def test_a_flipped_default_breaks_only_the_defaults_tests() -> None:
     others = _pytest_flipped(
-        "-m",
-        "not defaults",
-        "tests/test_settings.py",
-        "tests/test_lookup.py",
-        "tests/test_model_fit.py",
-        "tests/test_preflight_first_deploy.py",
+        "-m", "not defaults", "tests/test_settings.py", "tests/test_lookup.py", "tests/test_model_fit.py", "tests/test_preflight_first_deploy.py"
     )
     assert others.returncode == 0, others.stdout[-3000:]
-    defaults = _pytest_flipped(
-        "-m", "defaults", "tests/test_settings.py", "tests/test_dist.py::test_dist_is_in_step_with_the_code"
-    )
-    failed = sorted(
-        line.split()[1].split("::")[1] for line in defaults.stdout.splitlines() if line.startswith("FAILED ")
-    )
+    defaults = _pytest_flipped("-m", "defaults", "tests/test_settings.py", "tests/test_dist.py::test_dist_is_in_step_with_the_code")
+    failed = sorted(line.split()[1].split("::")[1] for line in defaults.stdout.splitlines() if line.startswith("FAILED "))
     assert failed == [
         "test_defaults_are_the_references",
         "test_dist_is_in_step_with_the_code",

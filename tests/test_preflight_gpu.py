@@ -112,6 +112,4 @@ def test_missing_efa_field_is_unknown_not_supported(aws: None) -> None:
     efa = by_name(run_checks(INPUT, session))["gpu-efa"]
 
     assert efa.ok is False
-    assert efa.detail == (
-        "EFA support of g6.8xlarge unknown: DescribeInstanceTypes returned no NetworkInfo.EfaSupported"
-    )
+    assert efa.detail == ("EFA support of g6.8xlarge unknown: DescribeInstanceTypes returned no NetworkInfo.EfaSupported")

@@ -29,17 +29,7 @@ PROMPT = "Say hello in five words."
 
 
 def load_balancer_host(settings: Settings, kubectl: Kubectl) -> str:
-    got = kubectl(
-        [
-            "get",
-            "ingress",
-            "-n",
-            settings.namespace,
-            ingress_name(settings),
-            "-o",
-            "jsonpath={.status.loadBalancer.ingress[0].hostname}",
-        ]
-    )
+    got = kubectl(["get", "ingress", "-n", settings.namespace, ingress_name(settings), "-o", "jsonpath={.status.loadBalancer.ingress[0].hostname}"])
     return got.stdout.strip() if got.returncode == 0 else ""
 
 
@@ -57,9 +47,7 @@ def keys_secret_arn(settings: Settings, session: Any) -> str:
 
 
 def read_key(settings: Settings, session: Any, name: str = FIRST_KEY) -> str:
-    secret = session.client("secretsmanager", region_name=settings.region).get_secret_value(
-        SecretId=keys_secret_arn(settings, session)
-    )
+    secret = session.client("secretsmanager", region_name=settings.region).get_secret_value(SecretId=keys_secret_arn(settings, session))
     keys = json.loads(secret["SecretString"])
     return str(keys.get(name) or next(iter(keys.values())))
 
@@ -76,9 +64,7 @@ class Probe:
         return self.without_key == 401 and self.with_key == 200 and bool(self.answer.strip())
 
 
-def _post(
-    url: str, body: dict[str, Any], key: str | None, context: ssl.SSLContext | None, timeout: float
-) -> tuple[int, Any]:
+def _post(url: str, body: dict[str, Any], key: str | None, context: ssl.SSLContext | None, timeout: float) -> tuple[int, Any]:
     headers = {"Content-Type": "application/json", **({"Authorization": f"Bearer {key}"} if key else {})}
     request = urllib.request.Request(url, data=json.dumps(body).encode(), headers=headers, method="POST")
     try:
@@ -145,11 +131,7 @@ def main(argv: list[str] | None = None) -> int:
         import boto3
 
         print("# The key generated at deploy (add named keys, or rotate, with put-secret-value: docs/endpoint.md):")
-        print(
-            "export OPENAI_API_KEY=$("
-            + api_key_howto(settings, keys_secret_arn(settings, boto3.session.Session()))
-            + ")"
-        )
+        print("export OPENAI_API_KEY=$(" + api_key_howto(settings, keys_secret_arn(settings, boto3.session.Session())) + ")")
         return 0
     if not endpoint.exposed:
         print(
@@ -163,10 +145,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: cannot reach cluster {settings.cluster_name} in {settings.region}: {error}", file=sys.stderr)
         return 2
     if not host:
-        print(
-            f"error: the Ingress {settings.namespace}/{ingress_name(settings)} has no load balancer yet (kubectl describe ingress)",
-            file=sys.stderr,
-        )
+        print(f"error: the Ingress {settings.namespace}/{ingress_name(settings)} has no load balancer yet (kubectl describe ingress)", file=sys.stderr)
         return 1
     url = base_url(settings, host)
     print(f"{url}/v1  ({endpoint.scheme} load balancer {host})")

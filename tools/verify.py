@@ -96,9 +96,7 @@ def check_gpu_nodes(settings: Settings, nodes: dict[str, Any]) -> Step:
     detail = f"{len(items)} of {settings.gpu_node_count} GPU node(s), each {want_gpu} GPU / {want_efa} EFA"
     ok = len(items) == settings.gpu_node_count and not short
     look = "kubectl describe nodes -l role=gpu-worker; kubectl get pods -n kube-system -o wide | grep -E 'nvidia|efa'"
-    return Step(
-        "gpu-nodes", ok, detail if ok else f"{detail}: {'; '.join(short) or 'missing nodes'}", "" if ok else look
-    )
+    return Step("gpu-nodes", ok, detail if ok else f"{detail}: {'; '.join(short) or 'missing nodes'}", "" if ok else look)
 
 
 def check_nixl(settings: Settings, backends: dict[str, str]) -> Step:
@@ -131,18 +129,15 @@ def check_completion(settings: Settings, answer: dict[str, Any] | None, error: s
         text = ""
     ok = bool(text)
     detail = f"{settings.model_id} answered {text[:60]!r}" if ok else f"no answer: {error or json.dumps(answer)[:200]}"
-    return Step(
-        "completion",
-        ok,
-        detail,
-        "" if ok else f"kubectl describe rayservice -n {settings.namespace} {settings.ray_service_name}",
-    )
+    return Step("completion", ok, detail, "" if ok else f"kubectl describe rayservice -n {settings.namespace} {settings.ray_service_name}")
 
 
 def check_metrics_collector(settings: Settings, scrapers: list[dict[str, Any]] | None, error: str = "") -> Step:
     """The observability stack's collector (AMP ListScrapers, filtered by its alias) must be ACTIVE."""
     alias = settings.metrics_collector_alias
-    look = f"aws amp list-scrapers --region {settings.region} --filters alias={alias} (statusReason), and the {settings.stack_names['observability']} stack events"
+    look = (
+        f"aws amp list-scrapers --region {settings.region} --filters alias={alias} (statusReason), and the {settings.stack_names['observability']} stack events"
+    )
     if scrapers is None:
         return Step("metrics", False, f"cannot list the metrics collectors: {error}", look)
     # An alias need not be unique: while CloudFormation replaces the collector, the old one is DELETING.
@@ -153,11 +148,7 @@ def check_metrics_collector(settings: Settings, scrapers: list[dict[str, Any]] |
     status = chosen.get("status", {}).get("statusCode", "?")
     reason = chosen.get("statusReason", "")
     ok = status == "ACTIVE"
-    detail = (
-        f"collector {alias} {status}"
-        + ("" if ok or not reason else f": {reason}")
-        + (" (scraping into CloudWatch, PromQL)" if ok else "")
-    )
+    detail = f"collector {alias} {status}" + ("" if ok or not reason else f": {reason}") + (" (scraping into CloudWatch, PromQL)" if ok else "")
     return Step("metrics", ok, detail, "" if ok else look)
 
 
@@ -173,15 +164,8 @@ def check_engine_series(settings: Settings, result: list[dict[str, Any]] | None,
     phases = sorted({str(r.get("metric", {}).get(METRICS_PHASE_LABEL, "")) for r in result} - {""})
     missing = [p for p in ENGINE_PHASES if p not in phases]
     if missing:
-        return Step(
-            "metrics",
-            False,
-            f"collector ACTIVE, but no {ENGINE_REQUESTS_RUNNING} series from {', '.join(missing)} in CloudWatch",
-            look,
-        )
-    return Step(
-        "metrics", True, f"collector ACTIVE; {ENGINE_REQUESTS_RUNNING} arriving from {', '.join(phases)} (PromQL)"
-    )
+        return Step("metrics", False, f"collector ACTIVE, but no {ENGINE_REQUESTS_RUNNING} series from {', '.join(missing)} in CloudWatch", look)
+    return Step("metrics", True, f"collector ACTIVE; {ENGINE_REQUESTS_RUNNING} arriving from {', '.join(phases)} (PromQL)")
 
 
 def list_collectors(settings: Settings, client: Any | None = None) -> tuple[list[dict[str, Any]] | None, str]:
@@ -191,9 +175,7 @@ def list_collectors(settings: Settings, client: Any | None = None) -> tuple[list
 
     try:
         amp = client or boto3.session.Session().client("amp", region_name=settings.region)
-        scrapers: list[dict[str, Any]] = amp.list_scrapers(filters={"alias": [settings.metrics_collector_alias]}).get(
-            "scrapers", []
-        )
+        scrapers: list[dict[str, Any]] = amp.list_scrapers(filters={"alias": [settings.metrics_collector_alias]}).get("scrapers", [])
         return scrapers, ""
     except (BotoCoreError, ClientError) as error:
         return None, str(error).splitlines()[0][:200]
@@ -215,18 +197,10 @@ def _time(stamp: str | None) -> float | None:
 
 
 def phases(
-    start: float | None,
-    cloudformation_done: float | None,
-    pods: dict[str, Any],
-    ray_service: dict[str, Any],
-    first_token: float | None,
+    start: float | None, cloudformation_done: float | None, pods: dict[str, Any], ray_service: dict[str, Any], first_token: float | None
 ) -> dict[str, float | None]:
     """Seconds from the deploy's start to each phase, from the objects' own timestamps (None: not reached)."""
-    ray_pods = [
-        p
-        for p in pods.get("items", [])
-        if p.get("metadata", {}).get("labels", {}).get(RAY_NODE_LABEL[0]) == RAY_NODE_LABEL[1]
-    ]
+    ray_pods = [p for p in pods.get("items", []) if p.get("metadata", {}).get("labels", {}).get(RAY_NODE_LABEL[0]) == RAY_NODE_LABEL[1]]
     scheduled = [
         _time(c.get("lastTransitionTime"))
         for p in ray_pods
@@ -262,18 +236,7 @@ def phases(
 
 def _completion(settings: Settings, kubectl: Kubectl) -> tuple[dict[str, Any] | None, str]:
     """One chat completion from the head pod (a Ray pod, so the NetworkPolicies let it reach Serve)."""
-    head = kubectl(
-        [
-            "get",
-            "pods",
-            "-n",
-            settings.namespace,
-            "-l",
-            selector(NODE_TYPE_LABEL, "head"),
-            "-o",
-            "jsonpath={.items[0].metadata.name}",
-        ]
-    )
+    head = kubectl(["get", "pods", "-n", settings.namespace, "-l", selector(NODE_TYPE_LABEL, "head"), "-o", "jsonpath={.items[0].metadata.name}"])
     if head.returncode != 0 or not head.stdout.strip():
         return None, "no head pod"
     body = json.dumps({"model": settings.model_id, "messages": [{"role": "user", "content": PROMPT}], "max_tokens": 16})
@@ -289,21 +252,7 @@ def _completion(settings: Settings, kubectl: Kubectl) -> tuple[dict[str, Any] | 
         + f"req = urllib.request.Request('http://127.0.0.1:{SERVE_PORT}/v1/chat/completions', data=sys.argv[1].encode(), headers=headers); "
         "print(urllib.request.urlopen(req, timeout=300).read().decode())"
     )
-    got = kubectl(
-        [
-            "exec",
-            "-n",
-            settings.namespace,
-            head.stdout.strip(),
-            "-c",
-            HEAD_CONTAINER,
-            "--",
-            "python",
-            "-c",
-            script,
-            body,
-        ]
-    )
+    got = kubectl(["exec", "-n", settings.namespace, head.stdout.strip(), "-c", HEAD_CONTAINER, "--", "python", "-c", script, body])
     if got.returncode != 0:
         return None, got.stderr.strip()[-300:]
     try:
@@ -318,12 +267,7 @@ def check_endpoint(settings: Settings, got: Probe) -> Step:
         if not got.error
         else got.error
     )
-    return Step(
-        "endpoint",
-        got.ok,
-        detail,
-        "" if got.ok else f"kubectl describe ingress -n {settings.namespace} {ingress_name(settings)}",
-    )
+    return Step("endpoint", got.ok, detail, "" if got.ok else f"kubectl describe ingress -n {settings.namespace} {ingress_name(settings)}")
 
 
 def _probe_endpoint(settings: Settings, kubectl: Kubectl) -> Probe:
@@ -331,15 +275,8 @@ def _probe_endpoint(settings: Settings, kubectl: Kubectl) -> Probe:
 
     host = load_balancer_host(settings, kubectl)
     if not host:
-        return Probe(
-            0, 0, "", "the Ingress has no load balancer address (the controller's events: kubectl describe ingress)"
-        )
-    return probe(
-        base_url(settings, host),
-        settings.model_id,
-        read_key(settings, boto3.session.Session()),
-        context=tls_context(settings),
-    )
+        return Probe(0, 0, "", "the Ingress has no load balancer address (the controller's events: kubectl describe ingress)")
+    return probe(base_url(settings, host), settings.model_id, read_key(settings, boto3.session.Session()), context=tls_context(settings))
 
 
 def verify(
@@ -376,11 +313,7 @@ def verify(
     result.steps.append(check_gpu_nodes(settings, nodes))
 
     pods = _json(kubectl, ["get", "pods", "-n", ns]) or {}
-    workers = [
-        p["metadata"]["name"]
-        for p in pods.get("items", [])
-        if p["metadata"].get("labels", {}).get(NODE_TYPE_LABEL) == "worker"
-    ]
+    workers = [p["metadata"]["name"] for p in pods.get("items", []) if p["metadata"].get("labels", {}).get(NODE_TYPE_LABEL) == "worker"]
     backends = worker_backends(settings, kubectl, workers)
     result.steps.append(check_nixl(settings, backends))
 
@@ -409,11 +342,7 @@ def verify(
     first_token = clock() if answer else None
     result.steps.append(check_completion(settings, answer, error))
     if settings.serve_endpoint.exposed:
-        got = (
-            (endpoint_probe or (lambda: _probe_endpoint(settings, kubectl)))()
-            if ready
-            else Probe(0, 0, "", "skipped: the RayService is not ready")
-        )
+        got = (endpoint_probe or (lambda: _probe_endpoint(settings, kubectl)))() if ready else Probe(0, 0, "", "skipped: the RayService is not ready")
         result.steps.append(check_endpoint(settings, got))
     if settings.observability:
         scrapers, why = (collectors or (lambda: list_collectors(settings)))()
@@ -433,14 +362,9 @@ def verify(
 
 
 def table(result: Result) -> str:
-    lines = [f"{'STEP':<12} {'RESULT':<6} DETAIL"] + [
-        f"{s.name:<12} {'PASS' if s.ok else 'FAIL':<6} {s.detail}" for s in result.steps
-    ]
+    lines = [f"{'STEP':<12} {'RESULT':<6} DETAIL"] + [f"{s.name:<12} {'PASS' if s.ok else 'FAIL':<6} {s.detail}" for s in result.steps]
     lines += ["", f"{'PHASE':<20} SINCE make deploy"]
-    lines += [
-        f"{phase:<20} {'-' if seconds is None else f'{int(seconds) // 60}m{int(seconds) % 60:02d}s'}"
-        for phase, seconds in result.phases.items()
-    ]
+    lines += [f"{phase:<20} {'-' if seconds is None else f'{int(seconds) // 60}m{int(seconds) % 60:02d}s'}" for phase, seconds in result.phases.items()]
     lines += [f"look closer: {s.name}: {s.look_closer}" for s in result.steps if not s.ok]
     return "\n".join(lines)
 
@@ -452,11 +376,7 @@ def _stamp(path: Path) -> float | None:
 @one_line_errors
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument(
-        "--timeout",
-        default=os.environ.get("VERIFY_TIMEOUT", "45m"),
-        help="how long to wait for the RayService (e.g. 45m)",
-    )
+    parser.add_argument("--timeout", default=os.environ.get("VERIFY_TIMEOUT", "45m"), help="how long to wait for the RayService (e.g. 45m)")
     parser.add_argument("--result", type=Path, default=Path(os.environ.get("VERIFY_RESULT", "verify-result.json")))
     args = parser.parse_args(argv)
 
@@ -464,30 +384,17 @@ def main(argv: list[str] | None = None) -> int:
     timeout_s = duration_seconds(args.timeout)
     try:
         with cluster_kubectl(settings.region, settings.cluster_name) as kubectl:
-            result = verify(
-                settings,
-                kubectl,
-                timeout_s=timeout_s,
-                start=_stamp(DEPLOY_STARTED),
-                cloudformation_done=_stamp(CLOUDFORMATION_DONE),
-            )
+            result = verify(settings, kubectl, timeout_s=timeout_s, start=_stamp(DEPLOY_STARTED), cloudformation_done=_stamp(CLOUDFORMATION_DONE))
     except ClusterUnreachable as error:
         print(f"error: cannot reach cluster {settings.cluster_name} in {settings.region}: {error}", file=sys.stderr)
         return 2
     print(table(result))
-    args.result.write_text(
-        json.dumps(
-            {"ok": result.ok, "steps": [asdict(s) for s in result.steps], "phases_seconds": result.phases}, indent=2
-        )
-        + "\n"
-    )
+    args.result.write_text(json.dumps({"ok": result.ok, "steps": [asdict(s) for s in result.steps], "phases_seconds": result.phases}, indent=2) + "\n")
     failed = [s.name for s in result.steps if not s.ok]
     if failed:
         print(f"error: verification failed at {', '.join(failed)} (see `look closer` above)", file=sys.stderr)
         return 1
-    print(
-        f"verified: {settings.ray_service_name} serves {settings.model_id}, KV cache over LIBFABRIC (EFA); result in {args.result}"
-    )
+    print(f"verified: {settings.ray_service_name} serves {settings.model_id}, KV cache over LIBFABRIC (EFA); result in {args.result}")
     return 0
 
 

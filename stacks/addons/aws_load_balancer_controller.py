@@ -114,12 +114,7 @@ def grant(role: iam.Role, settings: Settings) -> None:
         role.add_to_policy(iam.PolicyStatement.from_json(statement))
     published = json.loads(PUBLISHED_POLICY.read_text())
     wildcards = sorted(
-        {
-            _nag_form(r)
-            for s in published["Statement"]
-            for r in (s["Resource"] if isinstance(s["Resource"], list) else [s["Resource"]])
-            if "*" in r
-        }
+        {_nag_form(r) for s in published["Statement"] for r in (s["Resource"] if isinstance(s["Resource"], list) else [s["Resource"]]) if "*" in r}
     )
     nag.acknowledge(
         role,
@@ -140,8 +135,6 @@ ADDON = HelmAddon(
     values=values,
     enabled=lambda s: s.serve_endpoint.exposed,
     purpose="the load balancer of the Serve endpoint (SERVE_EXPOSURE internal or internet-facing)",
-    pod_identity=PodIdentityGrant(
-        SERVICE_ACCOUNT, lambda s: f"manages the load balancers tagged {TRACKING_TAG}={s.cluster_name}", grant
-    ),
+    pod_identity=PodIdentityGrant(SERVICE_ACCOUNT, lambda s: f"manages the load balancers tagged {TRACKING_TAG}={s.cluster_name}", grant),
     deploy_values=deploy_values,
 )

@@ -22,9 +22,7 @@ from tools.local_check.shape import Report
 TRANSFER_PLAN_MARKER = "Transfer plan"  # the decode engine's NIXL handshake (vLLM 0.26, nixl_connector.py)
 
 
-def http(
-    method: str, url: str, body: dict[str, Any] | None = None, *, key: str | None = None, timeout: float = 300
-) -> tuple[int, Any]:
+def http(method: str, url: str, body: dict[str, Any] | None = None, *, key: str | None = None, timeout: float = 300) -> tuple[int, Any]:
     data = json.dumps(body).encode() if body is not None else None
     headers = {"Content-Type": "application/json", **({"Authorization": f"Bearer {key}"} if key else {})}
     request = urllib.request.Request(url, data=data, method=method, headers=headers)
@@ -42,9 +40,7 @@ def http(
         return 0, str(error)
 
 
-def wait_ready(
-    base: str, model_id: str, key: str | None, timeout_s: float, sleep: Callable[[float], None] = time.sleep
-) -> float:
+def wait_ready(base: str, model_id: str, key: str | None, timeout_s: float, sleep: Callable[[float], None] = time.sleep) -> float:
     started = time.monotonic()
     while time.monotonic() - started < timeout_s:
         status, body = http("GET", f"{base}/v1/models", key=key, timeout=10)
@@ -59,23 +55,11 @@ def check_routes(report: Report, base: str, model_id: str, key: str | None, *, p
     ids = [m.get("id") for m in (body or {}).get("data", [])] if status == 200 and isinstance(body, dict) else []
     report.add(f"{prefix}GET /v1/models", model_id in ids, f"{status}: {ids}")
     status, body = http(
-        "POST",
-        f"{base}/v1/completions",
-        {"model": model_id, "prompt": "The capital of France is", "max_tokens": 16, "temperature": 0},
-        key=key,
+        "POST", f"{base}/v1/completions", {"model": model_id, "prompt": "The capital of France is", "max_tokens": 16, "temperature": 0}, key=key
     )
     text = body["choices"][0]["text"] if status == 200 and isinstance(body, dict) else ""
-    report.add(
-        f"{prefix}POST /v1/completions",
-        status == 200 and bool(text),
-        f"{status}: {text[:60]!r}" if status == 200 else f"{status}: {str(body)[:200]}",
-    )
-    chat = {
-        "model": model_id,
-        "messages": [{"role": "user", "content": "Say hello in five words."}],
-        "max_tokens": 16,
-        "temperature": 0,
-    }
+    report.add(f"{prefix}POST /v1/completions", status == 200 and bool(text), f"{status}: {text[:60]!r}" if status == 200 else f"{status}: {str(body)[:200]}")
+    chat = {"model": model_id, "messages": [{"role": "user", "content": "Say hello in five words."}], "max_tokens": 16, "temperature": 0}
     status, body = http("POST", f"{base}/v1/chat/completions", chat, key=key)
     content = body["choices"][0]["message"]["content"] if status == 200 and isinstance(body, dict) else ""
     report.add(
@@ -92,14 +76,7 @@ def check_routes(report: Report, base: str, model_id: str, key: str | None, *, p
 
 
 def pd_tokens(base: str, model_id: str, prompt: list[int], key: str | None) -> list[int]:
-    request = {
-        "model": model_id,
-        "prompt": prompt,
-        "max_tokens": PARITY_MAX_TOKENS,
-        "temperature": 0,
-        "ignore_eos": True,
-        "return_token_ids": True,
-    }
+    request = {"model": model_id, "prompt": prompt, "max_tokens": PARITY_MAX_TOKENS, "temperature": 0, "ignore_eos": True, "return_token_ids": True}
     status, body = http("POST", f"{base}/v1/completions", request, key=key)
     if status != 200 or not isinstance(body, dict):
         raise RuntimeError(f"completion of a {len(prompt)}-token prompt: {status} {str(body)[:200]}")
@@ -130,9 +107,7 @@ def nixl_lines(log_dir: Path) -> tuple[str, list[str]]:
     return backend_of("\n".join(found)), sorted(set(plans))
 
 
-def run_bench(
-    plan: dict[str, Any], base: str, tokenizer: str, rates: list[float] | None, key: str | None
-) -> list[dict[str, Any]]:
+def run_bench(plan: dict[str, Any], base: str, tokenizer: str, rates: list[float] | None, key: str | None) -> list[dict[str, Any]]:
     """The plan's benchmark runs (the Job's `vllm bench serve` commands): long and short streams at once per rate."""
     marker = plan.get("bench_result_marker", "BENCH_RESULT ")
     results = []
@@ -146,8 +121,6 @@ def run_bench(
         done = subprocess.run(["bash", "-c", f"set -e; {script}"], capture_output=True, text=True, env=env, check=False)
         lines = [json.loads(line.split(marker, 1)[1]) for line in done.stdout.splitlines() if marker in line]
         if done.returncode != 0 or len(lines) != 2:
-            raise RuntimeError(
-                f"vllm bench serve at {entry['rate']} req/s failed (exit {done.returncode}): {(done.stderr or done.stdout).strip()[-300:]}"
-            )
+            raise RuntimeError(f"vllm bench serve at {entry['rate']} req/s failed (exit {done.returncode}): {(done.stderr or done.stdout).strip()[-300:]}")
         results += lines
     return results

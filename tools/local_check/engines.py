@@ -27,9 +27,7 @@ class Engine(Protocol):
 
     def installed_versions(self) -> dict[str, str]: ...
 
-    def reference(
-        self, model: str, engine_kwargs: dict[str, Any], prompts: list[list[int]] | None, log: Path
-    ) -> tuple[list[list[int]], dict[str, float]]: ...
+    def reference(self, model: str, engine_kwargs: dict[str, Any], prompts: list[list[int]] | None, log: Path) -> tuple[list[list[int]], dict[str, float]]: ...
 
     def app_import_path(self, deployed: str) -> str: ...
 
@@ -43,9 +41,7 @@ class VllmEngine:
         import torch
 
         if not torch.cuda.is_available() or torch.cuda.device_count() == 0:
-            raise MissingPrerequisite(
-                "no NVIDIA GPU is visible (torch.cuda.device_count() is 0): run `make local-check` on a GPU host"
-            )
+            raise MissingPrerequisite("no NVIDIA GPU is visible (torch.cuda.device_count() is 0): run `make local-check` on a GPU host")
         properties = torch.cuda.get_device_properties(0)
         total = torch.cuda.mem_get_info(0)[1]
         return Host(
@@ -68,33 +64,15 @@ class VllmEngine:
                 found[name] = "not installed"
         return found
 
-    def reference(
-        self, model: str, engine_kwargs: dict[str, Any], prompts: list[list[int]] | None, log: Path
-    ) -> tuple[list[list[int]], dict[str, float]]:
+    def reference(self, model: str, engine_kwargs: dict[str, Any], prompts: list[list[int]] | None, log: Path) -> tuple[list[list[int]], dict[str, float]]:
         out = log.with_suffix(".json")
-        command = [
-            sys.executable,
-            "-m",
-            "tools.local_check.reference",
-            "--model",
-            model,
-            "--engine-kwargs",
-            json.dumps(engine_kwargs),
-            "--output",
-            str(out),
-        ]
+        command = [sys.executable, "-m", "tools.local_check.reference", "--model", model, "--engine-kwargs", json.dumps(engine_kwargs), "--output", str(out)]
         if prompts is not None:
             prompt_file = log.with_suffix(".prompts.json")
             prompt_file.write_text(json.dumps(prompts))
             command += ["--prompts", str(prompt_file), "--max-tokens", str(PARITY_MAX_TOKENS)]
         with log.open("w") as sink:
-            done = subprocess.run(
-                command,
-                stdout=sink,
-                stderr=subprocess.STDOUT,
-                env={**os.environ, "VLLM_LOGGING_LEVEL": "DEBUG"},
-                check=False,
-            )
+            done = subprocess.run(command, stdout=sink, stderr=subprocess.STDOUT, env={**os.environ, "VLLM_LOGGING_LEVEL": "DEBUG"}, check=False)
         text = log.read_text(errors="replace")
         if done.returncode != 0:
             tail = [line for line in text.splitlines() if "Error" in line][-1:] or text.splitlines()[-1:]
@@ -115,11 +93,7 @@ class MissingPrerequisite(Exception):
 def _has_efa() -> bool:
     """An EFA device (its uverbs under /sys/class/infiniband) and libfabric's efa provider loadable."""
     devices = Path("/sys/class/infiniband")
-    return (
-        devices.is_dir()
-        and any(d.name.startswith("rdmap") or "efa" in d.name for d in devices.iterdir())
-        and shutil.which("fi_info") is not None
-    )
+    return devices.is_dir() and any(d.name.startswith("rdmap") or "efa" in d.name for d in devices.iterdir()) and shutil.which("fi_info") is not None
 
 
 def load_engine(spec: str) -> Engine:

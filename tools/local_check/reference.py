@@ -33,10 +33,7 @@ def main(argv: list[str] | None = None) -> int:
         params.max_tokens = args.max_tokens
         params.ignore_eos = True
         # One prompt at a time, as the check sends them to PD: batches of other shapes may round differently.
-        outputs = [
-            llm.generate([TokensPrompt(prompt_token_ids=ids)], params, use_tqdm=False)[0]
-            for ids in json.loads(args.prompts.read_text())
-        ]
+        outputs = [llm.generate([TokensPrompt(prompt_token_ids=ids)], params, use_tqdm=False)[0] for ids in json.loads(args.prompts.read_text())]
         result["outputs"] = [list(output.outputs[0].token_ids) for output in outputs]
     args.output.write_text(json.dumps(result))
     return 0

@@ -65,13 +65,7 @@ def _worker_node(group: dict[str, Any]) -> NodeShape:
     cpus = resources.pop("CPU", None)
     num_gpus = int(gpus if gpus is not None else params.get("num-gpus", limits.get("nvidia.com/gpu", 0)))
     num_cpus = int(cpus) if cpus is not None else _quantity_cpus(params.get("num-cpus", limits.get("cpu", 1)))
-    return NodeShape(
-        group["groupName"],
-        num_cpus,
-        num_gpus,
-        resources,
-        {NODE_GROUP_LABEL: group["groupName"], **(group.get("labels") or {})},
-    )
+    return NodeShape(group["groupName"], num_cpus, num_gpus, resources, {NODE_GROUP_LABEL: group["groupName"], **(group.get("labels") or {})})
 
 
 def cluster_shape(rayservice: dict[str, Any]) -> ClusterShape:
@@ -173,19 +167,9 @@ def accelerator_resources(config: dict[str, Any], host: Host) -> tuple[dict[str,
     """Ray Serve LLM adds `accelerator_type:<GPU>: 0.001` to every bundle of a phase that names its GPU; a host with
     another GPU lacks that resource, so every worker node advertises the deployed one as well."""
     wanted = sorted({phase["accelerator_type"] for _, phase in _phases(config) if phase.get("accelerator_type")})
-    extra = {
-        f"accelerator_type:{name}": 1.0
-        for name in wanted
-        if name.upper() not in host.gpu_name.upper().replace("NVIDIA ", "").split()
-    }
+    extra = {f"accelerator_type:{name}": 1.0 for name in wanted if name.upper() not in host.gpu_name.upper().replace("NVIDIA ", "").split()}
     changes = [
-        Change(
-            f"worker nodes' resource {name}",
-            "from the GPU",
-            "advertised",
-            f"the bundles ask for it; this host's GPU is {host.gpu_name}",
-        )
-        for name in extra
+        Change(f"worker nodes' resource {name}", "from the GPU", "advertised", f"the bundles ask for it; this host's GPU is {host.gpu_name}") for name in extra
     ]
     return extra, changes
 
@@ -213,30 +197,15 @@ def patch_serve_config(
 
     for name, phase in _phases(patched):
         loading = phase["model_loading_config"]
-        change(
-            "model_source",
-            loading["model_source"],
-            model_path,
-            "the deployed source is not reachable from this host" if random_weights else "a local copy",
-        )
+        change("model_source", loading["model_source"], model_path, "the deployed source is not reachable from this host" if random_weights else "a local copy")
         loading["model_source"] = model_path
         engine = phase.setdefault("engine_kwargs", {})
         if random_weights:
-            change(
-                "engine_kwargs.load_format",
-                engine.get("load_format", "auto"),
-                "dummy",
-                "no weights here: the model's real config with random weights",
-            )
+            change("engine_kwargs.load_format", engine.get("load_format", "auto"), "dummy", "no weights here: the model's real config with random weights")
             engine["load_format"] = "dummy"
         backends = engine.get("kv_transfer_config", {}).get("kv_connector_extra_config", {}).get("backends")
         if backends and "LIBFABRIC" in backends and not host.efa:
-            change(
-                "kv_connector_extra_config.backends",
-                backends,
-                ["UCX"],
-                "no EFA device on this host: libfabric cannot load",
-            )
+            change("kv_connector_extra_config.backends", backends, ["UCX"], "no EFA device on this host: libfabric cannot load")
             engine["kv_transfer_config"]["kv_connector_extra_config"]["backends"] = ["UCX"]
         utilization = float(engine.get("gpu_memory_utilization", 0.9))
         if host.gpu_total_bytes > target.gpu_total_bytes:
@@ -249,19 +218,10 @@ def patch_serve_config(
             )
             engine["gpu_memory_utilization"] = here
             small = SMALL_GPU_BATCH if target.gpu_total_bytes < LARGE_GPU_BYTES else LARGE_GPU_BATCH
-            large = (
-                LARGE_GPU_BATCH
-                if host.gpu_total_bytes >= LARGE_GPU_BYTES and "A100" not in host.gpu_name.upper()
-                else SMALL_GPU_BATCH
-            )
+            large = LARGE_GPU_BATCH if host.gpu_total_bytes >= LARGE_GPU_BYTES and "A100" not in host.gpu_name.upper() else SMALL_GPU_BATCH
             for key, value in small.items():
                 if key not in engine and small != large:
-                    change(
-                        f"engine_kwargs.{key}",
-                        f"{value} (vLLM's default there)",
-                        value,
-                        f"vLLM's default here would be {large[key]}",
-                    )
+                    change(f"engine_kwargs.{key}", f"{value} (vLLM's default there)", value, f"vLLM's default here would be {large[key]}")
                     engine[key] = value
         if shared_gpu:
             if kv_cache_bytes is None:
@@ -273,18 +233,8 @@ def patch_serve_config(
                 "the phases share one GPU: profiling side by side is unreliable, so each gets the KV cache the lone engine measured",
             )
             engine["kv_cache_memory_bytes"] = kv_cache_bytes
-        if (
-            target.hybrid_gdn
-            and host.compute_capability == (9, 0)
-            and not host.cutlass_dsl
-            and "gdn_prefill_backend" not in engine
-        ):
-            change(
-                "engine_kwargs.gdn_prefill_backend",
-                "auto",
-                "triton",
-                "FlashInfer's SM90 GDN prefill kernel needs nvidia-cutlass-dsl, absent here",
-            )
+        if target.hybrid_gdn and host.compute_capability == (9, 0) and not host.cutlass_dsl and "gdn_prefill_backend" not in engine:
+            change("engine_kwargs.gdn_prefill_backend", "auto", "triton", "FlashInfer's SM90 GDN prefill kernel needs nvidia-cutlass-dsl, absent here")
             engine["gdn_prefill_backend"] = "triton"
         del name
     return patched, changes
@@ -315,11 +265,7 @@ class ParityRow:
         for index, (a, b) in enumerate(zip(self.pd_tokens, self.reference_tokens, strict=False)):
             if a != b:
                 return index
-        return (
-            None
-            if len(self.pd_tokens) == len(self.reference_tokens)
-            else min(len(self.pd_tokens), len(self.reference_tokens))
-        )
+        return None if len(self.pd_tokens) == len(self.reference_tokens) else min(len(self.pd_tokens), len(self.reference_tokens))
 
 
 def parity_lengths(max_model_len: int, max_tokens: int, *, count: int = 4, shortest: int = 40) -> list[int]:
@@ -382,11 +328,7 @@ def compare_memory(predicted: dict[str, float], measured: dict[str, float]) -> l
         )
     )
     parts = [measured.get(k) for k in ("activation_peak_gib", "non_torch_gib")]
-    overhead = (
-        sum(p for p in parts if p is not None) + measured.get("graphs_gib", 0.0)
-        if all(p is not None for p in parts)
-        else None
-    )
+    overhead = sum(p for p in parts if p is not None) + measured.get("graphs_gib", 0.0) if all(p is not None for p in parts) else None
     rows.append(
         MemoryRow(
             "overhead",
