@@ -141,16 +141,26 @@ class StandInEngine:
     name = "stand-in"
 
     def host(self) -> Host:
-        return Host(gpus=1, gpu_name="stand-in GPU", gpu_total_bytes=24 * 1024**3, compute_capability=(8, 9), efa=False, cutlass_dsl=False)
+        return Host(
+            gpus=1,
+            gpu_name="stand-in GPU",
+            gpu_total_bytes=80 * 1024**3,
+            compute_capability=(8, 9),
+            efa=False,
+            cutlass_dsl=False,
+        )
 
     def installed_versions(self) -> dict[str, str]:
         import ray
 
         return {"ray": ray.__version__}
 
-    def reference(self, model: str, engine_kwargs: dict[str, Any], prompts: list[list[int]] | None, log: Any) -> tuple[list[list[int]], dict[str, float]]:
+    def reference(
+        self, model: str, engine_kwargs: dict[str, Any], prompts: list[list[int]] | None, log: Any, env: dict[str, str]
+    ) -> tuple[list[list[int]], dict[str, float]]:
         from tools.local_check.shape import memory_report
 
+        assert env["VLLM_SSM_CONV_STATE_LAYOUT"] == "DS"  # the pods' environment, as the raylets get it
         log.write_text(MEMORY_LOG)
         return [generate(p, 32) for p in prompts or []], {**memory_report(MEMORY_LOG), "start_s": 1.0}
 

@@ -17,7 +17,7 @@ from settings.model_fit import GIB
 from tests.conftest import settings_for
 from tests.local_check_standin import VOCAB, StandInEngine
 from tests.loopback import free_port
-from tools.local_check.client import nixl_lines
+from tools.local_check.client import nixl_lines, run_bench
 from tools.local_check.plan import BASE_URL, TOKENIZER, build_plan, image_versions
 from tools.local_check.runner import main as run_main
 from tools.local_check.runner import worker_env
@@ -33,9 +33,11 @@ from tools.local_check.shape import (
     gpu_assignment,
     memory_report,
     parity_lengths,
+    patch_api_keys,
     patch_serve_config,
     reference_engine_kwargs,
     serve_config,
+    shared_budget_error,
 )
 from tools.local_check.tokenizer import tokenizer_files, vocab_size
 
@@ -117,11 +119,44 @@ def test_sharing_a_gpu_needs_the_kv_cache_size(plan: dict[str, Any]) -> None:
         patch_serve_config(serve_config(plan["rayservice"]), host=H200, target=L4, model_path="/m", random_weights=True, shared_gpu=True, kv_cache_bytes=None)
 
 
-def test_the_lone_engine_has_the_phase_kwargs_without_the_connector(plan: dict[str, Any]) -> None:
-    decode = serve_config(plan["rayservice"])["applications"][0]["args"]["decode_config"]
-    kwargs = reference_engine_kwargs(decode)
+def test_the_lone_engine_has_the_servers_batch_sizes_whatever_the_host(plan: dict[str, Any]) -> None:
+    """vllm.LLM's own defaults (UsageContext LLM_CLASS: 8,192 batched tokens) are not the server's (2,048 on an L4):
+    written out even on a host like the target, where they are no change to name."""
+    l4 = Host(gpus=2, gpu_name="NVIDIA L4", gpu_total_bytes=L4.gpu_total_bytes, compute_capability=(8, 9), efa=True, cutlass_dsl=False)
+    patched, changes = patch_serve_config(
+        serve_config(plan["rayservice"]), host=l4, target=L4, model_path="Qwen/Qwen3.5-9B", random_weights=False, shared_gpu=False, kv_cache_bytes=None
+    )
+    kwargs = reference_engine_kwargs(patched["applications"][0]["args"]["decode_config"])
     assert "kv_transfer_config" not in kwargs
-    assert kwargs == {k: v for k, v in decode["engine_kwargs"].items() if k != "kv_transfer_config"}
+    assert (kwargs["max_num_batched_tokens"], kwargs["max_num_seqs"]) == (2048, 256)
+    assert changes == []
+
+
+def test_engines_that_cannot_share_a_gpu_stop_the_check(plan: dict[str, Any]) -> None:
+    shape = cluster_shape(plan["rayservice"])
+    deployed = serve_config(plan["rayservice"])
+    same_gpu = Host(gpus=1, gpu_name="NVIDIA L4", gpu_total_bytes=L4.gpu_total_bytes, compute_capability=(8, 9), efa=False, cutlass_dsl=False)
+    patched, _ = patch_serve_config(deployed, host=same_gpu, target=L4, model_path="/m", random_weights=True, shared_gpu=True, kv_cache_bytes=GIB)
+    assert "2 engines would share each GPU at gpu_memory_utilization 0.9" in shared_budget_error(patched, shape, 1)
+    assert shared_budget_error(patched, shape, 2) == ""  # one GPU each
+    patched, _ = patch_serve_config(deployed, host=H200, target=L4, model_path="/m", random_weights=True, shared_gpu=True, kv_cache_bytes=GIB)
+    assert shared_budget_error(patched, shape, 1) == ""  # an L4's budget twice is a fifth of an H200
+
+
+def test_api_keys_come_from_a_directory_the_check_fills() -> None:
+    config = {
+        "applications": [
+            {
+                "args": {
+                    "ingress_cls_config": {"ingress_cls": "serve_auth_ingress:ApiKeyIngress", "ingress_extra_kwargs": {"api_keys_dir": "/mnt/serve-api-keys"}}
+                }
+            }
+        ]
+    }
+    patched, changes = patch_api_keys(config, "/tmp/keys")
+    assert patched["applications"][0]["args"]["ingress_cls_config"]["ingress_extra_kwargs"]["api_keys_dir"] == "/tmp/keys"
+    assert [c.what for c in changes] == ["ingress_extra_kwargs.api_keys_dir"]
+    assert patch_api_keys({"applications": [{"args": {}}]}, "/tmp/keys")[1] == []
 
 
 def test_worker_env_is_the_pods_with_what_a_host_lacks_replaced(plan: dict[str, Any], tmp_path: Path) -> None:
@@ -202,8 +237,13 @@ def test_nixl_lines_are_read_as_make_verify_reads_them(tmp_path: Path) -> None:
     (tmp_path / "worker-1.out").write_text("x\n2026-12-01 22:27:26 NIXL INFO    _api.py:390 Backend UCX was instantiated\n")
     (tmp_path / "worker-2.err").write_text("Transfer plan: TransferTopology(tp_ratio=1, num_kv_heads=4)\n")
     (tmp_path / "worker-3.out").write_text("libfabric: fi_mr_reg failed\n")
-    backend, plans = nixl_lines(tmp_path)
-    assert backend == "UCX, GPU memory registration failed (fi_mr_reg failed)"
+    (tmp_path / "worker-4.out").write_text(
+        "(ServeReplica:qwen:Decode pid=40) (EngineCore pid=41) (RayWorkerProc pid=42) NIXL INFO Backend UCX was instantiated\n"
+    )
+    (tmp_path / "worker-5.out").write_text("(Worker pid=42) NIXL INFO _api.py:390 Backend UCX was instantiated\n")
+    backends, plans = nixl_lines(tmp_path)
+    # One engine per logging process: the line Ray repeats in a parent's log is the same engine (pid 42).
+    assert backends == {"42": "UCX", "worker-1.out": "UCX", "worker-3.out": "none, GPU memory registration failed (fi_mr_reg failed)"}
     assert len(plans) == 1
 
 
@@ -231,7 +271,16 @@ def test_the_whole_flow_on_a_real_ray_cluster_with_a_stand_in_engine(plan: dict[
     for; the serve config as patched; every route, parity, the NIXL lines from the Ray session's logs, a benchmark run
     (a stand-in command printing the Job's marker lines), the memory comparison; the JSON and the chart."""
     marker = plan["bench_result_marker"]
-    result = {"median_ttft_ms": 12.0, "p99_ttft_ms": 20.0, "median_itl_ms": 3.0, "p99_itl_ms": 5.0, "p50_ttft_ms": 12.0, "p50_itl_ms": 3.0}
+    result = {
+        "completed": 10,
+        "failed": 0,
+        "median_ttft_ms": 12.0,
+        "p99_ttft_ms": 20.0,
+        "median_itl_ms": 3.0,
+        "p99_itl_ms": 5.0,
+        "p50_ttft_ms": 12.0,
+        "p50_itl_ms": 3.0,
+    }
     stand_in = "python3 -c " + json.dumps(f"import json,sys; print({marker!r} + json.dumps({{**{result!r}, 'workload': sys.argv[1], 'rate': 2.0}}))")
     plan = {**plan, "bench": [{"rate": 2.0, "long": f"{stand_in} long", "short": f"{stand_in} short"}]}
     (tmp_path / "plan.json").write_text(json.dumps(plan))
@@ -250,7 +299,8 @@ def test_the_whole_flow_on_a_real_ray_cluster_with_a_stand_in_engine(plan: dict[
     assert {"GET /v1/models", "POST /v1/completions", "POST /v1/chat/completions", "parity", "nixl", "bench", "memory decode"} <= set(steps)
     assert [p["prompt_tokens"] for p in report["parity"]] == parity_lengths(plan["max_model_len"], 32, count=3)
     assert all(p["equal"] for p in report["parity"])
-    assert "UCX" in steps["nixl"]["detail"]
+    # Each of the two engines instantiated the backend the patched config asks for, by the process that logged it.
+    assert sorted(report["nixl"]["backends"].values()) == ["UCX", "UCX"]
     changed = {c["what"] for c in report["changes"]}
     assert {"model_source", "kv_connector_extra_config.backends", "tokenizer", "env VLLM_HOST_IP"} <= changed
     assert (out / "local-check.png").is_file()
@@ -277,3 +327,18 @@ def test_collocated_mode_is_the_same_engines_as_ordinary_replicas(plan: dict[str
     from ray.llm._internal.serve.core.configs.llm_config import LLMConfig
 
     LLMConfig.model_validate(llm)  # Ray's own class at the image's version accepts it
+
+
+def test_a_benchmark_whose_requests_failed_fails_the_check() -> None:
+    """`vllm bench serve` exits 0 when every request failed: the counts decide."""
+    marker = "BENCH_RESULT "
+
+    def printing(**figures: Any) -> str:
+        return "python3 -c " + json.dumps(f"import json; print({marker!r} + json.dumps({figures!r}))")
+
+    good, bad = printing(workload="long", completed=40, failed=0), printing(workload="short", completed=0, failed=60)
+    plan = {"bench_result_marker": marker, "bench": [{"rate": 1.0, "long": good, "short": bad}]}
+    with pytest.raises(RuntimeError, match="short: 0 completed, 60 failed"):
+        run_bench(plan, "http://127.0.0.1:9", "/m", None, None)
+    plan["bench"][0]["short"] = printing(workload="short", completed=60, failed=0)
+    assert [r["workload"] for r in run_bench(plan, "http://127.0.0.1:9", "/m", None, None)] == ["long", "short"]

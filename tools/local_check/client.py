@@ -40,13 +40,25 @@ def http(method: str, url: str, body: dict[str, Any] | None = None, *, key: str 
         return 0, str(error)
 
 
-def wait_ready(base: str, model_id: str, key: str | None, timeout_s: float, sleep: Callable[[float], None] = time.sleep) -> float:
+def wait_ready(
+    base: str,
+    model_id: str,
+    key: str | None,
+    timeout_s: float,
+    *,
+    failed: Callable[[], str] = lambda: "",
+    sleep: Callable[[float], None] = time.sleep,
+) -> float:
+    """Seconds until the endpoint lists the model; TimeoutError past timeout_s, RuntimeError when `failed` says why."""
     started = time.monotonic()
     while time.monotonic() - started < timeout_s:
         status, body = http("GET", f"{base}/v1/models", key=key, timeout=10)
         if status == 200 and any(m.get("id") == model_id for m in (body or {}).get("data", [])):
             return time.monotonic() - started
-        sleep(5)
+        why = failed()
+        if why:
+            raise RuntimeError(f"the application failed to deploy: {why.splitlines()[0]}")
+        sleep(2)
     raise TimeoutError(f"the endpoint did not list {model_id} within {timeout_s:.0f} s")
 
 
@@ -55,11 +67,23 @@ def check_routes(report: Report, base: str, model_id: str, key: str | None, *, p
     ids = [m.get("id") for m in (body or {}).get("data", [])] if status == 200 and isinstance(body, dict) else []
     report.add(f"{prefix}GET /v1/models", model_id in ids, f"{status}: {ids}")
     status, body = http(
-        "POST", f"{base}/v1/completions", {"model": model_id, "prompt": "The capital of France is", "max_tokens": 16, "temperature": 0}, key=key
+        "POST",
+        f"{base}/v1/completions",
+        {"model": model_id, "prompt": "The capital of France is", "max_tokens": 16, "temperature": 0},
+        key=key,
     )
     text = body["choices"][0]["text"] if status == 200 and isinstance(body, dict) else ""
-    report.add(f"{prefix}POST /v1/completions", status == 200 and bool(text), f"{status}: {text[:60]!r}" if status == 200 else f"{status}: {str(body)[:200]}")
-    chat = {"model": model_id, "messages": [{"role": "user", "content": "Say hello in five words."}], "max_tokens": 16, "temperature": 0}
+    report.add(
+        f"{prefix}POST /v1/completions",
+        status == 200 and bool(text),
+        f"{status}: {text[:60]!r}" if status == 200 else f"{status}: {str(body)[:200]}",
+    )
+    chat = {
+        "model": model_id,
+        "messages": [{"role": "user", "content": "Say hello in five words."}],
+        "max_tokens": 16,
+        "temperature": 0,
+    }
     status, body = http("POST", f"{base}/v1/chat/completions", chat, key=key)
     content = body["choices"][0]["message"]["content"] if status == 200 and isinstance(body, dict) else ""
     report.add(
@@ -76,7 +100,14 @@ def check_routes(report: Report, base: str, model_id: str, key: str | None, *, p
 
 
 def pd_tokens(base: str, model_id: str, prompt: list[int], key: str | None) -> list[int]:
-    request = {"model": model_id, "prompt": prompt, "max_tokens": PARITY_MAX_TOKENS, "temperature": 0, "ignore_eos": True, "return_token_ids": True}
+    request = {
+        "model": model_id,
+        "prompt": prompt,
+        "max_tokens": PARITY_MAX_TOKENS,
+        "temperature": 0,
+        "ignore_eos": True,
+        "return_token_ids": True,
+    }
     status, body = http("POST", f"{base}/v1/completions", request, key=key)
     if status != 200 or not isinstance(body, dict):
         raise RuntimeError(f"completion of a {len(prompt)}-token prompt: {status} {str(body)[:200]}")
@@ -91,20 +122,23 @@ def parity_prompts(lengths: list[int], vocab: int, seed: int = 1) -> list[list[i
     return [[generator.randrange(100, high) for _ in range(n)] for n in lengths]
 
 
-def nixl_lines(log_dir: Path) -> tuple[str, list[str]]:
-    """Every engine's NIXL backend line, read as make verify reads a worker's (k8s_constructs/ray_facts.py), and
-    the decode engine's transfer plan lines."""
+def nixl_lines(log_dir: Path) -> tuple[dict[str, str], list[str]]:
+    """Each engine's NIXL backend, read as make verify reads a worker's (k8s_constructs/ray_facts.py), keyed by the
+    process that logged it (the innermost `pid=` of a line: Ray repeats a child's lines in its parent's log, so
+    files are not engines), and the decode engine's transfer plan lines."""
     pattern = re.compile(NIXL_LOG_PATTERN)
-    found, plans = [], []
+    found: dict[str, list[str]] = {}
+    plans = []
     for path in sorted(log_dir.glob("*")):
         if not path.is_file() or path.suffix not in (".out", ".err", ".log"):
             continue
         for line in path.read_text(errors="replace").splitlines():
             if pattern.search(line):
-                found.append(line)
+                pids = re.findall(r"pid=(\d+)", line)
+                found.setdefault(pids[-1] if pids else path.name, []).append(line)
             if TRANSFER_PLAN_MARKER in line:
                 plans.append(line.strip()[-200:])
-    return backend_of("\n".join(found)), sorted(set(plans))
+    return {process: backend_of("\n".join(lines)) for process, lines in sorted(found.items())}, sorted(set(plans))
 
 
 def run_bench(plan: dict[str, Any], base: str, tokenizer: str, rates: list[float] | None, key: str | None) -> list[dict[str, Any]]:
@@ -120,6 +154,13 @@ def run_bench(plan: dict[str, Any], base: str, tokenizer: str, rates: list[float
         env = {**os.environ, **({"OPENAI_API_KEY": key} if key else {})}
         done = subprocess.run(["bash", "-c", f"set -e; {script}"], capture_output=True, text=True, env=env, check=False)
         lines = [json.loads(line.split(marker, 1)[1]) for line in done.stdout.splitlines() if marker in line]
+        # `vllm bench serve` exits 0 when every request failed ("All requests failed", completed 0): count them.
+        incomplete = [r for r in lines if r.get("failed") or not r.get("completed")]
+        if incomplete:
+            raise RuntimeError(
+                f"vllm bench serve at {entry['rate']} req/s: "
+                + "; ".join(f"{r.get('workload')}: {r.get('completed')} completed, {r.get('failed')} failed" for r in incomplete)
+            )
         if done.returncode != 0 or len(lines) != 2:
             raise RuntimeError(f"vllm bench serve at {entry['rate']} req/s failed (exit {done.returncode}): {(done.stderr or done.stdout).strip()[-300:]}")
         results += lines

@@ -27,7 +27,9 @@ class Engine(Protocol):
 
     def installed_versions(self) -> dict[str, str]: ...
 
-    def reference(self, model: str, engine_kwargs: dict[str, Any], prompts: list[list[int]] | None, log: Path) -> tuple[list[list[int]], dict[str, float]]: ...
+    def reference(
+        self, model: str, engine_kwargs: dict[str, Any], prompts: list[list[int]] | None, log: Path, env: dict[str, str]
+    ) -> tuple[list[list[int]], dict[str, float]]: ...
 
     def app_import_path(self, deployed: str) -> str: ...
 
@@ -64,15 +66,33 @@ class VllmEngine:
                 found[name] = "not installed"
         return found
 
-    def reference(self, model: str, engine_kwargs: dict[str, Any], prompts: list[list[int]] | None, log: Path) -> tuple[list[list[int]], dict[str, float]]:
+    def reference(
+        self, model: str, engine_kwargs: dict[str, Any], prompts: list[list[int]] | None, log: Path, env: dict[str, str]
+    ) -> tuple[list[list[int]], dict[str, float]]:
         out = log.with_suffix(".json")
-        command = [sys.executable, "-m", "tools.local_check.reference", "--model", model, "--engine-kwargs", json.dumps(engine_kwargs), "--output", str(out)]
+        command = [
+            sys.executable,
+            "-m",
+            "tools.local_check.reference",
+            "--model",
+            model,
+            "--engine-kwargs",
+            json.dumps(engine_kwargs),
+            "--output",
+            str(out),
+        ]
         if prompts is not None:
             prompt_file = log.with_suffix(".prompts.json")
             prompt_file.write_text(json.dumps(prompts))
             command += ["--prompts", str(prompt_file), "--max-tokens", str(PARITY_MAX_TOKENS)]
         with log.open("w") as sink:
-            done = subprocess.run(command, stdout=sink, stderr=subprocess.STDOUT, env={**os.environ, "VLLM_LOGGING_LEVEL": "DEBUG"}, check=False)
+            done = subprocess.run(
+                command,
+                stdout=sink,
+                stderr=subprocess.STDOUT,
+                env={**os.environ, **env, "VLLM_LOGGING_LEVEL": "DEBUG"},
+                check=False,
+            )
         text = log.read_text(errors="replace")
         if done.returncode != 0:
             tail = [line for line in text.splitlines() if "Error" in line][-1:] or text.splitlines()[-1:]

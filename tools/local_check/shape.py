@@ -25,6 +25,8 @@ NODE_GROUP_LABEL = "ray.io/node-group"  # the label KubeRay gives every Ray node
 LARGE_GPU_BYTES = 70 * GIB
 SMALL_GPU_BATCH = {"max_num_batched_tokens": 2048, "max_num_seqs": 256}
 LARGE_GPU_BATCH = {"max_num_batched_tokens": 8192, "max_num_seqs": 1024}
+SHARED_GPU_LIMIT = 0.95  # of a GPU's memory that engines sharing it may ask for together (its CUDA contexts need the rest)
+API_KEYS_FILE = "api-keys.json"  # a name -> key object, as the Secrets Store CSI mount holds them
 
 
 @dataclass(frozen=True)
@@ -217,12 +219,17 @@ def patch_serve_config(
                 f"{host.gpu_name} has {host.gpu_total_bytes / GIB:.1f} GiB: the same budget as on the {target.gpu_model}",
             )
             engine["gpu_memory_utilization"] = here
-            small = SMALL_GPU_BATCH if target.gpu_total_bytes < LARGE_GPU_BYTES else LARGE_GPU_BATCH
-            large = LARGE_GPU_BATCH if host.gpu_total_bytes >= LARGE_GPU_BYTES and "A100" not in host.gpu_name.upper() else SMALL_GPU_BATCH
-            for key, value in small.items():
-                if key not in engine and small != large:
-                    change(f"engine_kwargs.{key}", f"{value} (vLLM's default there)", value, f"vLLM's default here would be {large[key]}")
-                    engine[key] = value
+        # vLLM's batch defaults of the deployed GPU, for the OpenAI server Ray Serve LLM runs (UsageContext
+        # OPENAI_API_SERVER), written out: the lone engine (vllm.LLM, UsageContext LLM_CLASS) would otherwise profile
+        # and chunk other batch sizes, and a host with another GPU would too. Named when this host's defaults differ.
+        deployed_batch = SMALL_GPU_BATCH if target.gpu_total_bytes < LARGE_GPU_BYTES else LARGE_GPU_BATCH
+        large_host = host.gpu_total_bytes >= LARGE_GPU_BYTES and "A100" not in host.gpu_name.upper()
+        host_batch = LARGE_GPU_BATCH if large_host else SMALL_GPU_BATCH
+        for key, value in deployed_batch.items():
+            if key not in engine:
+                engine[key] = value
+                if host_batch != deployed_batch:
+                    change(f"engine_kwargs.{key}", f"{value} (vLLM's default there)", value, f"vLLM's default here would be {host_batch[key]}")
         if shared_gpu:
             if kv_cache_bytes is None:
                 raise ValueError("two engines share a GPU: the KV cache size to give each is needed")
@@ -238,6 +245,39 @@ def patch_serve_config(
             engine["gdn_prefill_backend"] = "triton"
         del name
     return patched, changes
+
+
+def shared_budget_error(config: dict[str, Any], shape: ClusterShape, host_gpus: int) -> str:
+    """ "" when the engines sharing a GPU fit it together: vLLM refuses to start unless the GPU's free memory is at
+    least gpu_memory_utilization x its total (v1/worker/utils.py, request_memory), kv_cache_memory_bytes or not."""
+    assignment, _ = gpu_assignment(shape, host_gpus)
+    per_gpu: dict[int, int] = {}
+    for gpus in assignment:
+        for gpu in gpus:
+            per_gpu[gpu] = per_gpu.get(gpu, 0) + 1
+    sharing = max(per_gpu.values(), default=1)
+    utilization = max(float(p.get("engine_kwargs", {}).get("gpu_memory_utilization", 0.9)) for _, p in _phases(config))
+    if sharing > 1 and sharing * utilization > SHARED_GPU_LIMIT:
+        return (
+            f"{sharing} engines would share each GPU at gpu_memory_utilization {utilization} ({sharing * utilization:.2f} of it): "
+            f"run on a host with {shape.gpus} GPUs, or with a GPU at least {sharing * utilization / SHARED_GPU_LIMIT:.1f} x the deployed one's memory"
+        )
+    return ""
+
+
+def patch_api_keys(config: dict[str, Any], keys_dir: str) -> tuple[dict[str, Any], list[Change]]:
+    """With SERVE_API_KEYS=on the ingress reads its keys from the Secrets Store CSI mount: here, a directory with a key
+    the check generates. The ingress module's directory is on the Ray nodes' PYTHONPATH (the runner sets it)."""
+    patched = copy.deepcopy(config)
+    ingress = patched["applications"][0]["args"].get("ingress_cls_config") or {}
+    kwargs = ingress.get("ingress_extra_kwargs") or {}
+    if "api_keys_dir" not in kwargs:
+        return patched, []
+    change = Change(
+        "ingress_extra_kwargs.api_keys_dir", kwargs["api_keys_dir"], keys_dir, "the Secrets Store CSI mount of the pods: a key generated for the run"
+    )
+    kwargs["api_keys_dir"] = keys_dir
+    return patched, [change]
 
 
 def reference_engine_kwargs(phase: dict[str, Any]) -> dict[str, Any]:
