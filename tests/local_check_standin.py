@@ -158,7 +158,7 @@ class StandInEngine:
     def reference(
         self, model: str, engine_kwargs: dict[str, Any], prompts: list[list[int]] | None, log: Any, env: dict[str, str]
     ) -> tuple[list[list[int]], dict[str, float]]:
-        from tools.local_check.shape import memory_report
+        from tools.local_check.results import memory_report
 
         assert env["VLLM_SSM_CONV_STATE_LAYOUT"] == "DS"  # the pods' environment, as the raylets get it
         log.write_text(MEMORY_LOG)

@@ -17,7 +17,7 @@ from typing import Any
 
 from k8s_constructs.ray_facts import NIXL_LOG_PATTERN, backend_of
 from tools.local_check.engines import PARITY_MAX_TOKENS
-from tools.local_check.shape import Report
+from tools.local_check.results import Report
 
 TRANSFER_PLAN_MARKER = "Transfer plan"  # the decode engine's NIXL handshake (vLLM 0.26, nixl_connector.py)
 

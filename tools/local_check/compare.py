@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from tools.local_check.shape import Report
+from tools.local_check.results import Report
 
 RESULT_FILE = "local-check.json"
 

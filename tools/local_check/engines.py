@@ -13,7 +13,8 @@ import sys
 from pathlib import Path
 from typing import Any, Protocol
 
-from tools.local_check.shape import Host, memory_report
+from tools.local_check.results import memory_report
+from tools.local_check.shape import Host
 
 PARITY_MAX_TOKENS = 32
 

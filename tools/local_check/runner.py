@@ -31,22 +31,19 @@ from typing import Any
 
 from k8s_constructs.ray_facts import SERVE_PORT
 from tools.local_check.client import check_routes, nixl_lines, parity_prompts, pd_tokens, run_bench, wait_ready
+from tools.local_check.cluster import LocalCluster, worker_env
 from tools.local_check.compare import RESULT_FILE, compare_modes, figure, write_outputs
 from tools.local_check.engines import PARITY_MAX_TOKENS, Engine, MissingPrerequisite, load_engine
+from tools.local_check.results import ParityRow, Report, compare_memory, parity_lengths
 from tools.local_check.shape import (
     API_KEYS_FILE,
     GIB,
     Change,
-    Host,
-    ParityRow,
-    Report,
     Target,
     accelerator_resources,
     cluster_shape,
     collocated_config,
-    compare_memory,
     gpu_assignment,
-    parity_lengths,
     patch_api_keys,
     patch_serve_config,
     reference_engine_kwargs,
@@ -55,94 +52,10 @@ from tools.local_check.shape import (
 )
 from tools.local_check.tokenizer import vocab_size, write_tokenizer
 
-# vLLM 0.26's Ray executor takes its torch.distributed store's port from a 32-port window at
-# VLLM_DP_MASTER_PORT + 100 (v1/executor/ray_executor_v2.py _select_tcpstore_port; config/parallel.py reads the
-# variable without data parallelism, default 0: the "port: 100" of the EADDRINUSE seen on the H200). Each node's
-# engines get a window of their own.
 # The API-key ingress module (SERVE_API_KEYS=on) as the pods get it.
 AUTH_MODULE_DIR = Path(__file__).resolve().parents[2] / "k8s_constructs" / "data"
-DP_MASTER_PORT_BASE = 31000
-DP_MASTER_PORT_STEP = 1000
 READY_TIMEOUT_S = 1200
 EXIT_MISSING = 2  # no GPU, other versions: the check could not run
-
-# --- the local cluster -------------------------------------------------------------------------------------------
-
-
-def worker_env(rayservice: dict[str, Any], cache: Path) -> tuple[dict[str, str], list[Change]]:
-    """The GPU worker container's environment as the raylets' (the engines inherit it); what a pod has and a host
-    does not (the pod's IP, paths on the node's model cache) replaced, each named."""
-    groups = rayservice["spec"]["rayClusterConfig"].get("workerGroupSpecs", [])
-    env: dict[str, str] = {}
-    changes: list[Change] = []
-    for group in groups:
-        for item in group["template"]["spec"]["containers"][0].get("env", []):
-            if "value" in item:
-                env[item["name"]] = str(item["value"])
-            elif item["name"] == "VLLM_HOST_IP":
-                env["VLLM_HOST_IP"] = "127.0.0.1"
-                if not any(c.what == "env VLLM_HOST_IP" for c in changes):
-                    changes.append(Change("env VLLM_HOST_IP", "the pod's IP", "127.0.0.1", "every Ray node is on this host"))
-    node_cache = env.get("HF_HOME")
-    if node_cache:
-        for name, value in sorted(env.items()):
-            if value == node_cache or value.startswith(node_cache + "/"):
-                here = str(cache) + value[len(node_cache) :]
-                changes.append(Change(f"env {name}", value, here, "a path on the GPU node's model cache"))
-                env[name] = here
-    return env, changes
-
-
-class LocalCluster:
-    """A head and one raylet per worker pod on this host (ray.cluster_utils.Cluster), each GPU node with its
-    CUDA_VISIBLE_DEVICES, the group's custom resources and KubeRay's node-group label."""
-
-    def __init__(self, plan: dict[str, Any], host: Host, extra_resources: dict[str, float], env: dict[str, str]) -> None:
-        from ray.cluster_utils import Cluster
-
-        shape = cluster_shape(plan["rayservice"])
-        self.assignment, self.shared_gpu = gpu_assignment(shape, host.gpus)
-        saved = dict(os.environ)
-        try:
-            visible = [v for v in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if v]
-            os.environ.update(env)
-            os.environ.pop("CUDA_VISIBLE_DEVICES", None)
-            self.cluster = Cluster(
-                initialize_head=True,
-                head_node_args={
-                    "num_cpus": shape.head.num_cpus,
-                    "num_gpus": shape.head.num_gpus,
-                    "labels": shape.head.labels,
-                    "include_dashboard": False,
-                },
-            )
-            for number, (node, gpus) in enumerate(zip(shape.workers, self.assignment, strict=True)):
-                # The host's GPU ids through the user's CUDA_VISIBLE_DEVICES, when one was given.
-                os.environ["CUDA_VISIBLE_DEVICES"] = ",".join(visible[g] if visible else str(g) for g in gpus)
-                # Each pod has its own IP; on one host two engines starting at once took the same port.
-                os.environ["VLLM_DP_MASTER_PORT"] = str(DP_MASTER_PORT_BASE + DP_MASTER_PORT_STEP * number)
-                self.cluster.add_node(
-                    num_cpus=node.num_cpus,
-                    num_gpus=node.num_gpus,
-                    resources={**node.resources, **extra_resources},
-                    labels=node.labels,
-                )
-            self.cluster.wait_for_nodes()
-        finally:
-            os.environ.clear()
-            os.environ.update(saved)
-        self.shape = shape
-
-    @property
-    def address(self) -> str:
-        address: str = self.cluster.address
-        return address
-
-    def log_dir(self) -> Path:
-        return Path(self.cluster.head_node.get_session_dir_path()) / "logs"
-
-    def shutdown(self) -> None:
-        self.cluster.shutdown()
 
 
 # --- the run -----------------------------------------------------------------------------------------------------
