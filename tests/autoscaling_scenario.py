@@ -172,6 +172,18 @@ def run(spec: dict[str, Any]) -> dict[str, Any]:
 
             apps[phase] = serve.run(Engine.bind(), name=phase, route_prefix=None)
         _wait("one replica per phase", lambda: all(len(_replica_nodes(p)) == 1 for p in phases), 90, log)
+        # The ingress as the serve config deploys it (ingress_deployment_config): its replicas reserve no CPU, so
+        # none of them keeps a GPU node the autoscaler adds from going idle.
+        ingress_options = spec["ingress"]
+
+        @serve.deployment(name="ingress", **ingress_options)
+        class Ingress:
+            def __call__(self) -> str:
+                return "ok"
+
+        serve.run(Ingress.bind(), name="ingress", route_prefix=None)
+        _wait("the ingress replicas", lambda: len(_replica_nodes("ingress")) == ingress_options["num_replicas"], 60, log)
+        observed["ingress_replicas"] = len(_replica_nodes("ingress"))
 
         # Load on decode only: more requests in flight than its target_ongoing_requests.
         stop = threading.Event()
@@ -223,6 +235,7 @@ def run(spec: dict[str, Any]) -> dict[str, Any]:
         )
         observed["shrank"] = shrunk
         observed["nodes_after_load"] = sorted(_worker_nodes(ray, phases).values())
+        observed["ingress_replicas_after_load"] = len(_replica_nodes("ingress"))
         for reader in readers:
             reader.join(timeout=spec["stream_s"] + 30)
         survivors = set(_replicas("decode"))

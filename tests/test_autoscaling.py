@@ -285,7 +285,9 @@ def test_load_on_decode_adds_a_decode_node_only_and_the_cluster_returns_to_its_m
         resources = {k: v for k, v in node_type["resources"].items() if k != "memory"} | {"object_store_memory": 78643200}
         node_types[name] = {**node_type, "resources": resources}
     control, _ = ray_serve_llm_placement(_llm_configs(_ray_service_of({}))["decode"])
+    serve_args = yaml.safe_load(rs["spec"]["serveConfigV2"])["applications"][0]["args"]
     spec = {
+        "ingress": serve_args["ingress_deployment_config"],  # ours, as synthesized
         "node_types": node_types,
         "phase_resources": {"prefill": "pd_prefill", "decode": "pd_decode"},
         "phases": phases,
@@ -313,6 +315,8 @@ def test_load_on_decode_adds_a_decode_node_only_and_the_cluster_returns_to_its_m
     assert seen["nodes_under_load"] == ["decode", "decode", "prefill"], seen
     assert seen["decode_replica_phases"] == ["decode", "decode"] and seen["prefill_replicas_under_load"] == 1, seen
     assert seen["shrank"] and seen["nodes_after_load"] == ["decode", "prefill"], seen
+    # The ingress's replicas (two, no CPU: issue 27) ran throughout and kept no added node from leaving.
+    assert seen["ingress_replicas"] == seen["ingress_replicas_after_load"] == 2, seen
     # Every stream that outlived Ray Serve's default timeout completed, those on the replica the scale-down removed too.
     assert any(stream["removed_replica"] for stream in seen["streams"]), seen
     assert all(stream["tokens"] == spec["stream_s"] for stream in seen["streams"]), seen
