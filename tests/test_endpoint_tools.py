@@ -116,3 +116,24 @@ def _default_job_env() -> list[dict[str, Any]]:
     (job,) = yaml.safe_load_all(cdk8s.App.of(BenchJobChart(cdk8s.App(), "bench", props=bench_props(settings_for()))).synth_yaml())
     env: list[dict[str, Any]] = job["spec"]["template"]["spec"]["containers"][0]["env"]
     return env
+
+
+def test_the_benchmark_goes_through_the_internal_load_balancer_where_its_certificate_allows() -> None:
+    """The path applications take (issue 27.8): by SERVE_HOSTNAME over HTTPS; the load balancer's DNS name over plain
+    HTTP; otherwise the Serve service inside the cluster, with the reason said."""
+    from tools.bench_serving import bench_base_url, bench_props
+
+    lb = "internal-k8s-inferenc-abc.sa-east-1.elb.amazonaws.com"
+    assert bench_base_url(settings_for(ENDPOINT), lb) == ("https://llm.example.com", "")
+    assert bench_props(settings_for(ENDPOINT), lb).base_url == "https://llm.example.com"
+    plain = {"SERVE_EXPOSURE": "internal", "SERVE_CERTIFICATE_ARN": "none"}
+    assert bench_base_url(settings_for(plain), lb) == (f"http://{lb}", "")
+    in_cluster = "http://ray-llm-serve-svc.inference.svc.cluster.local:8000"
+    url, why = bench_base_url(settings_for(plain), "")
+    assert (url, "no load balancer address yet" in why) == (in_cluster, True)
+    url, why = bench_base_url(settings_for({**ENDPOINT, "SERVE_HOSTNAME": "", "SERVE_HOSTED_ZONE_ID": ""}), lb)
+    assert url == in_cluster and "set SERVE_HOSTNAME" in why
+    public = {**ENDPOINT, "SERVE_EXPOSURE": "internet-facing", "SERVE_ALLOWED_CIDRS": "203.0.113.0/24"}
+    url, why = bench_base_url(settings_for(public), lb)
+    assert url == in_cluster and "internet-facing" in why
+    assert bench_base_url(settings_for(), lb) == (in_cluster, "")

@@ -26,6 +26,8 @@ from settings import Settings
 from settings.model_source import COMPLETION_OBJECT, MIRRORED_FROM
 from settings.scheduling import GPU_NODE_LABELS
 from tools.bench_chart import draw
+from tools.endpoint import base_url as endpoint_url
+from tools.endpoint import load_balancer_host
 from tools.entry import on_cluster, one_line_errors, project_settings
 
 SAMPLE_SECONDS = 15
@@ -41,12 +43,31 @@ FIGURES: tuple[tuple[str, str, bool], ...] = (
 )
 
 
-def bench_props(settings: Settings) -> BenchJobProps:
+def bench_base_url(settings: Settings, load_balancer: str = "") -> tuple[str, str]:
+    """(the URL the benchmark Job calls, why not the load balancer's: "" when it is). An internal endpoint is
+    benchmarked through its load balancer, the path applications take (the Job's pod is in the VPC, which the
+    default SERVE_ALLOWED_CIDRS admits); over HTTPS only by SERVE_HOSTNAME, the name its certificate covers (the
+    load balancer's own DNS name fails verification). An internet-facing one admits the allow-list only, which
+    holds no address of the cluster's NAT: the Job calls the Serve service."""
+    in_cluster = f"http://{settings.serve_service_name}.{settings.namespace}.svc.cluster.local:{SERVE_PORT}"
+    endpoint = settings.serve_endpoint
+    if not endpoint.exposed:
+        return in_cluster, ""
+    if endpoint.exposure != "internal":
+        return in_cluster, "an internet-facing load balancer admits SERVE_ALLOWED_CIDRS only, not the cluster's own traffic"
+    if endpoint.https and not endpoint.hostname:
+        return in_cluster, "its certificate does not cover the load balancer's DNS name: set SERVE_HOSTNAME to benchmark through it"
+    if not endpoint.hostname and not load_balancer:
+        return in_cluster, "the Ingress has no load balancer address yet"
+    return endpoint_url(settings, load_balancer), ""
+
+
+def bench_props(settings: Settings, load_balancer: str = "") -> BenchJobProps:
     return BenchJobProps(
         name=f"{settings.ray_service_name}-bench",
         namespace=settings.namespace,
         image=settings.dlc_image,
-        base_url=f"http://{settings.serve_service_name}.{settings.namespace}.svc.cluster.local:{SERVE_PORT}",
+        base_url=bench_base_url(settings, load_balancer)[0],
         model_id=settings.model_id,
         tokenizer=bench_tokenizer(settings),
         api_key_secret=f"{settings.ray_service_name}-bench-api-key" if settings.serve_endpoint.api_keys else "",
@@ -126,7 +147,11 @@ def sample(kubectl: Kubectl, namespace: str) -> dict[str, Any]:
 def run_job(settings: Settings, kubectl: Kubectl, timeout_s: int, *, poll_s: float = SAMPLE_SECONDS) -> tuple[str, list[dict[str, Any]], str]:
     """The Job's log, the replicas and GPU nodes sampled while it ran, and "" or why it did not finish (the
     samples and finished runs are kept either way)."""
-    props = bench_props(settings)
+    load_balancer = load_balancer_host(settings, kubectl) if settings.serve_endpoint.exposed else ""
+    props = bench_props(settings, load_balancer)
+    why_not = bench_base_url(settings, load_balancer)[1]
+    if why_not:
+        print(f"note: benchmarking the Serve service inside the cluster, not the load balancer: {why_not}", flush=True)
     manifest = cdk8s.App.of(BenchJobChart(cdk8s.App(), "bench", props=props)).synth_yaml()
     kubectl(["delete", "job", "-n", props.namespace, props.name, "--ignore-not-found", "--wait=true"])
     if props.api_key_secret:
