@@ -43,7 +43,7 @@ from settings.endpoint import deregistration_delay_s, idle_timeout_s
 INGRESS_CLASS: Final = "alb"  # the controller chart's IngressClass (stacks/addons/aws_load_balancer_controller.py)
 HEALTH_PATH: Final = "/-/healthz"  # Ray Serve's proxy answers it itself (ray/serve/_private/proxy_request_response.py)
 # A TLS 1.3 and 1.2 policy of Elastic Load Balancing (docs: "Security policies for your Application Load Balancer").
-TLS_POLICY: Final = "ELBSecurityPolicy-TLS13-1-2-2021-06"
+TLS_POLICY: Final = "ELBSecurityPolicy-TLS13-1-2-Res-PQ-2025-09"
 AUTH_CONFIG_MAP: Final = "serve-auth-ingress"
 KEYS_PROVIDER_CLASS: Final = "serve-api-keys"
 KEYS_FILE: Final = "api-keys.json"

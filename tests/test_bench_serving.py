@@ -11,6 +11,7 @@ from typing import Any
 
 import cdk8s
 import kubernetes_validate
+import pytest
 import yaml
 
 from k8s_constructs.bench_job import RESULT_MARKER, BenchJobChart, bench_script
@@ -168,3 +169,25 @@ def test_every_run_draws_a_png_beside_its_json(tmp_path: Path) -> None:
     assert chart.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     height, width, _ = image.imread(chart).shape
     assert width > 1000 and height > 400
+
+
+def test_the_runs_key_is_created_not_applied_and_deleted_when_the_run_fails(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`kubectl apply` would copy the key into the last-applied-configuration annotation; a Job that cannot be created
+    must not leave the run's Secret behind."""
+    from tests.conftest import ENDPOINT, settings_for
+
+    monkeypatch.setattr("tools.endpoint.read_key", lambda settings, session: "sk-test-key")
+    calls: list[tuple[list[str], str | None]] = []
+
+    def kubectl(args: list[str], stdin: str | None = None) -> subprocess.CompletedProcess[str]:
+        calls.append((args, stdin))
+        failed = args[:1] == ["apply"]  # the Job
+        return subprocess.CompletedProcess(args, 1 if failed else 0, "", "denied" if failed else "")
+
+    with pytest.raises(RuntimeError, match="cannot create Job"):
+        run_job(settings_for(ENDPOINT), kubectl, 60, poll_s=0)
+    verbs = [(args[0], args[1]) for args, _ in calls]
+    created = [stdin for args, stdin in calls if args[:1] == ["create"]]
+    assert len(created) == 1 and "sk-test-key" in (created[0] or "")
+    assert not any("sk-test-key" in (stdin or "") for args, stdin in calls if args[0] == "apply")
+    assert verbs[-1] == ("delete", "secret")

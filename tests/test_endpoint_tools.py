@@ -16,7 +16,7 @@ import yaml
 from tests.conftest import ENDPOINT, settings_for
 from tests.test_verify import ANSWER, Cluster, _node, _ray_service
 from tools import verify as gate
-from tools.endpoint import Probe, api_key_howto, base_url, probe, sdk_example
+from tools.endpoint import NOT_SENT, Probe, api_key_howto, base_url, probe, sdk_example
 
 KEY = "k-0123456789abcdef0123456789abcdef"
 
@@ -55,6 +55,21 @@ def test_the_probe_sees_401_without_a_key_and_an_answer_with_it(ingress: str) ->
     assert (wrong.without_key, wrong.with_key, wrong.ok) == (401, 401, False)
     unreachable = probe("http://127.0.0.1:9", "qwen3.5-9b", KEY, timeout=5)
     assert not unreachable.ok and unreachable.error.startswith("cannot reach http://127.0.0.1:9")
+    # Not identified by a certificate (HTTPS without SERVE_HOSTNAME): only the refusal is checked, the key stays home.
+    unsent = probe(ingress, "qwen3.5-9b", None, timeout=10)
+    assert unsent == Probe(401, NOT_SENT, "") and unsent.ok
+
+
+def test_verify_sends_no_key_to_a_load_balancer_its_certificate_cannot_name(monkeypatch: pytest.MonkeyPatch) -> None:
+    from tools import verify
+
+    sent: list[str | None] = []
+    monkeypatch.setattr(verify, "load_balancer_host", lambda settings, kubectl: "internal-lb.example")
+    monkeypatch.setattr(verify, "read_key", lambda settings, session: "sk-real")
+    monkeypatch.setattr(verify, "probe", lambda url, model, key, **_: sent.append(key) or Probe(401, NOT_SENT, ""))
+    verify._probe_endpoint(settings_for({**ENDPOINT, "SERVE_HOSTNAME": "", "SERVE_HOSTED_ZONE_ID": ""}), None)  # type: ignore[arg-type]
+    verify._probe_endpoint(settings_for(ENDPOINT), None)  # type: ignore[arg-type]
+    assert sent == [None, "sk-real"]
 
 
 def _exposed_run(endpoint_probe: Any) -> gate.Result:

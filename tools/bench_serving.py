@@ -154,35 +154,42 @@ def run_job(settings: Settings, kubectl: Kubectl, timeout_s: int, *, poll_s: flo
         print(f"note: benchmarking the Serve service inside the cluster, not the load balancer: {why_not}", flush=True)
     manifest = cdk8s.App.of(BenchJobChart(cdk8s.App(), "bench", props=props)).synth_yaml()
     kubectl(["delete", "job", "-n", props.namespace, props.name, "--ignore-not-found", "--wait=true"])
-    if props.api_key_secret:
-        # The key from Secrets Manager, to a Secret of the run only, through stdin (never an argument or a file).
-        import boto3
+    start, timeline, state, log = time.monotonic(), [], "", ""
+    try:
+        if props.api_key_secret:
+            # The key from Secrets Manager, to a Secret of the run only, through stdin (never an argument or a file);
+            # `create`, not `apply`: apply would copy the whole input, the key too, into the
+            # last-applied-configuration annotation, which `kubectl describe` shows.
+            import boto3
 
-        from tools.endpoint import read_key
+            from tools.endpoint import read_key
 
-        secret = {
-            "apiVersion": "v1",
-            "kind": "Secret",
-            "metadata": {"name": props.api_key_secret, "namespace": props.namespace},
-            "type": "Opaque",
-            "stringData": {"key": read_key(settings, boto3.session.Session())},
-        }
-        if kubectl(["apply", "-f", "-"], json.dumps(secret)).returncode != 0:
-            raise RuntimeError(f"cannot create Secret {props.namespace}/{props.api_key_secret} for the benchmark's API key")
-    applied = kubectl(["apply", "-f", "-"], manifest)
-    if applied.returncode != 0:
-        raise RuntimeError(f"cannot create Job {props.namespace}/{props.name}: {applied.stderr.strip()}")
-    print(f"running Job {props.namespace}/{props.name} against {props.base_url} (up to {timeout_s // 60} min)...", flush=True)
-    start, timeline, state = time.monotonic(), [], ""
-    while time.monotonic() - start < timeout_s:
-        timeline.append(sample(kubectl, props.namespace))
-        state = kubectl(["get", "-n", props.namespace, f"job/{props.name}", "-o", "jsonpath={.status.succeeded},{.status.failed}"]).stdout.strip()
-        if state.startswith("1") or state.endswith(",1"):
-            break
-        time.sleep(poll_s)
-    log = kubectl(["logs", "-n", props.namespace, f"job/{props.name}"]).stdout
-    if props.api_key_secret:
-        kubectl(["delete", "secret", "-n", props.namespace, props.api_key_secret, "--ignore-not-found"])
+            secret = {
+                "apiVersion": "v1",
+                "kind": "Secret",
+                "metadata": {"name": props.api_key_secret, "namespace": props.namespace},
+                "type": "Opaque",
+                "stringData": {"key": read_key(settings, boto3.session.Session())},
+            }
+            kubectl(["delete", "secret", "-n", props.namespace, props.api_key_secret, "--ignore-not-found"])
+            if kubectl(["create", "-f", "-"], json.dumps(secret)).returncode != 0:
+                raise RuntimeError(f"cannot create Secret {props.namespace}/{props.api_key_secret} for the benchmark's API key")
+        applied = kubectl(["apply", "-f", "-"], manifest)
+        if applied.returncode != 0:
+            raise RuntimeError(f"cannot create Job {props.namespace}/{props.name}: {applied.stderr.strip()}")
+        print(f"running Job {props.namespace}/{props.name} against {props.base_url} (up to {timeout_s // 60} min)...", flush=True)
+        start = time.monotonic()
+        while time.monotonic() - start < timeout_s:
+            timeline.append(sample(kubectl, props.namespace))
+            state = kubectl(["get", "-n", props.namespace, f"job/{props.name}", "-o", "jsonpath={.status.succeeded},{.status.failed}"]).stdout.strip()
+            if state.startswith("1") or state.endswith(",1"):
+                break
+            time.sleep(poll_s)
+        log = kubectl(["logs", "-n", props.namespace, f"job/{props.name}"]).stdout
+    finally:
+        # The run's copy of the key never outlives it, whatever stopped the run.
+        if props.api_key_secret:
+            kubectl(["delete", "secret", "-n", props.namespace, props.api_key_secret, "--ignore-not-found"])
     unfinished = ""
     if not state.startswith("1"):
         unfinished = (

@@ -52,16 +52,20 @@ def read_key(settings: Settings, session: Any, name: str = FIRST_KEY) -> str:
     return str(keys.get(name) or next(iter(keys.values())))
 
 
+NOT_SENT = -1  # Probe.with_key when the key was not sent: the load balancer could not be identified by its certificate
+
+
 @dataclass(frozen=True)
 class Probe:
     without_key: int  # HTTP status
-    with_key: int
+    with_key: int  # HTTP status, or NOT_SENT
     answer: str  # the completion's text
     error: str = ""
 
     @property
     def ok(self) -> bool:
-        return self.without_key == 401 and self.with_key == 200 and bool(self.answer.strip())
+        answered = self.with_key == 200 and bool(self.answer.strip())
+        return self.without_key == 401 and (answered or self.with_key == NOT_SENT)
 
 
 def _post(url: str, body: dict[str, Any], key: str | None, context: ssl.SSLContext | None, timeout: float) -> tuple[int, Any]:
@@ -74,12 +78,15 @@ def _post(url: str, body: dict[str, Any], key: str | None, context: ssl.SSLConte
         return int(error.code), error.read().decode()[:300]
 
 
-def probe(url: str, model_id: str, key: str, *, context: ssl.SSLContext | None = None, timeout: float = 300) -> Probe:
-    """Through the load balancer: a completion without a key (401), then with it (200 and text)."""
+def probe(url: str, model_id: str, key: str | None, *, context: ssl.SSLContext | None = None, timeout: float = 300) -> Probe:
+    """Through the load balancer: a completion without a key (401), then with it (200 and text); None: the key is not
+    sent (an endpoint whose certificate cannot name the server reached)."""
     body = {"model": model_id, "messages": [{"role": "user", "content": PROMPT}], "max_tokens": 16}
     completions = f"{url}/v1/chat/completions"
     try:
         without, _ = _post(completions, body, None, context, timeout)
+        if key is None:
+            return Probe(without, NOT_SENT, "")
         status, answer = _post(completions, body, key, context, timeout)
     except (urllib.error.URLError, OSError) as error:
         return Probe(0, 0, "", f"cannot reach {url}: {error}")

@@ -49,7 +49,7 @@ from settings import Settings
 from settings.context_files import REPO
 from settings.scheduling import GPU_NODE_LABELS
 from tools.cluster import duration_seconds, ray_service_verdict, worker_backends
-from tools.endpoint import Probe, base_url, load_balancer_host, probe, read_key, tls_context
+from tools.endpoint import NOT_SENT, Probe, base_url, load_balancer_host, probe, read_key, tls_context
 from tools.entry import one_line_errors, project_settings
 
 DEPLOY_STARTED = REPO / ".deploy-started"
@@ -263,7 +263,12 @@ def _completion(settings: Settings, kubectl: Kubectl) -> tuple[dict[str, Any] | 
 
 def check_endpoint(settings: Settings, got: Probe) -> Step:
     detail = (
-        f"through the {settings.serve_endpoint.scheme} load balancer: without a key {got.without_key}, with one {got.with_key}: {got.answer.strip()!r}"
+        f"through the {settings.serve_endpoint.scheme} load balancer: without a key {got.without_key}, "
+        + (
+            "with one: not sent (set SERVE_HOSTNAME: without it the certificate cannot identify the load balancer)"
+            if got.with_key == NOT_SENT
+            else f"with one {got.with_key}: {got.answer.strip()!r}"
+        )
         if not got.error
         else got.error
     )
@@ -276,7 +281,11 @@ def _probe_endpoint(settings: Settings, kubectl: Kubectl) -> Probe:
     host = load_balancer_host(settings, kubectl)
     if not host:
         return Probe(0, 0, "", "the Ingress has no load balancer address (the controller's events: kubectl describe ingress)")
-    return probe(base_url(settings, host), settings.model_id, read_key(settings, boto3.session.Session()), context=tls_context(settings))
+    # Over HTTPS without SERVE_HOSTNAME the certificate cannot tell the load balancer from any other server with a
+    # trusted certificate (the name check is off): the real key is not sent there, only the refusal is checked.
+    endpoint = settings.serve_endpoint
+    key = None if endpoint.https and not endpoint.hostname else read_key(settings, boto3.session.Session())
+    return probe(base_url(settings, host), settings.model_id, key, context=tls_context(settings))
 
 
 def verify(
