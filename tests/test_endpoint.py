@@ -45,6 +45,9 @@ def test_the_controller_is_installed_with_its_pinned_chart_on_the_system_nodes(e
     assert resolved["vpcId"] != lbc.deploy_values.__name__ and resolved["vpcId"]  # the network stack's VPC, imported
     assert resolved["image"] == {"repository": "602401143452.dkr.ecr.sa-east-1.amazonaws.com/amazon/aws-load-balancer-controller", "tag": "v3.5.0"}
     assert resolved["nodeSelector"] == {"role": "system"} and resolved["enableServiceMutatorWebhook"] is False
+    # Only the serving namespace's Ingress gets a load balancer; no WAF or Shield.
+    assert resolved["watchNamespace"] == "inference"
+    assert (resolved["enableWaf"], resolved["enableWafv2"], resolved["enableShield"]) == (False, False, False)
     assert "aws-load-balancer-controller" not in {
         r["Properties"]["Release"] for r in default_synth.resources("system", "Custom::AWSCDK-EKS-HelmChart").values()
     }
@@ -67,9 +70,11 @@ def test_the_controllers_role_is_its_published_policy_narrowed_to_this_cluster(e
     Region's and account's (its `*` resources stay `*`, limited by the tag)."""
     document = _controller_policy(endpoint_synth)
     published = json.loads(lbc.PUBLISHED_POLICY.read_text())
+    # The published actions but WAF's and Shield's (the chart values turn them off; the role cannot touch a web ACL).
     assert sorted(a for s in document["Statement"] for a in ([s["Action"]] if isinstance(s["Action"], str) else s["Action"])) == sorted(
-        a for s in published["Statement"] for a in s["Action"]
+        a for s in published["Statement"] for a in s["Action"] if a.split(":")[0] not in ("shield", "wafv2", "waf-regional")
     )
+    assert any(a.startswith("wafv2:") for s in published["Statement"] for a in s["Action"])
     ours, theirs = {"aws:ResourceTag/elbv2.k8s.aws/cluster": "ray-llm-multinode"}, {"aws:ResourceTag/elbv2.k8s.aws/cluster": "prod"}
     lb = "arn:aws:elasticloadbalancing:sa-east-1:123456789012:loadbalancer/app/k8s-inferenc-rayllmse-0a1b2c3d4e/0123456789abcdef"
     sg = "arn:aws:ec2:sa-east-1:123456789012:security-group/sg-0123456789abcdef0"
@@ -89,10 +94,12 @@ def test_the_controllers_role_is_its_published_policy_narrowed_to_this_cluster(e
             Request("elasticloadbalancing:CreateLoadBalancer", lb, {"aws:RequestTag/elbv2.k8s.aws/cluster": "prod"}),
             Request("ec2:DescribeSubnets", "*"),
             Request("ec2:TerminateInstances", "arn:aws:ec2:sa-east-1:123456789012:instance/i-1"),
+            Request("wafv2:AssociateWebACL", lb),
+            Request("shield:DeleteProtection", "arn:aws:shield::123456789012:protection/p-1"),
         ],
         identity_policy=document,
     )
-    assert got == [ALLOWED, DENIED, DENIED, ALLOWED, DENIED, ALLOWED, DENIED, ALLOWED, DENIED, ALLOWED, DENIED]
+    assert got == [ALLOWED, DENIED, DENIED, ALLOWED, DENIED, ALLOWED, DENIED, ALLOWED, DENIED, ALLOWED, DENIED, DENIED, DENIED]
 
 
 def test_the_ingress_is_an_https_only_load_balancer_for_the_allowed_sources(endpoint_synth: Synth) -> None:

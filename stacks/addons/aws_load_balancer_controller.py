@@ -8,7 +8,10 @@ sets (`--cluster-name`, pkg/deploy/tracking/provider.go): it may create, change 
 target groups and security groups only. Its EC2 and ELB resource ARNs are this Region's and account's. What stays
 as published: reads (Describe*, no resource-level permissions), the listener and rule actions on resources it
 finds by the load balancer (their ARNs are the load balancer's own), tagging on create (conditioned on the
-create action), and the WAF, Shield and Cognito reads the controller makes when an Ingress asks for them.
+create action), the Cognito and certificate reads, and adding or removing security-group ingress rules, which the
+published policy allows on any group (a deviation kept: the backend group's ARN is known only after the deploy).
+Left out: the WAF and Shield actions (read and write), which the chart values turn off. The controller watches the
+serving namespace only.
 
 Its pods cannot reach IMDS (hop limit 1 on the nodes): the VPC id is a deploy-time value.
 """
@@ -40,6 +43,9 @@ INGRESS_CLASS: Final = "alb"
 TRACKING_TAG: Final = "elbv2.k8s.aws/cluster"
 _TAG_KEYS: Final = (f"aws:ResourceTag/{TRACKING_TAG}", f"aws:RequestTag/{TRACKING_TAG}")
 _ANY_REGION_ACCOUNT: Final = ("arn:aws:ec2:*:*:", "arn:aws:elasticloadbalancing:*:*:")
+# Services of the published policy the controller uses only for an Ingress that asks for them (WAF, Shield), which
+# ours does not and the chart values above turn off: their actions are left out of the role.
+_UNUSED_SERVICES: Final = ("shield", "wafv2", "waf-regional")
 
 
 def values(settings: Settings) -> dict[str, Any]:
@@ -54,8 +60,15 @@ def values(settings: Settings) -> dict[str, Any]:
         "resources": {"requests": {"cpu": "100m", "memory": memory}, "limits": {"memory": memory}},
         "ingressClass": INGRESS_CLASS,
         "createIngressClassResource": True,
-        # Only the Ingress of the serving stack: no mutating webhook on every Service of type LoadBalancer.
+        # Only the Ingress of the serving stack: no mutating webhook on every Service of type LoadBalancer, and no
+        # Ingress of another namespace: an Ingress elsewhere cannot get a load balancer past SERVE_EXPOSURE,
+        # SERVE_ALLOWED_CIDRS and the TLS rule.
         "enableServiceMutatorWebhook": False,
+        "watchNamespace": settings.namespace,
+        # The Ingress asks for no WAF or Shield: the controller neither reads nor changes them, and its role cannot.
+        "enableShield": False,
+        "enableWaf": False,
+        "enableWafv2": False,
         # One of its two pods may be drained at a time (the other keeps the webhook answering).
         "podDisruptionBudget": {"maxUnavailable": 1},
     }
@@ -100,8 +113,12 @@ def policy_statements(cluster_name: str) -> list[dict[str, Any]]:
     published = json.loads(PUBLISHED_POLICY.read_text())
     statements = []
     for statement in published["Statement"]:
+        actions = statement["Action"] if isinstance(statement["Action"], list) else [statement["Action"]]
+        actions = [a for a in actions if a.split(":", 1)[0] not in _UNUSED_SERVICES]
+        if not actions:
+            continue
         resources = statement["Resource"] if isinstance(statement["Resource"], list) else [statement["Resource"]]
-        narrowed = {**statement, "Resource": [_narrowed_resource(r) for r in resources]}
+        narrowed = {**statement, "Action": actions, "Resource": [_narrowed_resource(r) for r in resources]}
         if "Condition" in statement:
             narrowed["Condition"] = _narrowed_condition(statement["Condition"], cluster_name)
         statements.append(narrowed)
