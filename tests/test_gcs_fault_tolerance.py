@@ -92,14 +92,27 @@ def tls_redis(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, P
 
 
 def _scenario(tmp_path: Path, name: str, spec: dict[str, Any], env: dict[str, str]) -> dict[str, Any]:
-    (tmp_path / f"{name}.json").write_text(json.dumps(spec))
-    done = subprocess.run(
-        [sys.executable, "-m", "tests.gcs_ft_scenario", str(tmp_path / f"{name}.json")],
-        capture_output=True, text=True, cwd=REPO, timeout=300, env={**os.environ, "RAY_USAGE_STATS_ENABLED": "0", **env},
-    )  # fmt: skip
-    assert done.returncode == 0, done.stderr[-3000:]
-    result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
-    return result
+    for attempt in (1, 2):
+        (tmp_path / f"{name}.json").write_text(json.dumps(spec))
+        try:
+            done = subprocess.run(
+                [sys.executable, "-m", "tests.gcs_ft_scenario", str(tmp_path / f"{name}.json")],
+                capture_output=True, text=True, cwd=REPO, timeout=300, env={**os.environ, "RAY_USAGE_STATS_ENABLED": "0", **env},
+            )  # fmt: skip
+        except subprocess.TimeoutExpired:
+            if attempt == 2:
+                raise
+            # A hang, not a failed observation: on a loaded 2-core machine the scenario has hung once in about ten runs
+            # (the process waiting on Ray, no CPU used, in a fresh-clone CI run on 2026-12-01). Once more, on fresh ports
+            # and a fresh store namespace; every assertion below holds for the second run as for the first.
+            spec = {**spec, "serve_port": free_port(), "dashboard_port": free_port()}
+            if "RAY_external_storage_namespace" in env:
+                env = {**env, "RAY_external_storage_namespace": env["RAY_external_storage_namespace"] + "-again"}
+            continue
+        assert done.returncode == 0, done.stderr[-3000:]
+        result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
+        return result
+    raise AssertionError("unreachable")
 
 
 def test_the_worker_serves_through_a_gcs_outage_with_the_store_and_not_without(tls_redis: tuple[str, Path], tmp_path: Path) -> None:
