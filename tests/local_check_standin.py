@@ -13,6 +13,7 @@ from fastapi.responses import JSONResponse
 from ray import serve
 from ray.serve.handle import DeploymentHandle
 
+from tools.local_check.engines import PARITY_MAX_TOKENS
 from tools.local_check.shape import Host
 
 VOCAB = 1000
@@ -162,7 +163,7 @@ class StandInEngine:
 
         assert env["VLLM_SSM_CONV_STATE_LAYOUT"] == "DS"  # the pods' environment, as the raylets get it
         log.write_text(MEMORY_LOG)
-        return [generate(p, 32) for p in prompts or []], {**memory_report(MEMORY_LOG), "start_s": 1.0}
+        return [generate(p, PARITY_MAX_TOKENS) for p in prompts or []], {**memory_report(MEMORY_LOG), "start_s": 1.0}
 
     def app_import_path(self, deployed: str) -> str:
         return f"{__name__}:{'build_collocated_app' if deployed.endswith('build_openai_app') else 'build_pd_app'}"

@@ -91,21 +91,21 @@ def _narrowed_condition(condition: dict[str, Any], cluster_name: str) -> dict[st
     return out
 
 
-def _narrowed_resource(resource: str) -> str:
+def _in_this_region(resource: str, partition: str, region: str, account: str) -> str:
+    """An EC2 or ELB ARN of any Region and account made this Region's and account's (other resources as they are)."""
     for prefix in _ANY_REGION_ACCOUNT:
         if resource.startswith(prefix):
-            service = prefix.split(":")[2]
-            return f"arn:{Aws.PARTITION}:{service}:{Aws.REGION}:{Aws.ACCOUNT_ID}:" + resource[len(prefix) :]
+            return f"arn:{partition}:{prefix.split(':')[2]}:{region}:{account}:" + resource[len(prefix) :]
     return resource
+
+
+def _narrowed_resource(resource: str) -> str:
+    return _in_this_region(resource, Aws.PARTITION, Aws.REGION, Aws.ACCOUNT_ID)
 
 
 def _nag_form(resource: str) -> str:
     """How cdk-nag writes a resource with the pseudo parameters above."""
-    for prefix in _ANY_REGION_ACCOUNT:
-        if resource.startswith(prefix):
-            service = prefix.split(":")[2]
-            return f"arn:<AWS::Partition>:{service}:<AWS::Region>:<AWS::AccountId>:" + resource[len(prefix) :]
-    return resource
+    return _in_this_region(resource, "<AWS::Partition>", "<AWS::Region>", "<AWS::AccountId>")
 
 
 def policy_statements(cluster_name: str) -> list[dict[str, Any]]:

@@ -18,6 +18,7 @@ One JSON file and one PNG per run (--output-dir); exit 0 only when every step he
 from __future__ import annotations
 
 import argparse
+import functools
 import hashlib
 import json
 import os
@@ -143,15 +144,10 @@ def run(args: argparse.Namespace, engine: Engine) -> Report:
     lengths = parity_lengths(plan["max_model_len"], PARITY_MAX_TOKENS, count=args.parity_prompts)
     vocab = vocab_size(json.loads((Path(model) / "config.json").read_text())) if Path(model, "config.json").is_file() else 32000
     prompts = parity_prompts(lengths, vocab)
-    patched_once, _ = patch_serve_config(
-        deployed,
-        host=host,
-        target=target,
-        model_path=model,
-        random_weights=random_weights,
-        shared_gpu=False,
-        kv_cache_bytes=None,
-    )
+    # The serve config as this host runs it; whether the phases share a GPU (and each engine's KV cache then) is
+    # known once the lone engine has measured.
+    patch = functools.partial(patch_serve_config, deployed, host=host, target=target, model_path=model, random_weights=random_weights)
+    patched_once, _ = patch(shared_gpu=False, kv_cache_bytes=None)
     too_much = shared_budget_error(patched_once, shape, host.gpus)
     if too_much:
         raise MissingPrerequisite(too_much)
@@ -185,15 +181,7 @@ def run(args: argparse.Namespace, engine: Engine) -> Report:
     kv_bytes = int(min(references[p][1].get("kv_cache_gib", 0) for p in references) * GIB) or None
 
     # The PD application on the local cluster.
-    patched, changes = patch_serve_config(
-        deployed,
-        host=host,
-        target=target,
-        model_path=model,
-        random_weights=random_weights,
-        shared_gpu=shared_gpu,
-        kv_cache_bytes=kv_bytes,
-    )
+    patched, changes = patch(shared_gpu=shared_gpu, kv_cache_bytes=kv_bytes)
     patched, key_changes = patch_api_keys(patched, str(out / "api-keys"))
     key = args.api_key
     if key_changes:

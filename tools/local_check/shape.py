@@ -23,7 +23,9 @@ LARGE_GPU_BYTES = 70 * GIB
 SMALL_GPU_BATCH = {"max_num_batched_tokens": 2048, "max_num_seqs": 256}
 LARGE_GPU_BATCH = {"max_num_batched_tokens": 8192, "max_num_seqs": 1024}
 SHARED_GPU_LIMIT = 0.95  # of a GPU's memory that engines sharing it may ask for together (its CUDA contexts need the rest)
-API_KEYS_FILE = "api-keys.json"  # a name -> key object, as the Secrets Store CSI mount holds them
+# A name -> key object, as the Secrets Store CSI mount holds them (k8s_constructs/endpoint.KEYS_FILE; not imported:
+# this module runs where the CDK is not installed). The ingress reads every file of the directory, so only the form matters.
+API_KEYS_FILE = "api-keys.json"
 
 
 @dataclass(frozen=True)
