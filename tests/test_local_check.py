@@ -7,6 +7,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +18,7 @@ from settings.model_fit import GIB
 from tests.conftest import settings_for
 from tests.local_check_standin import VOCAB, StandInEngine
 from tests.loopback import free_port
+from tools.local_check import engines
 from tools.local_check.client import nixl_lines, run_bench
 from tools.local_check.plan import BASE_URL, TOKENIZER, build_plan, image_versions
 from tools.local_check.results import ParityRow, compare_memory, memory_report, parity_lengths
@@ -261,6 +263,34 @@ def test_without_the_images_stack_it_stops_with_one_line(tmp_path: Path) -> None
         [sys.executable, "-m", "tools.local_check", "run", "--plan", str(tmp_path / "none.json")], capture_output=True, text=True, cwd=REPO, check=False
     )
     assert done.returncode == 2 and done.stderr.startswith("error: no plan at")
+
+
+def test_a_lone_engine_that_lingers_after_its_answers_is_stopped_with_its_children(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(engines, "EXIT_GRACE_S", 1)
+    answers, child_pid = tmp_path / "answers.json", tmp_path / "child.pid"
+    # Like vLLM's LLM: a child process (its engine core) that outlives the answers unless the group is stopped.
+    script = (
+        "import subprocess, sys, time, pathlib;"
+        "c = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(600)']);"
+        f"pathlib.Path({str(child_pid)!r}).write_text(str(c.pid));"
+        f"pathlib.Path({str(answers)!r}).write_text('{{}}'); time.sleep(600)"
+    )
+    process = subprocess.Popen([sys.executable, "-c", script], start_new_session=True)
+    started = time.monotonic()
+    assert engines._wait_for_answers(process, answers) != 0
+    assert time.monotonic() - started < 30
+    child = int(child_pid.read_text())
+    for _ in range(50):  # the child, re-parented, is reaped by init shortly after the signal
+        if not Path(f"/proc/{child}").exists() or "Z" in Path(f"/proc/{child}/stat").read_text().split()[2]:
+            break
+        time.sleep(0.1)
+    else:
+        raise AssertionError("the lone engine's child still runs")
+
+
+def test_a_lone_engine_that_exits_by_itself_keeps_its_status(tmp_path: Path) -> None:
+    process = subprocess.Popen([sys.executable, "-c", "raise SystemExit(3)"], start_new_session=True)
+    assert engines._wait_for_answers(process, tmp_path / "never.json") == 3
 
 
 def test_the_whole_flow_on_a_real_ray_cluster_with_a_stand_in_engine(plan: dict[str, Any], tmp_path: Path) -> None:

@@ -3,13 +3,16 @@
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import importlib.util
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -87,24 +90,49 @@ class VllmEngine:
             prompt_file.write_text(json.dumps(prompts))
             command += ["--prompts", str(prompt_file), "--max-tokens", str(PARITY_MAX_TOKENS)]
         with log.open("w") as sink:
-            done = subprocess.run(
+            process = subprocess.Popen(
                 command,
                 stdout=sink,
                 stderr=subprocess.STDOUT,
                 env={**os.environ, **env, "VLLM_LOGGING_LEVEL": "DEBUG"},
-                check=False,
+                start_new_session=True,  # its engine core is a child: stopped with it, as a group
             )
+            returncode = _wait_for_answers(process, out)
         text = log.read_text(errors="replace")
-        if done.returncode != 0:
+        text = log.read_text(errors="replace")
+        if returncode != 0 and not out.is_file():
             tail = [line for line in text.splitlines() if "Error" in line][-1:] or text.splitlines()[-1:]
-            raise RuntimeError(f"the lone engine failed (exit {done.returncode}; {log}): {tail[0] if tail else ''}")
+            raise RuntimeError(f"the lone engine failed (exit {returncode}; {log}): {tail[0] if tail else ''}")
         result = json.loads(out.read_text())
         report = memory_report(text)
         report["start_s"] = result["start_s"]
+        if "generate_s" in result:
+            report["generate_s"] = result["generate_s"]
         return result["outputs"], report
 
     def app_import_path(self, deployed: str) -> str:
         return deployed
+
+
+# Once the answers are written, the lone engine has this long to exit before its process group is stopped: its
+# shutdown does not matter to the check, and the GPU must be free for the deployment.
+EXIT_GRACE_S = 30
+
+
+def _wait_for_answers(process: subprocess.Popen[bytes], answers: Path) -> int:
+    """The lone engine's exit status; stopped (SIGTERM, then SIGKILL) once its answers are written and the grace ran out."""
+    written_at: float | None = None
+    while process.poll() is None:
+        if written_at is None and answers.is_file():
+            written_at = time.monotonic()
+        if written_at is not None and time.monotonic() - written_at > EXIT_GRACE_S:
+            for sig in (signal.SIGTERM, signal.SIGKILL):
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(process.pid, sig)
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    return process.wait(timeout=10)
+        time.sleep(0.5)
+    return process.returncode
 
 
 class MissingPrerequisite(Exception):

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import re
+import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -118,6 +119,7 @@ class Step:
     name: str
     ok: bool
     detail: str
+    at_s: float = 0.0  # seconds since the run started, when the step ended
 
 
 @dataclass
@@ -129,10 +131,13 @@ class Report:
     bench: list[dict[str, Any]] = field(default_factory=list)
     facts: dict[str, Any] = field(default_factory=dict)
     path: Path | None = None  # where add() saves the report after each step
+    started: float = field(default_factory=time.monotonic)
 
     def add(self, name: str, ok: bool, detail: str) -> Step:
-        step = Step(name, ok, detail)
+        step = Step(name, ok, detail, round(time.monotonic() - self.started, 1))
         self.steps.append(step)
+        # Printed as it happens too: a run cut short shows how far it got and when.
+        print(f"[{step.at_s:7.1f} s] {'ok  ' if ok else 'FAIL'} {name}: {detail[:300]}", flush=True)
         if self.path is not None:
             self.save(self.path)
         return step
