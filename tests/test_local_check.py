@@ -18,7 +18,7 @@ from settings.model_fit import GIB
 from tests.conftest import settings_for
 from tests.local_check_standin import VOCAB, StandInEngine
 from tests.loopback import free_port
-from tools.local_check import engines
+from tools.local_check import client, engines
 from tools.local_check.client import nixl_lines, run_bench
 from tools.local_check.plan import BASE_URL, TOKENIZER, build_plan, image_versions
 from tools.local_check.results import ParityRow, compare_memory, memory_report, parity_lengths
@@ -291,6 +291,17 @@ def test_a_lone_engine_that_lingers_after_its_answers_is_stopped_with_its_childr
 def test_a_lone_engine_that_exits_by_itself_keeps_its_status(tmp_path: Path) -> None:
     process = subprocess.Popen([sys.executable, "-c", "raise SystemExit(3)"], start_new_session=True)
     assert engines._wait_for_answers(process, tmp_path / "never.json") == 3
+
+
+def test_ready_means_the_engines_run_not_only_the_ingress(monkeypatch: pytest.MonkeyPatch) -> None:
+    # The ingress lists the model from its config while the engines still start (seen on the H200: minutes apart).
+    listed = (200, {"data": [{"id": "m"}]})
+    monkeypatch.setattr(client, "http", lambda *args, **kwargs: listed)
+    states, naps = iter([False, False, True]), []
+    client.wait_ready("http://x", "m", None, 60, running=lambda: next(states), sleep=naps.append)
+    assert len(naps) == 2
+    with pytest.raises(RuntimeError, match="failed to deploy: replica died"):
+        client.wait_ready("http://x", "m", None, 60, running=lambda: False, failed=lambda: "replica died", sleep=naps.append)
 
 
 def test_the_whole_flow_on_a_real_ray_cluster_with_a_stand_in_engine(plan: dict[str, Any], tmp_path: Path) -> None:

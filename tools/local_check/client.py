@@ -47,19 +47,22 @@ def wait_ready(
     timeout_s: float,
     *,
     failed: Callable[[], str] = lambda: "",
+    running: Callable[[], bool] = lambda: True,
     sleep: Callable[[float], None] = time.sleep,
 ) -> float:
-    """Seconds until the endpoint lists the model; TimeoutError past timeout_s, RuntimeError when `failed` says why."""
+    """Seconds until the endpoint lists the model and the application runs; TimeoutError past timeout_s,
+    RuntimeError when `failed` says why. The ingress lists the model from its config as soon as it is up, minutes
+    before the engines are (seen on the H200): `running` is what says the engines answer."""
     started = time.monotonic()
     while time.monotonic() - started < timeout_s:
         status, body = http("GET", f"{base}/v1/models", key=key, timeout=10)
-        if status == 200 and any(m.get("id") == model_id for m in (body or {}).get("data", [])):
+        if status == 200 and any(m.get("id") == model_id for m in (body or {}).get("data", [])) and running():
             return time.monotonic() - started
         why = failed()
         if why:
             raise RuntimeError(f"the application failed to deploy: {why.splitlines()[0]}")
         sleep(2)
-    raise TimeoutError(f"the endpoint did not list {model_id} within {timeout_s:.0f} s")
+    raise TimeoutError(f"the endpoint did not list {model_id} with every deployment running within {timeout_s:.0f} s")
 
 
 def check_routes(report: Report, base: str, model_id: str, key: str | None, *, prefix: str = "") -> None:

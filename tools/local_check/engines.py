@@ -94,7 +94,7 @@ class VllmEngine:
                 command,
                 stdout=sink,
                 stderr=subprocess.STDOUT,
-                env={**os.environ, **env, "VLLM_LOGGING_LEVEL": "DEBUG"},
+                env={**os.environ, **env, "VLLM_LOGGING_LEVEL": "DEBUG", "VLLM_LOGGING_CONFIG_PATH": str(_debug_logging(log))},
                 start_new_session=True,  # its engine core is a child: stopped with it, as a group
             )
             returncode = _wait_for_answers(process, out)
@@ -114,9 +114,25 @@ class VllmEngine:
         return deployed
 
 
+def _debug_logging(log: Path) -> Path:
+    """vLLM's own logging configuration (vllm/logger.py) at DEBUG, for the memory report, except vllm.ir: it logs every
+    op's dispatch with its tensors' values, which made 4 greedy answers take minutes in eager mode on the H200."""
+    path = log.with_suffix(".logging.json")
+    line = "%(levelname)s %(asctime)s [%(fileinfo)s:%(lineno)d] %(message)s"
+    config = {
+        "version": 1,
+        "disable_existing_loggers": False,
+        "formatters": {"vllm": {"class": "vllm.logging_utils.NewLineFormatter", "datefmt": "%m-%d %H:%M:%S", "format": line}},
+        "handlers": {"vllm": {"class": "logging.StreamHandler", "formatter": "vllm", "level": "DEBUG", "stream": "ext://sys.stdout"}},
+        "loggers": {"vllm": {"handlers": ["vllm"], "level": "DEBUG", "propagate": False}, "vllm.ir": {"level": "INFO"}},
+    }
+    path.write_text(json.dumps(config))
+    return path
+
+
 # Once the answers are written, the lone engine has this long to exit before its process group is stopped: its
 # shutdown does not matter to the check, and the GPU must be free for the deployment.
-EXIT_GRACE_S = 30
+EXIT_GRACE_S = 10
 
 
 def _wait_for_answers(process: subprocess.Popen[bytes], answers: Path) -> int:

@@ -263,12 +263,18 @@ def _engine_count(config: dict[str, Any]) -> int:
     return total
 
 
-def _deploy_failed(name: str) -> str:
-    """Serve's message when the application failed to deploy ("" while it deploys or runs)."""
+def _app_status(name: str) -> tuple[str, str]:
+    """Serve's status of the application and its message ("" before it exists)."""
     from ray import serve
 
     status = serve.status().applications.get(name)
-    return str(status.message or status.status) if status is not None and str(status.status).endswith("DEPLOY_FAILED") else ""
+    return (str(status.status).rsplit(".", 1)[-1], str(status.message or "")) if status is not None else ("", "")
+
+
+def _deploy_failed(name: str) -> str:
+    """Serve's message when the application failed to deploy ("" while it deploys or runs)."""
+    status, message = _app_status(name)
+    return (message or status) if status == "DEPLOY_FAILED" else ""
 
 
 def check_application(
@@ -300,12 +306,19 @@ def check_application(
     # serve.run waits for RUNNING without a limit (Ray 2.58: timeout_s=-1); deploy, then wait with ours.
     serve._run(app, _blocking=False, name=application["name"], route_prefix=application.get("route_prefix", "/"))
     try:
-        wait_ready(base, plan["model"]["id"], key, args.ready_timeout, failed=lambda: _deploy_failed(application["name"]))
+        wait_ready(
+            base,
+            plan["model"]["id"],
+            key,
+            args.ready_timeout,
+            failed=lambda: _deploy_failed(application["name"]),
+            running=lambda: _app_status(application["name"])[0] == "RUNNING",
+        )
     except (TimeoutError, RuntimeError) as error:
         report.add(f"{prefix}deploy", False, str(error))
         return
     report.facts.setdefault("ready_s", {})[mode] = round(time.monotonic() - started, 1)
-    report.add(f"{prefix}deploy", True, f"{application['name']} answering {time.monotonic() - started:.0f} s after serve.run")
+    report.add(f"{prefix}deploy", True, f"{application['name']} running {time.monotonic() - started:.0f} s after serve.run")
     check_routes(report, base, plan["model"]["id"], key, prefix=prefix)
     parity = [ParityRow(len(p), pd_tokens(base, plan["model"]["id"], p, key), ref) for p, ref in zip(prompts, reference, strict=True)]
     if mode == "pd":
