@@ -25,7 +25,8 @@ CUDA_TOTAL_MIB = {"L4": 23_034, "A10G": 23_028, "L40S": 46_068, "A100": 40_960, 
 # What vLLM keeps beside the weights and the KV cache, per GPU, with enforce_eager: the profile run's activation
 # peak plus the memory outside torch. Measured: Qwen3.5-9B (16.8 GiB of weights, an L4's 2,048 batched tokens)
 # 1.00 + 0.22 GiB by the one-host check (`make local-check`, vLLM 0.26.0 on an H200 at an L4's budget,
-# docs/local-check.md); an 8B model on an H100 (8,192 batched tokens) 1.26 + 0.16 GiB (vllm-project/vllm #10511).
+# docs/local-check.md; 1.00 + 0.23 again on 2026-12-02); an 8B model on an H100 (8,192 batched tokens)
+# 1.26 + 0.16 GiB (vllm-project/vllm #10511).
 # The estimate grows with the weights (the peak follows the hidden size) and stays above both: by 0.36 and 0.13
 # GiB, so a config it passes starts, at the price of refusing one within ~0.4 GiB of the edge.
 OVERHEAD_BASE_BYTES = int(1.25 * GIB)
@@ -33,6 +34,8 @@ OVERHEAD_PER_WEIGHT_BYTE = 0.02
 # Compiled with CUDA graphs (enforce_eager false), vLLM 0.26 also holds the captured graphs (its profile counts
 # them since v0.21) and torch.compile's larger activation peak: Qwen3.5-9B on the same budget measured 1.98 GiB
 # of peak (+0.98) and 0.54 GiB of graphs (+1.52 in all; the run of 2026-12-01 that issue 25 quotes); 0.23 GiB kept.
+# The dense Llama-3.1-8B compiled at an L40S's budget (the check's run of 2026-12-02) kept 1.01 + 0.22 + 0.59 GiB
+# of graphs = 1.82 GiB against the 3.30 estimated: the surcharge is the hybrid model's, conservative for dense ones.
 GRAPHS_OVERHEAD_BYTES = int(1.75 * GIB)
 # Where CUDA graphs are chosen (ENFORCE_EAGER=auto): only when, with their memory, the KV cache still holds this
 # many sequences of max_model_len — half the decode phase's autoscaling target, the streams one decode engine is

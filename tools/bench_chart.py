@@ -18,7 +18,8 @@ STYLES = {"long": "tab:red", "short": "tab:blue", "ramp": "tab:green"}
 
 
 def draw(runs: Sequence[dict[str, Any]], timeline: Sequence[dict[str, Any]], path: Path, *, title: str) -> Path:
-    figure, axes = plt.subplots(1, 3, figsize=(16, 4.8), constrained_layout=True)
+    # The scaling panel only where there is a timeline (the one-host check has none: no nodes come and go).
+    figure, axes = plt.subplots(1, 3 if timeline else 2, figsize=(16 if timeline else 11, 4.8), constrained_layout=True)
     for axis, (label, figure_key) in zip(axes[:2], PANELS, strict=True):
         for workload in sorted({str(r["workload"]) for r in runs}):
             rows = sorted((r for r in runs if r["workload"] == workload), key=lambda r: float(r["rate"]))
@@ -33,16 +34,16 @@ def draw(runs: Sequence[dict[str, Any]], timeline: Sequence[dict[str, Any]], pat
         axis.set_ylabel(label)
         axis.grid(alpha=0.3)
         axis.legend(fontsize=8)
-    scaling = axes[2]
     if timeline:
+        scaling = axes[2]
         start = float(timeline[0]["t"])
         minutes = [(float(s["t"]) - start) / 60 for s in timeline]
         for key, color in (("prefill", "tab:purple"), ("decode", "tab:orange"), ("gpu_nodes", "black")):
             scaling.step(minutes, [s.get(key, 0) for s in timeline], where="post", color=color, label=key.replace("_", " "))
         scaling.legend(fontsize=8)
-    scaling.set_xlabel("minutes into the run")
-    scaling.set_ylabel("Ray worker pods / GPU nodes")
-    scaling.grid(alpha=0.3)
+        scaling.set_xlabel("minutes into the run")
+        scaling.set_ylabel("Ray worker pods / GPU nodes")
+        scaling.grid(alpha=0.3)
     figure.suptitle(title)
     figure.savefig(path, dpi=110)
     plt.close(figure)

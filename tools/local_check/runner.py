@@ -176,7 +176,7 @@ def run(args: argparse.Namespace, engine: Engine) -> Report:
             report.add(
                 f"memory {phase}",
                 all(r.ok for r in rows),
-                "; ".join(f"{r.figure} {r.measured_gib} (predicted {r.predicted_gib:.2f})" for r in rows),
+                "; ".join(f"{r.figure} {r.measured_gib:.2f} (predicted {r.predicted_gib:.2f})" for r in rows),
             )
     kv_bytes = int(min(references[p][1].get("kv_cache_gib", 0) for p in references) * GIB) or None
 
