@@ -238,6 +238,18 @@ SPECS: tuple[SettingSpec, ...] = (
         change=(RECREATE, f"the serve config's ingress in place; the keys' volume on the Ray pods is a RayCluster change: {_RECREATE_HOW}"),
     ),
     SettingSpec(
+        "SERVE_ACCESS_LOGS",
+        "off",
+        "The load balancer's access logs, into an S3 bucket of the serving stack (SSE-S3, TLS only, expiring after 30 days; "
+        "deleted with the stack); docs/endpoint.md",
+        "on or off; on needs SERVE_EXPOSURE internal or internet-facing",
+        change=(
+            IN_PLACE,
+            "the bucket and the load balancer's attributes; back to off deletes the bucket and the logs in it (copy them first)",
+        ),
+        ci_variable=True,
+    ),
+    SettingSpec(
         "METRICS_NAMESPACE",
         "monitoring",
         "Namespace of an in-cluster metrics collector (your Prometheus) allowed to scrape the Ray pods' port 8080; OBSERVABILITY's managed collector is let in by address",
