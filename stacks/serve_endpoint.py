@@ -120,16 +120,11 @@ def access_log_bucket(scope: Construct, settings: Settings) -> s3.Bucket:
         "The bucket holds the load balancer's access logs; logging access to the logs would need a second bucket, whose own "
         "access is then unlogged. Reads of the logs are in CloudTrail's data events where the account turns them on.",
     )
-    cast(s3.CfnBucket, bucket.node.default_child).add_metadata(
-        "checkov",
+    nag.skip_checkov(
+        bucket,
         {
-            "skip": [
-                {"id": "CKV_AWS_18", "comment": "The access logs' own bucket: see AwsSolutions-S1 (a log bucket of a log bucket)."},
-                {
-                    "id": "CKV_AWS_21",
-                    "comment": "Log objects are written once and expire after a month; versions would only keep expired logs longer.",
-                },
-            ]
+            "CKV_AWS_18": "The access logs' own bucket: see AwsSolutions-S1 (a log bucket of a log bucket).",
+            "CKV_AWS_21": "Log objects are written once and expire after a month; versions would only keep expired logs longer.",
         },
     )
     return bucket
