@@ -5,13 +5,15 @@ policy is the controller's published one (data/, at the pinned version) narrowed
 The narrowing: every statement the published policy limits to resources carrying the controller's tracking tag
 (`elbv2.k8s.aws/cluster`, any value) is limited to those carrying it with this cluster's name, which the controller
 sets (`--cluster-name`, pkg/deploy/tracking/provider.go): it may create, change and delete its own load balancers,
-target groups and security groups only. Its EC2 and ELB resource ARNs are this Region's and account's. What stays
-as published: reads (Describe*, no resource-level permissions), the listener and rule actions on resources it
-finds by the load balancer (their ARNs are the load balancer's own), tagging on create (conditioned on the
-create action), the Cognito and certificate reads, and adding or removing security-group ingress rules, which the
-published policy allows on any group (a deviation kept: the backend group's ARN is known only after the deploy).
-Left out: the WAF and Shield actions (read and write), which the chart values turn off. The controller watches the
-serving namespace only.
+target groups and security groups only. Its EC2 and ELB resource ARNs are this Region's and account's. Listener and
+rule changes (on "*" as published) and the tags of listeners and rules are limited to the load balancer the Ingress
+names (k8s_constructs/endpoint.py `load_balancer_name`; the listeners' and rules' ARNs carry it). Adding or removing
+ingress rules on groups it did not create (the nodes' groups, on "*" as published) is limited to this VPC (`ec2:Vpc`,
+which both actions support per the Service Authorization Reference). What stays as published: reads (Describe*, no
+resource-level permissions), the creates (no ARN before; the tag is required), tagging on create (conditioned on the
+create action), the Cognito and certificate reads. Left out: the WAF and Shield actions (read and write) and ELB's
+side of a WAF association (SetWebAcl), which the chart values turn off. The controller watches the serving namespace
+only.
 
 Its pods cannot reach IMDS (hop limit 1 on the nodes): the VPC id is a deploy-time value.
 """
