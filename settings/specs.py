@@ -208,8 +208,7 @@ SPECS: tuple[SettingSpec, ...] = (
     SettingSpec(
         "SERVE_HOSTNAME",
         "",
-        "DNS name clients use for the endpoint (the Ingress's host; with SERVE_HOSTED_ZONE_ID an alias record of the load balancer, "
-        "the zone's apex too)",
+        "DNS name clients use for the endpoint (the Ingress's host; with SERVE_HOSTED_ZONE_ID an alias record of the load balancer, the zone's apex too)",
         "empty or a fully qualified domain name",
         change=(IN_PLACE, "the Ingress's host rule and the alias record"),
         ci_variable=True,

@@ -77,7 +77,11 @@ def alias_record(scope: Construct, settings: Settings, dns_name: str) -> route53
         hosted_zone_id=endpoint.hosted_zone_id,
         name=f"{endpoint.hostname}.",
         type="A",
-        alias_target=route53.CfnRecordSet.AliasTargetProperty(dns_name=dns_name, hosted_zone_id=zone, evaluate_target_health=False),
+        alias_target=route53.CfnRecordSet.AliasTargetProperty(
+            dns_name=dns_name,
+            hosted_zone_id=zone,
+            evaluate_target_health=False,
+        ),
     )
 
 
@@ -100,8 +104,9 @@ def access_log_bucket(scope: Construct, settings: Settings) -> s3.Bucket:
         minimum_tls_version=1.2,
         lifecycle_rules=[
             s3.LifecycleRule(
-                expiration=Duration.days(ACCESS_LOG_RETENTION_DAYS), abort_incomplete_multipart_upload_after=Duration.days(1)
-            )
+                expiration=Duration.days(ACCESS_LOG_RETENTION_DAYS),
+                abort_incomplete_multipart_upload_after=Duration.days(1),
+            ),
         ],
         removal_policy=RemovalPolicy.DESTROY,
         auto_delete_objects=True,
@@ -117,14 +122,15 @@ def access_log_bucket(scope: Construct, settings: Settings) -> s3.Bucket:
     nag.acknowledge(
         bucket,
         "AwsSolutions-S1",
-        "The bucket holds the load balancer's access logs; logging access to the logs would need a second bucket, whose own "
-        "access is then unlogged. Reads of the logs are in CloudTrail's data events where the account turns them on.",
+        "The bucket holds the load balancer's access logs; logging access to the logs would need a second "
+        "bucket, whose own access is then unlogged. Reads of the logs are in CloudTrail's data events where the "
+        "account turns them on.",
     )
     nag.skip_checkov(
         bucket,
         {
             "CKV_AWS_18": "The access logs' own bucket: see AwsSolutions-S1 (a log bucket of a log bucket).",
-            "CKV_AWS_21": "Log objects are written once and expire after a month; versions would only keep expired logs longer.",
+            "CKV_AWS_21": "Logs are written once and expire after a month: versions would keep expired logs longer.",
         },
     )
     return bucket

@@ -13,8 +13,8 @@ import pytest
 from aws_cdk import aws_iam as iam
 
 from k8s_constructs.endpoint import ACCESS_LOG_PREFIX, ingress_name, load_balancer_name
-from settings.errors import SettingError
 from settings.endpoint import parse_endpoint
+from settings.errors import SettingError
 from settings.load_balancer_zones import APPLICATION_LOAD_BALANCER_ZONES
 from stacks.serve_endpoint import LOG_DELIVERY_SERVICE, log_delivery_principal
 from tests.conftest import ENDPOINT, PINNED, Synth, settings_for, synthesize
@@ -24,6 +24,14 @@ from tests.test_endpoint import _controller_policy, _objects
 
 ALLOWED, DENIED, EXPLICITLY_DENIED = "Allowed", "ImplicitlyDenied", "ExplicitlyDenied"
 READ_BACK = "Custom::AWSCDK-EKS-KubernetesObjectValue"
+MANIFEST = "Custom::AWSCDK-EKS-KubernetesResource"
+ATTRIBUTES = "alb.ingress.kubernetes.io/load-balancer-attributes"
+
+
+def _endpoint_manifest(synth: Synth) -> tuple[str, dict[str, Any]]:
+    resources = synth.templates["serving"]["Resources"]
+    ((logical_id, manifest),) = [(k, r) for k, r in resources.items() if r["Type"] == MANIFEST and "Endpoint" in k]
+    return logical_id, manifest
 
 
 def _read_back(synth: Synth) -> dict[str, Any]:
@@ -40,13 +48,14 @@ def test_the_dns_record_is_an_alias_of_the_load_balancer_the_controller_made(end
     # The DNS name the controller wrote into the Ingress's status, in sa-east-1's load balancer zone.
     resources = endpoint_synth.templates["serving"]["Resources"]
     reader = next(k for k, r in resources.items() if r["Type"] == READ_BACK)
-    assert props["AliasTarget"] == {"DNSName": {"Fn::GetAtt": [reader, "Value"]}, "HostedZoneId": "Z2P70J7HTTTPLU", "EvaluateTargetHealth": False}
+    target = {"DNSName": {"Fn::GetAtt": [reader, "Value"]}, "HostedZoneId": "Z2P70J7HTTTPLU"}
+    alias = {**target, "EvaluateTargetHealth": False}
+    assert props["AliasTarget"] == alias
     read_back = _read_back(endpoint_synth)
     assert (read_back["ObjectType"], read_back["ObjectName"]) == ("ingress", "ray-llm-serve-internal")
     assert read_back["JsonPath"] == ".status.loadBalancer.ingress[0].hostname"
     # Read after the Ingress is applied.
-    (manifest,) = [k for k, r in resources.items() if r["Type"] == "Custom::AWSCDK-EKS-KubernetesResource" and k.startswith("Endpoint")]
-    assert resources[reader]["DependsOn"] == [manifest]
+    assert resources[reader]["DependsOn"] == [_endpoint_manifest(endpoint_synth)[0]]
 
 
 def test_the_zone_table_covers_the_regions_settings_accept_or_refuses_the_record() -> None:
@@ -65,12 +74,13 @@ def test_the_zone_table_covers_the_regions_settings_accept_or_refuses_the_record
 
 
 def test_an_apex_name_gets_its_alias_record(tmp_path: Path) -> None:
-    synth = synthesize(settings_for({**ENDPOINT, "SERVE_HOSTNAME": "example.com", "SERVE_ACCESS_LOGS": "off"}), tmp_path)
+    apex = {**ENDPOINT, "SERVE_HOSTNAME": "example.com", "SERVE_ACCESS_LOGS": "off"}
+    synth = synthesize(settings_for(apex), tmp_path)
     (record,) = synth.resources("serving", "AWS::Route53::RecordSet").values()
     assert (record["Properties"]["Name"], record["Properties"]["Type"]) == ("example.com.", "A")
 
 
-def test_the_read_back_follows_every_change_of_the_ingress_and_only_those(endpoint_synth: Synth, tmp_path: Path) -> None:
+def test_the_read_back_follows_every_change_of_the_ingress_only(endpoint_synth: Synth, tmp_path: Path) -> None:
     """A changed Ingress gets its DNS name read again (CloudFormation updates the read-back when a property changes);
     a new scheme, which makes the controller replace the load balancer, is a new Ingress whose status is empty until
     the new load balancer exists, so the read never returns the old one's name."""
@@ -109,17 +119,20 @@ def test_the_access_logs_go_to_a_bucket_of_the_serving_stack(endpoint_synth: Syn
     (bucket_id,) = endpoint_synth.resources("serving", "AWS::S3::Bucket")
     bucket = endpoint_synth.templates["serving"]["Resources"][bucket_id]
     props = bucket["Properties"]
-    assert props["BucketEncryption"]["ServerSideEncryptionConfiguration"] == [{"ServerSideEncryptionByDefault": {"SSEAlgorithm": "AES256"}}]
-    assert props["PublicAccessBlockConfiguration"] == dict.fromkeys(("BlockPublicAcls", "BlockPublicPolicy", "IgnorePublicAcls", "RestrictPublicBuckets"), True)
-    assert props["LifecycleConfiguration"]["Rules"] == [{"AbortIncompleteMultipartUpload": {"DaysAfterInitiation": 1}, "ExpirationInDays": 30, "Status": "Enabled"}]
+    (encryption,) = props["BucketEncryption"]["ServerSideEncryptionConfiguration"]
+    assert encryption == {"ServerSideEncryptionByDefault": {"SSEAlgorithm": "AES256"}}  # SSE-S3
+    blocks = ("BlockPublicAcls", "BlockPublicPolicy", "IgnorePublicAcls", "RestrictPublicBuckets")
+    assert props["PublicAccessBlockConfiguration"] == dict.fromkeys(blocks, True)
+    assert props["LifecycleConfiguration"]["Rules"] == [
+        {"AbortIncompleteMultipartUpload": {"DaysAfterInitiation": 1}, "ExpirationInDays": 30, "Status": "Enabled"}
+    ]
     # Deleted with the stack, emptied first (aws-cdk-lib's custom resource, after the Ingress and so the load balancer).
     assert bucket["DeletionPolicy"] == "Delete"
     assert len(endpoint_synth.resources("serving", "Custom::S3AutoDeleteObjects")) == 1
     (ingress,) = _objects(endpoint_synth, "Ingress")
-    attributes = dict(a.split("=") for a in ingress["metadata"]["annotations"]["alb.ingress.kubernetes.io/load-balancer-attributes"].split(","))
+    attributes = dict(a.split("=") for a in ingress["metadata"]["annotations"][ATTRIBUTES].split(","))
     assert (attributes["access_logs.s3.enabled"], attributes["access_logs.s3.prefix"]) == ("true", ACCESS_LOG_PREFIX)
-    resources = endpoint_synth.templates["serving"]["Resources"]
-    (manifest,) = [r for k, r in resources.items() if r["Type"] == "Custom::AWSCDK-EKS-KubernetesResource" and k.startswith("Endpoint")]
+    _, manifest = _endpoint_manifest(endpoint_synth)
     assert {"Ref": bucket_id} in manifest["Properties"]["Manifest"]["Fn::Join"][1]  # the bucket's name, at deploy
     (policy_id,) = endpoint_synth.resources("serving", "AWS::S3::BucketPolicy")
     assert {bucket_id, policy_id} <= set(manifest["DependsOn"])  # ELB checks it may write when the logs turn on
@@ -127,9 +140,10 @@ def test_the_access_logs_go_to_a_bucket_of_the_serving_stack(endpoint_synth: Syn
 
 def test_only_the_load_balancer_may_write_the_logs_and_only_over_tls(endpoint_synth: Synth) -> None:
     (policy,) = endpoint_synth.resources("serving", "AWS::S3::BucketPolicy").values()
-    document = Resolver(endpoint_synth.templates, "sa-east-1").resolve(policy["Properties"]["PolicyDocument"], "serving")
+    resolver = Resolver(endpoint_synth.templates, "sa-east-1")
+    document = resolver.resolve(policy["Properties"]["PolicyDocument"], "serving")
     (bucket_id,) = endpoint_synth.resources("serving", "AWS::S3::Bucket")
-    logs = f"arn:aws:s3:::{bucket_id}/{ACCESS_LOG_PREFIX}/AWSLogs/{ACCOUNT}/elasticloadbalancing/sa-east-1/2026/12/01/x.log.gz"
+    logs = f"arn:aws:s3:::{bucket_id}/{ACCESS_LOG_PREFIX}/AWSLogs/{ACCOUNT}/elasticloadbalancing/sa-east-1/x.log.gz"
     elb = "arn:aws:iam::507241528517:root"  # sa-east-1's Elastic Load Balancing account (aws-cdk-lib's region facts)
     tls = {"aws:SecureTransport": "true", "s3:TlsVersion": "1.3"}
     # The delivering principal's own side allows the write: the bucket policy decides.
@@ -160,20 +174,23 @@ def test_the_log_writer_is_the_regions_documented_principal() -> None:
 
 def test_no_access_logs_no_bucket(tmp_path: Path) -> None:
     synth = synthesize(settings_for({**ENDPOINT, "SERVE_ACCESS_LOGS": "off"}), tmp_path)
-    assert not synth.resources("serving", "AWS::S3::Bucket") and not synth.resources("serving", "Custom::S3AutoDeleteObjects")
+    assert not synth.resources("serving", "AWS::S3::Bucket")
+    assert not synth.resources("serving", "Custom::S3AutoDeleteObjects")
     (ingress,) = _objects(synth, "Ingress")
-    assert "access_logs" not in ingress["metadata"]["annotations"]["alb.ingress.kubernetes.io/load-balancer-attributes"]
+    assert "access_logs" not in ingress["metadata"]["annotations"][ATTRIBUTES]
 
 
-# --- the controller's role: listeners, rules and security-group rules ---------------------------------------------------
+# --- the controller's role: listeners, rules and security-group rules -------------------------------------------
 
 
 def test_the_controller_changes_listeners_and_rules_of_its_own_load_balancer_only(endpoint_synth: Synth) -> None:
     document = _controller_policy(endpoint_synth)
     arn = "arn:aws:elasticloadbalancing:sa-east-1:123456789012"
     ours = load_balancer_name(endpoint_synth.settings)
-    lb, other = f"{arn}:loadbalancer/app/{ours}/0123456789abcdef", f"{arn}:loadbalancer/app/k8s-other-0a1b2c3d4e/0123456789abcdef"
-    listener, rule = f"{arn}:listener/app/{ours}/0123456789abcdef/fedcba9876543210", f"{arn}:listener-rule/app/{ours}/0123/4567/89ab"
+    lb = f"{arn}:loadbalancer/app/{ours}/0123456789abcdef"
+    other = f"{arn}:loadbalancer/app/k8s-other-0a1b2c3d4e/0123456789abcdef"
+    listener = f"{arn}:listener/app/{ours}/0123456789abcdef/fedcba9876543210"
+    rule = f"{arn}:listener-rule/app/{ours}/0123/4567/89ab"
     elsewhere = listener.replace(ours, "k8s-other-0a1b2c3d4e")
     actions = [
         ("elasticloadbalancing:CreateListener", lb, other),
@@ -187,6 +204,16 @@ def test_the_controller_changes_listeners_and_rules_of_its_own_load_balancer_onl
     ]
     requests = [Request(action, resource) for action, own, foreign in actions for resource in (own, foreign)]
     assert decisions(requests, identity_policy=document) == [ALLOWED, DENIED] * len(actions)
+    # Tags: on its own listeners and rules without a condition (as published for every listener), on load balancers
+    # only with this cluster's tag (it cannot drop the tag that scopes it). Read from the document: the simulator
+    # finds no resource type for AddTags/RemoveTags on these ARNs ("no.resource.types").
+    unconditioned = {
+        r
+        for st in document["Statement"]
+        if "Condition" not in st and "elasticloadbalancing:RemoveTags" in st["Action"]
+        for r in ([st["Resource"]] if isinstance(st["Resource"], str) else st["Resource"])
+    }
+    assert unconditioned == {f"{arn}:listener/app/{ours}/*", f"{arn}:listener-rule/app/{ours}/*"}
     # The WAF association's ELB permission is gone with WAF.
     assert decisions([Request("elasticloadbalancing:SetWebAcl", "*")], identity_policy=document) == [DENIED]
 
@@ -195,12 +222,14 @@ def test_the_controller_adds_security_group_rules_in_this_vpc_only(endpoint_synt
     document = _controller_policy(endpoint_synth)
     (vpc_id,) = endpoint_synth.resources("network", "AWS::EC2::VPC")  # what the Resolver makes of the VPC's Ref
     nodes = "arn:aws:ec2:sa-east-1:123456789012:security-group/sg-0123456789abcdef0"
-    here, there = {"ec2:Vpc": f"arn:aws:ec2:sa-east-1:123456789012:vpc/{vpc_id}"}, {"ec2:Vpc": "arn:aws:ec2:sa-east-1:123456789012:vpc/vpc-other"}
-    requests = [Request(action, nodes, vpc) for action in ("ec2:AuthorizeSecurityGroupIngress", "ec2:RevokeSecurityGroupIngress") for vpc in (here, there)]
+    here = {"ec2:Vpc": f"arn:aws:ec2:sa-east-1:123456789012:vpc/{vpc_id}"}
+    there = {"ec2:Vpc": "arn:aws:ec2:sa-east-1:123456789012:vpc/vpc-other"}
+    actions = ("ec2:AuthorizeSecurityGroupIngress", "ec2:RevokeSecurityGroupIngress")
+    requests = [Request(action, nodes, vpc) for action in actions for vpc in (here, there)]
     assert decisions(requests, identity_policy=document) == [ALLOWED, DENIED, ALLOWED, DENIED]
     # Its own (tagged) groups still as published; one of another cluster in another VPC not.
     tagged = {"aws:ResourceTag/elbv2.k8s.aws/cluster": "ray-llm-multinode", **there}
-    assert decisions([Request("ec2:AuthorizeSecurityGroupIngress", nodes, tagged)], identity_policy=document) == [ALLOWED]
+    assert decisions([Request(actions[0], nodes, tagged)], identity_policy=document) == [ALLOWED]
     other = {"aws:ResourceTag/elbv2.k8s.aws/cluster": "prod", **there}
     assert decisions([Request("ec2:RevokeSecurityGroupIngress", nodes, other)], identity_policy=document) == [DENIED]
 

@@ -80,7 +80,6 @@ UNUSED_FEATURES: dict[tuple[str, str], str] = {
     ("AWS::S3::Bucket", "s3:PutBucketObjectLockConfiguration"): "Object Lock (off)",
     ("AWS::S3::Bucket", "s3:Put*Acl"): "ACLs (disabled: BucketOwnerEnforced)",
     ("AWS::S3::Bucket", "s3:PutBucketAbac"): "attribute-based access control on the bucket (not set; the read is granted)",
-
     ("AWS::EKS::Cluster", "iam:*InstanceProfile"): "EKS Auto Mode's node instance profile (Auto Mode off: managed nodegroups only)",
     ("AWS::Lambda::Function", "kms:*"): "a customer managed key on a function's environment (KmsKeyArn not set)",
     ("AWS::Lambda::Function", "lambda:*CodeSigningConfig"): "code signing (CodeSigningConfigArn not set)",

@@ -154,7 +154,8 @@ def policy_statements(settings: Settings, vpc_id: str) -> list[dict[str, Any]]:
         if "Condition" in statement:
             narrowed["Condition"] = _narrowed_condition(statement["Condition"], settings.cluster_name)
         if _is_listener_statement(actions, resources):
-            narrowed["Resource"] = own
+            # Tags: on its listeners and rules only (the load balancer's own tags stay conditioned as published).
+            narrowed["Resource"] = own if set(actions) <= _LISTENER_ACTIONS else own[1:]
         elif set(actions) <= _INGRESS_RULE_ACTIONS and "Condition" not in statement:
             # The rules it adds to groups it did not create (the nodes' and pods'): groups of this VPC only.
             vpc = f"arn:{Aws.PARTITION}:ec2:{Aws.REGION}:{Aws.ACCOUNT_ID}:vpc/{vpc_id}"
