@@ -93,8 +93,10 @@ def ingress_annotations(settings: Settings, subnet_ids: tuple[str, ...], log_buc
         "routing.http.drop_invalid_header_fields.enabled": "true",
         "deletion_protection.enabled": "false",  # `make destroy` deletes it with the Ingress
     }
+    # Said either way: the controller changes only the attributes the annotation names, so logs turned off must say so.
+    attributes["access_logs.s3.enabled"] = "true" if endpoint.access_logs else "false"
     if endpoint.access_logs:
-        attributes |= {"access_logs.s3.enabled": "true", "access_logs.s3.bucket": log_bucket, "access_logs.s3.prefix": ACCESS_LOG_PREFIX}
+        attributes |= {"access_logs.s3.bucket": log_bucket, "access_logs.s3.prefix": ACCESS_LOG_PREFIX}
     annotations = {
         "alb.ingress.kubernetes.io/load-balancer-name": load_balancer_name(settings),
         "alb.ingress.kubernetes.io/scheme": endpoint.scheme,
