@@ -168,10 +168,13 @@ docs: $(VENV)/.docs ## Build the documentation site strictly (mkdocs-material): 
 # The Kubernetes objects: dist/, the manifests of the default, OBSERVABILITY=on and HF_TOKEN_SECRET_NAME
 # assemblies, the benchmark Job and the Pods KubeRay makes from the RayService; each finding is fixed or
 # accepted with its reason in accepted-findings.yaml (a new one, or a stale acceptance, fails).
-checkov: synth .checkov-venv/.installed ## checkov: every CloudFormation check (default and OBSERVABILITY=on stacks; skips only at aws-cdk-lib's Lambdas) and every Kubernetes check (accepted-findings.yaml)
+checkov: synth .checkov-venv/.installed ## checkov: every CloudFormation check (default, OBSERVABILITY=on and exposed-endpoint stacks; skips at the resources, with reasons) and every Kubernetes check (accepted-findings.yaml)
 	.checkov-venv/bin/checkov --skip-download --quiet --compact --framework cloudformation -d cdk.out
 	OBSERVABILITY=on $(CDK) synth --quiet -o cdk.out.observability
 	.checkov-venv/bin/checkov --skip-download --quiet --compact --framework cloudformation -f cdk.out.observability/*-observability.template.json
+	SERVE_EXPOSURE=internal SERVE_CERTIFICATE_ARN=arn:aws:acm:$${REGION:-sa-east-1}:123456789012:certificate/0123abcd-0123-4567-89ab-0123456789ab \
+	  SERVE_HOSTNAME=llm.example.com SERVE_HOSTED_ZONE_ID=Z0123456789ABCDEFGHIJ SERVE_ACCESS_LOGS=on $(CDK) synth --quiet -o cdk.out.endpoint
+	.checkov-venv/bin/checkov --skip-download --quiet --compact --framework cloudformation -f cdk.out.endpoint/*-system.template.json -f cdk.out.endpoint/*-serving.template.json
 	HF_TOKEN_SECRET_NAME=checkov/hf-token $(CDK) synth --quiet -o cdk.out.hf-token
 	$(PY) -m tools.k8s_objects cdk.out.k8s cdk.out cdk.out.observability cdk.out.hf-token
 	.checkov-venv/bin/checkov --skip-download --quiet --compact --framework kubernetes -d cdk.out.k8s -o json > cdk.out.checkov-kubernetes.json || true
@@ -185,4 +188,4 @@ verify-efa: install ## Which NIXL backend each GPU worker started (must be LIBFA
 	$(PY) -m tools.cluster verify-efa
 
 clean: ## Remove build output (keeps the virtual environments)
-	rm -rf site cdk.out cdk.out.observability cdk.out.hf-token cdk.out.k8s cdk.out.checkov-kubernetes.json .pytest_cache .mypy_cache .ruff_cache
+	rm -rf site cdk.out cdk.out.observability cdk.out.hf-token cdk.out.endpoint cdk.out.k8s cdk.out.checkov-kubernetes.json .pytest_cache .mypy_cache .ruff_cache

@@ -15,6 +15,7 @@ a key: they name the secret.
 
 from __future__ import annotations
 
+import hashlib
 import json
 from dataclasses import dataclass
 from typing import Any, Final
@@ -52,10 +53,27 @@ KEYS_VOLUME: Final = "serve-api-keys"
 # Stand-ins when a chart is built without the deployed resources (dist/, the offline validators).
 PLACEHOLDER_KEYS_SECRET: Final = "SERVE_API_KEYS_SECRET_ARN"
 PLACEHOLDER_SUBNETS: Final = ("PUBLIC_SUBNET_ID_1", "PUBLIC_SUBNET_ID_2")
+PLACEHOLDER_LOG_BUCKET: Final = "SERVE_ACCESS_LOG_BUCKET"
+ACCESS_LOG_PREFIX: Final = "alb"  # the load balancer writes under BUCKET/alb/AWSLogs/ACCOUNT/
+# The ALB's name: at most 32 characters, letters, digits and hyphens, never starting with "internal-".
+_LOAD_BALANCER_NAME_MAX: Final = 32
+_NAME_DIGEST: Final = 8
 
 
 def ingress_name(settings: Settings) -> str:
-    return f"{settings.ray_service_name}-serve"
+    """One Ingress per scheme: the controller replaces the load balancer when the scheme changes, and a new
+    Ingress has no status until the new one exists, so the DNS name read back from it is never the old one's."""
+    return f"{settings.ray_service_name}-serve-{settings.serve_endpoint.scheme}"
+
+
+def load_balancer_name(settings: Settings) -> str:
+    """The load balancer's name (`alb.ingress.kubernetes.io/load-balancer-name`), which the controller's role is
+    scoped to: the cluster's name and a digest of what identifies this endpoint (two Ingresses, two names)."""
+    identity = "/".join((settings.cluster_name, settings.namespace, ingress_name(settings)))
+    digest = hashlib.sha256(identity.encode()).hexdigest()[:_NAME_DIGEST]
+    prefix = settings.cluster_name[: _LOAD_BALANCER_NAME_MAX - _NAME_DIGEST - 1].strip("-")
+    name = f"{prefix}-{digest}"
+    return f"{digest}-{prefix}" if name.startswith("internal-") else name
 
 
 @dataclass(frozen=True)
@@ -64,9 +82,10 @@ class EndpointRefs:
 
     keys_secret_arn: str = PLACEHOLDER_KEYS_SECRET
     public_subnet_ids: tuple[str, ...] = PLACEHOLDER_SUBNETS
+    access_log_bucket: str = PLACEHOLDER_LOG_BUCKET
 
 
-def ingress_annotations(settings: Settings, subnet_ids: tuple[str, ...]) -> dict[str, str]:
+def ingress_annotations(settings: Settings, subnet_ids: tuple[str, ...], log_bucket: str = PLACEHOLDER_LOG_BUCKET) -> dict[str, str]:
     endpoint = settings.serve_endpoint
     listen = [{"HTTPS": 443}] if endpoint.https else [{"HTTP": 80}]
     attributes = {
@@ -74,7 +93,12 @@ def ingress_annotations(settings: Settings, subnet_ids: tuple[str, ...]) -> dict
         "routing.http.drop_invalid_header_fields.enabled": "true",
         "deletion_protection.enabled": "false",  # `make destroy` deletes it with the Ingress
     }
+    # Said either way: the controller changes only the attributes the annotation names, so logs turned off must say so.
+    attributes["access_logs.s3.enabled"] = "true" if endpoint.access_logs else "false"
+    if endpoint.access_logs:
+        attributes |= {"access_logs.s3.bucket": log_bucket, "access_logs.s3.prefix": ACCESS_LOG_PREFIX}
     annotations = {
+        "alb.ingress.kubernetes.io/load-balancer-name": load_balancer_name(settings),
         "alb.ingress.kubernetes.io/scheme": endpoint.scheme,
         "alb.ingress.kubernetes.io/target-type": "ip",
         "alb.ingress.kubernetes.io/subnets": ",".join(subnet_ids),
@@ -118,7 +142,9 @@ class ServeIngress(Construct):
             api_version="networking.k8s.io/v1",
             kind="Ingress",
             metadata=cdk8s.ApiObjectMetadata(
-                name=ingress_name(settings), namespace=settings.namespace, annotations=ingress_annotations(settings, refs.public_subnet_ids)
+                name=ingress_name(settings),
+                namespace=settings.namespace,
+                annotations=ingress_annotations(settings, refs.public_subnet_ids, refs.access_log_bucket),
             ),
         )
         self.api_object.add_json_patch(cdk8s.JsonPatch.add("/spec", {"ingressClassName": INGRESS_CLASS, "rules": [rule]}))

@@ -17,6 +17,7 @@ from typing import Final
 
 from settings.decode_rate import longest_response_s
 from settings.errors import SettingError
+from settings.load_balancer_zones import application_load_balancer_zone
 from settings.parsers import csv
 
 EXPOSURES: Final = ("cluster", "internal", "internet-facing")
@@ -27,6 +28,9 @@ QUEUE_MARGIN_S: Final = 60
 # The ALB's limits: idle timeout 1-4000 s, deregistration delay 0-3600 s.
 ALB_MAX_IDLE_TIMEOUT_S: Final = 4000
 ALB_MAX_DEREGISTRATION_DELAY_S: Final = 3600
+# The load balancer's access logs (SERVE_ACCESS_LOGS=on) expire after as long as the cluster's other logs
+# (the control-plane and flow-log groups keep 30 days).
+ACCESS_LOG_RETENTION_DAYS: Final = 30
 
 _CERTIFICATE_ARN = re.compile(r"arn:(aws[a-z-]*):acm:([a-z0-9-]+):(\d{12}):certificate/[0-9a-f-]{36}")
 _HOSTNAME = re.compile(r"(?=.{1,253}$)([a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?\.)+[a-z][a-z0-9-]{0,61}[a-z0-9]")
@@ -43,6 +47,7 @@ class ServeEndpoint:
     hosted_zone_id: str = ""
     allowed_cidrs: tuple[str, ...] = ()  # the load balancer's security group sources
     api_keys: bool = False  # the Serve ingress requires a key (SERVE_API_KEYS)
+    access_logs: bool = False  # the load balancer's access logs into a bucket of the serving stack (SERVE_ACCESS_LOGS)
 
     @property
     def exposed(self) -> bool:
@@ -95,8 +100,14 @@ def parse_endpoint(raw: Mapping[str, str], *, region: str, vpc_cidr: str) -> Ser
     if keys_raw not in ("", "on", "off"):
         raise SettingError("SERVE_API_KEYS", raw["SERVE_API_KEYS"], "on, off, or empty (on whenever SERVE_EXPOSURE leaves the cluster)")
     api_keys = keys_raw == "on" or (keys_raw == "" and exposure != "cluster")
+    logs_raw = raw["SERVE_ACCESS_LOGS"].strip()
+    if logs_raw not in ("on", "off"):
+        raise SettingError("SERVE_ACCESS_LOGS", raw["SERVE_ACCESS_LOGS"], "on or off")
+    access_logs = logs_raw == "on"
 
     if exposure == "cluster":
+        if access_logs:
+            raise SettingError("SERVE_ACCESS_LOGS", logs_raw, "off while SERVE_EXPOSURE=cluster (no load balancer to log)")
         for env, value in (("SERVE_CERTIFICATE_ARN", certificate), ("SERVE_HOSTNAME", hostname), ("SERVE_HOSTED_ZONE_ID", zone)):
             if value:
                 raise SettingError(env, value, "empty while SERVE_EXPOSURE=cluster (no load balancer to put it on)")
@@ -132,10 +143,25 @@ def parse_endpoint(raw: Mapping[str, str], *, region: str, vpc_cidr: str) -> Ser
         raise SettingError("SERVE_HOSTED_ZONE_ID", zone, "empty or a Route 53 hosted zone ID such as Z0123456789ABCDEFGHIJ")
     if zone and not hostname:
         raise SettingError("SERVE_HOSTED_ZONE_ID", zone, "empty unless SERVE_HOSTNAME names the record to create in it")
+    if zone and application_load_balancer_zone(region) is None:
+        raise SettingError(
+            "SERVE_HOSTED_ZONE_ID",
+            zone,
+            f"empty in REGION={region}: settings/load_balancer_zones.py lists no load balancer hosted zone for it "
+            "(the alias record needs one; add its row from AWS's Elastic Load Balancing endpoints page)",
+        )
     if not cidrs:
         if exposure == "internet-facing":
             raise SettingError(
                 "SERVE_ALLOWED_CIDRS", "", "the CIDRs that may reach an internet-facing endpoint (an allow-list is required; 0.0.0.0/0 only if you mean it)"
             )
         cidrs = (vpc_cidr,)
-    return ServeEndpoint(exposure=exposure, certificate_arn=certificate, hostname=hostname, hosted_zone_id=zone, allowed_cidrs=cidrs, api_keys=api_keys)
+    return ServeEndpoint(
+        exposure=exposure,
+        certificate_arn=certificate,
+        hostname=hostname,
+        hosted_zone_id=zone,
+        allowed_cidrs=cidrs,
+        api_keys=api_keys,
+        access_logs=access_logs,
+    )

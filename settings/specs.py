@@ -189,8 +189,8 @@ SPECS: tuple[SettingSpec, ...] = (
         change=(
             RECREATE,
             "the load balancer controller (system stack) and the Ingress (serving stack) come in place; between internal and internet-facing "
-            "the controller replaces the load balancer (a new DNS name). Back to `cluster`: first `kubectl delete ingress -n NAMESPACE "
-            "RAY_SERVICE_NAME-serve` (the controller, still running, deletes the load balancer; the system stack would otherwise uninstall it "
+            "a new Ingress (RAY_SERVICE_NAME-serve-SCHEME) gets a new load balancer (a new DNS name, which the alias record follows) and "
+            "the old one is deleted. Back to `cluster`: first `kubectl delete ingress -n NAMESPACE RAY_SERVICE_NAME-serve-SCHEME` (the controller, still running, deletes the load balancer; the system stack would otherwise uninstall it "
             "before the serving stack deletes the Ingress, whose finalizer would then never clear). Turning API keys on or off with it mounts "
             f"their volume on the Ray pods: {_RECREATE_HOW}",
         ),
@@ -208,17 +208,18 @@ SPECS: tuple[SettingSpec, ...] = (
     SettingSpec(
         "SERVE_HOSTNAME",
         "",
-        "DNS name clients use for the endpoint (the Ingress's host; with SERVE_HOSTED_ZONE_ID a record pointing at the load balancer)",
+        "DNS name clients use for the endpoint (the Ingress's host; with SERVE_HOSTED_ZONE_ID an alias record of the load balancer, the zone's apex too)",
         "empty or a fully qualified domain name",
-        change=(IN_PLACE, "the Ingress's host rule and the DNS record"),
+        change=(IN_PLACE, "the Ingress's host rule and the alias record"),
         ci_variable=True,
     ),
     SettingSpec(
         "SERVE_HOSTED_ZONE_ID",
         "",
-        "Route 53 hosted zone in which to create SERVE_HOSTNAME's record (empty: you point the name at the load balancer yourself)",
-        "empty or a hosted zone ID (Z...), only with SERVE_HOSTNAME",
-        change=(IN_PLACE, "the DNS record"),
+        "Route 53 hosted zone in which to create SERVE_HOSTNAME's alias record (empty: you point the name at the load balancer yourself)",
+        "empty or a hosted zone ID (Z...), only with SERVE_HOSTNAME (the preflight checks the name is in the zone), in a Region "
+        "settings/load_balancer_zones.py lists",
+        change=(IN_PLACE, "the alias record"),
         ci_variable=True,
     ),
     SettingSpec(
@@ -236,6 +237,18 @@ SPECS: tuple[SettingSpec, ...] = (
         "whenever SERVE_EXPOSURE leaves the cluster, off for cluster",
         "on, off or empty; off is refused with SERVE_EXPOSURE internal or internet-facing",
         change=(RECREATE, f"the serve config's ingress in place; the keys' volume on the Ray pods is a RayCluster change: {_RECREATE_HOW}"),
+    ),
+    SettingSpec(
+        "SERVE_ACCESS_LOGS",
+        "off",
+        "The load balancer's access logs, into an S3 bucket of the serving stack (SSE-S3, TLS only, expiring after 30 days; "
+        "deleted with the stack); docs/endpoint.md",
+        "on or off; on needs SERVE_EXPOSURE internal or internet-facing",
+        change=(
+            IN_PLACE,
+            "the bucket and the load balancer's attributes; back to off deletes the bucket and the logs in it (copy them first)",
+        ),
+        ci_variable=True,
     ),
     SettingSpec(
         "METRICS_NAMESPACE",

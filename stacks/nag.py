@@ -19,9 +19,10 @@ def acknowledge(scope: IConstruct, rule_id: str, reason: str, *, applies_to: lis
 
 
 # checkov findings on the Lambda functions aws-cdk-lib generates for its custom resources (the kubectl
-# provider's handler and framework function, the VPC's restrict-default-security-group provider): we do not
+# provider's handler and framework function, the VPC's restrict-default-security-group provider, the access-log
+# bucket's emptying on delete): we do not
 # write their code or their configuration, and they run only during a deploy, on CloudFormation's behalf.
-CDK_GENERATED_FUNCTIONS = ("KubectlProvider", "VpcRestrictDefaultSGCustomResourceProvider")
+CDK_GENERATED_FUNCTIONS = ("KubectlProvider", "VpcRestrictDefaultSGCustomResourceProvider", "S3AutoDeleteObjectsCustomResourceProvider")
 CHECKOV_CDK_LAMBDA_FINDINGS = {
     "CKV_AWS_115": "aws-cdk-lib's custom-resource function runs once per deploy operation; a reserved concurrency would only add a failure mode.",
     "CKV_AWS_116": "aws-cdk-lib's custom-resource function is invoked synchronously by CloudFormation, which reports its failures; a DLQ would hold nothing.",
@@ -37,3 +38,14 @@ def acknowledge_checkov_on_cdk_lambdas(stack: IConstruct) -> None:
     for child in stack.node.find_all():
         if isinstance(child, CfnResource) and child.cfn_resource_type == "AWS::Lambda::Function" and any(p in child.node.path for p in CDK_GENERATED_FUNCTIONS):
             child.add_metadata("checkov", {"skip": [{"id": check, "comment": reason} for check, reason in CHECKOV_CDK_LAMBDA_FINDINGS.items()]})
+
+
+def skip_checkov(resource: IConstruct, findings: dict[str, str]) -> None:
+    """Skip checkov's CloudFormation checks on one resource (its L1, or the construct whose default child it is),
+    each with its reason (the metadata checkov reads)."""
+    from aws_cdk import CfnResource
+
+    target = resource if isinstance(resource, CfnResource) else resource.node.default_child
+    if not isinstance(target, CfnResource):
+        raise TypeError(f"{resource.node.path}: no CloudFormation resource to put checkov's skips on")
+    target.add_metadata("checkov", {"skip": [{"id": check, "comment": reason} for check, reason in findings.items()]})

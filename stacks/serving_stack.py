@@ -6,21 +6,21 @@ import json
 from typing import Any
 
 import cdk8s
-from aws_cdk import Aws, CfnOutput, Duration, Environment, Stack
+from aws_cdk import Aws, CfnOutput, Environment, Stack
 from aws_cdk import aws_eks_v2 as eks
 from aws_cdk import aws_iam as iam
-from aws_cdk import aws_route53 as route53
+from aws_cdk import aws_s3 as s3
 from aws_cdk import aws_secretsmanager as secretsmanager
 from constructs import Construct
 
 from k8s_constructs import gcs_ft
-from k8s_constructs.endpoint import EndpointRefs, ingress_name
+from k8s_constructs.endpoint import EndpointRefs
 from k8s_constructs.gcs_ft import GcsStoreRef, head_service_account
 from k8s_constructs.ray_facts import SERVE_PORT, worker_service_account
 from k8s_constructs.ray_service import PdRayServiceChart, RayServiceProps, head_identity_needed, worker_identity_needed
 from k8s_constructs.synced_secrets import HfToken, hf_token_of
 from settings import Settings
-from stacks import addons, model_access, nag
+from stacks import addons, model_access, nag, serve_endpoint
 from stacks.gcs_store import GcsStore
 from stacks.pod_identity import pod_identity_role
 
@@ -72,9 +72,11 @@ class ServingStack(Stack):
         store = GcsStoreRef(address=gcs_store.address, secret_arn=gcs_store.secret.secret_arn) if gcs_store else None
         endpoint = settings.serve_endpoint
         self.api_keys = self._api_keys_secret(settings) if endpoint.api_keys else None
+        self.access_logs: s3.Bucket | None = serve_endpoint.access_log_bucket(self, settings) if endpoint.access_logs else None
         refs = EndpointRefs(
             keys_secret_arn=self.api_keys.secret_arn if self.api_keys else EndpointRefs().keys_secret_arn,
             public_subnet_ids=tuple(subnet.subnet_id for subnet in cluster.vpc.public_subnets) if endpoint.exposed else EndpointRefs().public_subnet_ids,
+            access_log_bucket=self.access_logs.bucket_name if self.access_logs else EndpointRefs().access_log_bucket,
         )
         self.chart = build_rayservice_chart(settings, store, refs)
         objects = [o for o in self.chart.to_json() if o["kind"] not in ENDPOINT_KINDS]
@@ -148,6 +150,13 @@ class ServingStack(Stack):
                 secret_string_template=json.dumps({}), generate_string_key=FIRST_API_KEY, password_length=API_KEY_LENGTH, exclude_punctuation=True
             ),
         )
+        nag.skip_checkov(
+            secret,
+            {
+                "CKV_AWS_149": "Secrets Manager's AWS managed key: who may read the keys is decided by IAM (the Ray pods' two Pod "
+                "Identity roles); a customer managed key would add a key policy to keep in step with them and no reader less."
+            },
+        )
         nag.acknowledge(
             secret,
             "AwsSolutions-SMG4",
@@ -157,36 +166,24 @@ class ServingStack(Stack):
         return secret
 
     def _endpoint(self, cluster: eks.ICluster, settings: Settings, objects: list[dict[str, Any]], controller: eks.HelmChart) -> None:
-        """The Ingress (after the controller and the namespace; deleted before them) and, with SERVE_HOSTED_ZONE_ID, its DNS name."""
+        """The Ingress (after the controller, the namespace and the log bucket; deleted before them) and, with
+        SERVE_HOSTED_ZONE_ID, the alias record of SERVE_HOSTNAME."""
         endpoint = settings.serve_endpoint
         self.endpoint_manifest = eks.KubernetesManifest(self, f"Endpoint-{settings.namespace}", cluster=cluster, manifest=objects, overwrite=True)
         self.endpoint_manifest.node.add_dependency(self.namespace_manifest)
         self.endpoint_manifest.node.add_dependency(controller)
+        if self.access_logs is not None:
+            # Elastic Load Balancing checks that it may write to the bucket when the controller turns the logs on.
+            self.endpoint_manifest.node.add_dependency(self.access_logs)
         # The controller creates the load balancer: its DNS name is read back from the Ingress's status.
-        address = eks.KubernetesObjectValue(
-            self,
-            "LoadBalancerAddress",
-            cluster=cluster,
-            object_type="ingress",
-            object_name=ingress_name(settings),
-            object_namespace=settings.namespace,
-            json_path=".status.loadBalancer.ingress[0].hostname",
-            timeout=Duration.minutes(10),
-        )
-        address.node.add_dependency(self.endpoint_manifest)
+        address = serve_endpoint.load_balancer_dns_name(self, cluster, settings, objects, self.endpoint_manifest)
         scheme = "https" if endpoint.https else "http"
         CfnOutput(self, "LoadBalancerDnsName", value=address.value, description=f"The {endpoint.scheme} load balancer of the Serve endpoint")
         CfnOutput(self, "EndpointUrl", value=f"{scheme}://{endpoint.hostname}/v1" if endpoint.hostname else f"{scheme}://{address.value}/v1")
         if endpoint.hosted_zone_id:
-            route53.CfnRecordSet(
-                self,
-                "EndpointRecord",
-                hosted_zone_id=endpoint.hosted_zone_id,
-                name=f"{endpoint.hostname}.",
-                type="CNAME",
-                ttl="60",
-                resource_records=[address.value],
-            )
+            serve_endpoint.alias_record(self, settings, address.value)
+        if self.access_logs is not None:
+            CfnOutput(self, "AccessLogsBucket", value=self.access_logs.bucket_name, description="The load balancer's access logs (expire after 30 days)")
 
     def _worker_access(self, cluster: eks.ICluster, settings: Settings) -> list[Construct]:
         """The GPU workers' Pod Identity role: it may read the Hugging Face token's secret (with the Secrets Manager

@@ -145,17 +145,18 @@ def gcs_synth(features_synth: Synth) -> Synth:
     return features_synth
 
 
-# The exposed endpoint as the issue's "done when" runs it, with a DNS name in a hosted zone.
+# The exposed endpoint as the issue's "done when" runs it, with a DNS name in a hosted zone and access logs.
 CERTIFICATE_ARN = "arn:aws:acm:sa-east-1:123456789012:certificate/0123abcd-0123-4567-89ab-0123456789ab"
 ENDPOINT = {
     "SERVE_EXPOSURE": "internal",
     "SERVE_CERTIFICATE_ARN": CERTIFICATE_ARN,
     "SERVE_HOSTNAME": "llm.example.com",
     "SERVE_HOSTED_ZONE_ID": "Z0123456789ABCDEFGHIJ",
+    "SERVE_ACCESS_LOGS": "on",
 }
 
 
 @pytest.fixture(scope="session")
 def endpoint_synth(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Synth]:
-    """SERVE_EXPOSURE=internal with a certificate and a hosted zone: the controller, the Ingress, the keys."""
+    """SERVE_EXPOSURE=internal with a certificate, a hosted zone and access logs: the controller, the Ingress, the keys."""
     yield synthesize(settings_for(ENDPOINT), tmp_path_factory.mktemp("endpoint"))

@@ -23,6 +23,7 @@ _ARN = {
     "AWS::SSM::Parameter": "arn:aws:ssm:{region}:{account}:parameter/{name}",
     "AWS::SecretsManager::Secret": "arn:aws:secretsmanager:{region}:{account}:secret:{name}",
     "AWS::EC2::VPC": "arn:aws:ec2:{region}:{account}:vpc/{name}",
+    "AWS::S3::Bucket": "arn:aws:s3:::{name}",
 }
 _PSEUDO = {"AWS::Partition": PARTITION, "AWS::AccountId": ACCOUNT, "AWS::URLSuffix": "amazonaws.com", "AWS::StackName": "stack"}
 

@@ -95,7 +95,7 @@ def test_verify_calls_the_endpoint_and_the_in_cluster_completion_uses_the_pods_o
     script = steps["script"].detail
     assert "/mnt/serve-api-keys/api-keys.json" in script and "Authorization" in script  # read inside the pod
     failing = {s.name: s for s in _exposed_run(lambda: Probe(200, 200, "Hello")).steps}["endpoint"]
-    assert not failing.ok and failing.look_closer == "kubectl describe ingress -n inference ray-llm-serve"
+    assert not failing.ok and failing.look_closer == "kubectl describe ingress -n inference ray-llm-serve-internal"
 
 
 def test_the_url_the_sdk_example_and_the_key_command_name_no_key() -> None:

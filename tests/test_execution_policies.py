@@ -64,6 +64,22 @@ UNUSED_FEATURES: dict[tuple[str, str], str] = {
     ("AWS::ElastiCache::ReplicationGroup", "s3:GetObject"): "seeding from a snapshot in S3 (SnapshotArns not set)",
     ("AWS::ElastiCache::ReplicationGroup", "elasticache:CreateSnapshot"): "snapshots (SnapshotRetentionLimit 0, no final snapshot)",
     ("AWS::SecretsManager::Secret", "secretsmanager:*Regions*"): "replicas in other Regions (ReplicaRegions not set)",
+    ("AWS::S3::Bucket", "s3tables:*"): "S3 Metadata tables of the access-log bucket (MetadataTableConfiguration not set)",
+    ("AWS::S3::Bucket", "s3:*BucketMetadata*TableConfiguration"): "S3 Metadata tables (MetadataConfiguration not set)",
+    ("AWS::S3::Bucket", "s3:Put*Analytics*"): "analytics configurations (none; the read is granted)",
+    ("AWS::S3::Bucket", "s3:PutInventoryConfiguration"): "inventory configurations (none; the read is granted)",
+    ("AWS::S3::Bucket", "s3:PutMetricsConfiguration"): "request metrics configurations (none; the read is granted)",
+    ("AWS::S3::Bucket", "s3:PutIntelligentTieringConfiguration"): "Intelligent-Tiering configurations (none; the read is granted)",
+    ("AWS::S3::Bucket", "s3:PutAccelerateConfiguration"): "Transfer Acceleration (off; the read is granted)",
+    ("AWS::S3::Bucket", "s3:PutReplicationConfiguration"): "replication (none; the read is granted)",
+    ("AWS::S3::Bucket", "s3:*BucketCORS"): "CORS (none; the read is granted)",
+    ("AWS::S3::Bucket", "s3:*BucketWebsite"): "static website hosting (none; the read is granted)",
+    ("AWS::S3::Bucket", "s3:PutBucketNotification"): "event notifications (none; the read is granted)",
+    ("AWS::S3::Bucket", "s3:PutBucketLogging"): "server access logging of the log bucket (none: AwsSolutions-S1 says why)",
+    ("AWS::S3::Bucket", "s3:PutBucketVersioning"): "versioning (off: logs expire after 30 days)",
+    ("AWS::S3::Bucket", "s3:PutBucketObjectLockConfiguration"): "Object Lock (off)",
+    ("AWS::S3::Bucket", "s3:Put*Acl"): "ACLs (disabled: BucketOwnerEnforced)",
+    ("AWS::S3::Bucket", "s3:PutBucketAbac"): "attribute-based access control on the bucket (not set; the read is granted)",
     ("AWS::EKS::Cluster", "iam:*InstanceProfile"): "EKS Auto Mode's node instance profile (Auto Mode off: managed nodegroups only)",
     ("AWS::Lambda::Function", "kms:*"): "a customer managed key on a function's environment (KmsKeyArn not set)",
     ("AWS::Lambda::Function", "lambda:*CodeSigningConfig"): "code signing (CodeSigningConfigArn not set)",
@@ -83,6 +99,16 @@ UNUSED_FEATURES: dict[tuple[str, str], str] = {
     ("AWS::Logs::LogGroup", "logs:CreateLogDelivery"): "log delivery from the log group (none)",
     ("AWS::Logs::LogGroup", "firehose:*"): "delivery to Firehose (none)",
     ("AWS::Logs::LogGroup", "s3:*"): "delivery to S3 (none)",
+}
+
+# Names in CloudFormation's S3 handlers that are S3 API operations, not IAM actions (the Service Authorization
+# Reference has none of them: IAM authorizes them as the matching Put…Configuration, which the features above cover).
+NOT_IAM_ACTIONS: dict[tuple[str, str], str] = {
+    ("AWS::S3::Bucket", action): "an S3 API operation, not an IAM action"
+    for action in (
+        *("s3:DeleteBucketAnalyticsConfiguration", "s3:DeleteBucketCors", "s3:DeleteBucketEncryption", "s3:DeleteBucketLifecycle"),
+        *("s3:DeleteBucketMetricsConfiguration", "s3:DeleteBucketReplication", "s3:PutBucketReplication", "s3:PutObjectLockConfiguration"),
+    )
 }
 
 
@@ -161,7 +187,7 @@ def granted(action: str, statements: list[dict[str, Any]]) -> bool:
 
 
 def _unused(resource_type: str, action: str) -> bool:
-    return any(t == resource_type and fnmatch.fnmatchcase(action.lower(), p.lower()) for t, p in UNUSED_FEATURES)
+    return any(t == resource_type and fnmatch.fnmatchcase(action.lower(), p.lower()) for t, p in (*UNUSED_FEATURES, *NOT_IAM_ACTIONS))
 
 
 def gaps(resource_types: set[str], statements: list[dict[str, Any]]) -> dict[str, list[str]]:

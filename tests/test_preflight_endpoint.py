@@ -98,3 +98,24 @@ def test_the_hosted_zone_must_exist_and_hold_the_name(aws: None) -> None:
         Name="internal.example", CallerReference="private", HostedZoneConfig={"PrivateZone": True}, VPC={"VPCRegion": REGION, "VPCId": "vpc-12345678"}
     )["HostedZone"]["Id"].split("/")[-1]
     assert _status(check_hosted_zone(route53, hosted_zone_id=private, hostname="llm.internal.example", exposure="internet-facing")) == "warn"
+
+
+@pytest.mark.parametrize(
+    ("hostname", "passes"),
+    [
+        ("example.com", True),  # the apex: an alias record can be there, a CNAME could not
+        ("llm.example.com", True),
+        ("a.b.example.com", True),
+        ("llm.notexample.com", False),  # ends with the zone's name, but is not in it
+        ("example.com.evil.org", False),
+        ("com", False),
+    ],
+)
+def test_the_host_name_must_lie_in_the_zone_the_apex_included(aws: None, hostname: str, passes: bool) -> None:
+    route53 = boto3.client("route53", region_name="us-east-1")
+    zone = route53.create_hosted_zone(Name="Example.COM.", CallerReference=hostname)["HostedZone"]["Id"].split("/")[-1]
+    result = check_hosted_zone(route53, hosted_zone_id=zone, hostname=hostname, exposure="internet-facing")
+    assert (_status(result) == "ok") is passes, result.detail
+    if not passes:
+        assert _status(result) == "fail" and "\n" not in result.detail + result.fix
+        assert result.detail == f"SERVE_HOSTNAME={hostname} is not in the zone example.com"

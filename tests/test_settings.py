@@ -110,6 +110,8 @@ def test_environment_beats_context() -> None:
             "'10.1.2.3/16' is not one",
         ),
         ({"SERVE_ALLOWED_CIDRS": "10.0.0.0/8"}, "SERVE_ALLOWED_CIDRS", "empty while SERVE_EXPOSURE=cluster"),
+        ({"SERVE_ACCESS_LOGS": "on"}, "SERVE_ACCESS_LOGS", "off while SERVE_EXPOSURE=cluster"),
+        ({"SERVE_EXPOSURE": "internal", "SERVE_CERTIFICATE_ARN": "none", "SERVE_ACCESS_LOGS": "yes"}, "SERVE_ACCESS_LOGS", "on or off"),
         ({"SERVE_EXPOSURE": "internal", "SERVE_CERTIFICATE_ARN": "none", "SERVE_HOSTNAME": "llm_.example"}, "SERVE_HOSTNAME", "fully qualified domain name"),
         (
             {"SERVE_EXPOSURE": "internal", "SERVE_CERTIFICATE_ARN": "none", "SERVE_HOSTED_ZONE_ID": "Z0123456789"},

@@ -5,13 +5,15 @@ policy is the controller's published one (data/, at the pinned version) narrowed
 The narrowing: every statement the published policy limits to resources carrying the controller's tracking tag
 (`elbv2.k8s.aws/cluster`, any value) is limited to those carrying it with this cluster's name, which the controller
 sets (`--cluster-name`, pkg/deploy/tracking/provider.go): it may create, change and delete its own load balancers,
-target groups and security groups only. Its EC2 and ELB resource ARNs are this Region's and account's. What stays
-as published: reads (Describe*, no resource-level permissions), the listener and rule actions on resources it
-finds by the load balancer (their ARNs are the load balancer's own), tagging on create (conditioned on the
-create action), the Cognito and certificate reads, and adding or removing security-group ingress rules, which the
-published policy allows on any group (a deviation kept: the backend group's ARN is known only after the deploy).
-Left out: the WAF and Shield actions (read and write), which the chart values turn off. The controller watches the
-serving namespace only.
+target groups and security groups only. Its EC2 and ELB resource ARNs are this Region's and account's. Listener and
+rule changes (on "*" as published) and the tags of listeners and rules are limited to the load balancer the Ingress
+names (k8s_constructs/endpoint.py `load_balancer_name`; the listeners' and rules' ARNs carry it). Adding or removing
+ingress rules on groups it did not create (the nodes' groups, on "*" as published) is limited to this VPC (`ec2:Vpc`,
+which both actions support per the Service Authorization Reference). What stays as published: reads (Describe*, no
+resource-level permissions), the creates (no ARN before; the tag is required), tagging on create (conditioned on the
+create action), the Cognito and certificate reads. Left out: the WAF and Shield actions (read and write) and ELB's
+side of a WAF association (SetWebAcl), which the chart values turn off. The controller watches the serving namespace
+only.
 
 Its pods cannot reach IMDS (hop limit 1 on the nodes): the VPC id is a deploy-time value.
 """
@@ -25,6 +27,7 @@ from typing import Any, Final
 from aws_cdk import Aws
 from aws_cdk import aws_iam as iam
 
+from k8s_constructs.endpoint import load_balancer_name
 from settings import Settings
 from settings.scheduling import SYSTEM_NODE_LABELS
 from settings.versions import HelmChartPin
@@ -46,6 +49,20 @@ _ANY_REGION_ACCOUNT: Final = ("arn:aws:ec2:*:*:", "arn:aws:elasticloadbalancing:
 # Services of the published policy the controller uses only for an Ingress that asks for them (WAF, Shield), which
 # ours does not and the chart values above turn off: their actions are left out of the role.
 _UNUSED_SERVICES: Final = ("shield", "wafv2", "waf-regional")
+# The ELB side of a WAF association (no API of its own: a permission WAF checks), unused for the same reason.
+_UNUSED_ACTIONS: Final = ("elasticloadbalancing:SetWebAcl",)
+# Listener and rule changes, which the published policy allows on "*": limited to the load balancer the Ingress names
+# (alb.ingress.kubernetes.io/load-balancer-name), whose listeners' and rules' ARNs carry its name.
+_LISTENER_ACTIONS: Final = frozenset(
+    f"elasticloadbalancing:{a}"
+    for a in (
+        *("CreateListener", "DeleteListener", "ModifyListener", "AddListenerCertificates", "RemoveListenerCertificates"),
+        *("CreateRule", "DeleteRule", "ModifyRule", "SetRulePriorities"),
+    )
+)
+_TAG_ACTIONS: Final = frozenset({"elasticloadbalancing:AddTags", "elasticloadbalancing:RemoveTags"})
+# Ingress rules on security groups: the published policy's unconditioned statement, limited to this VPC.
+_INGRESS_RULE_ACTIONS: Final = frozenset({"ec2:AuthorizeSecurityGroupIngress", "ec2:RevokeSecurityGroupIngress"})
 
 
 def values(settings: Settings) -> dict[str, Any]:
@@ -108,38 +125,74 @@ def _nag_form(resource: str) -> str:
     return _in_this_region(resource, "<AWS::Partition>", "<AWS::Region>", "<AWS::AccountId>")
 
 
-def policy_statements(cluster_name: str) -> list[dict[str, Any]]:
-    """The published policy's statements, narrowed to this cluster (as JSON, before the pseudo parameters resolve)."""
+def _own_load_balancer(name: str, partition: str, region: str, account: str) -> list[str]:
+    """The ARNs of the load balancer named `name`, its listeners and their rules (each ARN carries the name)."""
+    arn = f"arn:{partition}:elasticloadbalancing:{region}:{account}"
+    return [f"{arn}:{kind}/app/{name}/*" for kind in ("loadbalancer", "listener", "listener-rule")]
+
+
+def _is_listener_statement(actions: list[str], resources: list[str]) -> bool:
+    """A published statement of listener and rule changes (on "*") or of tags on any listener or rule."""
+    if set(actions) <= _LISTENER_ACTIONS:
+        return True
+    return set(actions) <= _TAG_ACTIONS and all(r.split(":", 5)[-1].startswith(("listener/", "listener-rule/")) for r in resources)
+
+
+def policy_statements(settings: Settings, vpc_id: str) -> list[dict[str, Any]]:
+    """The published policy's statements, narrowed to this cluster, this load balancer and this VPC (as JSON,
+    before the pseudo parameters resolve)."""
     published = json.loads(PUBLISHED_POLICY.read_text())
+    own = _own_load_balancer(load_balancer_name(settings), Aws.PARTITION, Aws.REGION, Aws.ACCOUNT_ID)
     statements = []
     for statement in published["Statement"]:
         actions = statement["Action"] if isinstance(statement["Action"], list) else [statement["Action"]]
-        actions = [a for a in actions if a.split(":", 1)[0] not in _UNUSED_SERVICES]
+        actions = [a for a in actions if a.split(":", 1)[0] not in _UNUSED_SERVICES and a not in _UNUSED_ACTIONS]
         if not actions:
             continue
         resources = statement["Resource"] if isinstance(statement["Resource"], list) else [statement["Resource"]]
         narrowed = {**statement, "Action": actions, "Resource": [_narrowed_resource(r) for r in resources]}
         if "Condition" in statement:
-            narrowed["Condition"] = _narrowed_condition(statement["Condition"], cluster_name)
+            narrowed["Condition"] = _narrowed_condition(statement["Condition"], settings.cluster_name)
+        if _is_listener_statement(actions, resources):
+            # Tags: on its listeners and rules only (the load balancer's own tags stay conditioned as published).
+            narrowed["Resource"] = own if set(actions) <= _LISTENER_ACTIONS else own[1:]
+        elif set(actions) <= _INGRESS_RULE_ACTIONS and "Condition" not in statement:
+            # The rules it adds to groups it did not create (the nodes' and pods'): groups of this VPC only.
+            vpc = f"arn:{Aws.PARTITION}:ec2:{Aws.REGION}:{Aws.ACCOUNT_ID}:vpc/{vpc_id}"
+            narrowed["Condition"] = {"ArnEquals": {"ec2:Vpc": vpc}}
         statements.append(narrowed)
     return statements
 
 
-def grant(role: iam.Role, settings: Settings) -> None:
-    statements = policy_statements(settings.cluster_name)
+def grant(role: iam.Role, settings: Settings, refs: DeployTimeRefs) -> None:
+    statements = policy_statements(settings, refs.vpc_id)
     for statement in statements:
         role.add_to_policy(iam.PolicyStatement.from_json(statement))
     published = json.loads(PUBLISHED_POLICY.read_text())
-    wildcards = sorted(
-        {_nag_form(r) for s in published["Statement"] for r in (s["Resource"] if isinstance(s["Resource"], list) else [s["Resource"]]) if "*" in r}
-    )
+    wildcards = {
+        _nag_form(r)
+        for s in published["Statement"]
+        for r in (s["Resource"] if isinstance(s["Resource"], list) else [s["Resource"]])
+        if "*" in r and not r.split(":", 5)[-1].startswith(("listener/", "listener-rule/"))
+    }
+    wildcards |= set(_own_load_balancer(load_balancer_name(settings), "<AWS::Partition>", "<AWS::Region>", "<AWS::AccountId>"))
     nag.acknowledge(
         role,
         "AwsSolutions-IAM5",
         f"The AWS Load Balancer Controller's published policy ({APP_VERSION}): EC2 and ELB reads have no resource-level permissions; "
         "the load balancers, target groups, listeners and security groups it creates get names and IDs from AWS, so their ARNs end "
-        f"in wildcards, and every change to them is limited to resources tagged {TRACKING_TAG}={settings.cluster_name}.",
-        applies_to=[f"Resource::{r}" for r in wildcards],
+        f"in wildcards, and every change to them is limited to resources tagged {TRACKING_TAG}={settings.cluster_name}, or to "
+        f"the load balancer named {load_balancer_name(settings)} (listeners and rules). Security-group ingress rules stay on * "
+        "within this VPC (ec2:Vpc): the controller adds them to the nodes' groups, which it does not tag.",
+        applies_to=[f"Resource::{r}" for r in sorted(wildcards)],
+    )
+    nag.skip_checkov(
+        role.node.find_child("DefaultPolicy"),
+        {
+            "CKV_AWS_111": f"The controller's published policy ({APP_VERSION}): it creates security groups, load balancers and "
+            "target groups, whose ARNs do not exist before (their tags are required on create), and adds ingress rules to "
+            "the nodes' groups in this VPC; every other write is limited to its tag or its load balancer's name.",
+        },
     )
 
 

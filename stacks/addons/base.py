@@ -48,7 +48,7 @@ class PodIdentityGrant:
 
     service_account: str
     does: Callable[[Settings], str]
-    grant: Callable[[iam.Role, Settings], None]
+    grant: Callable[[iam.Role, Settings, DeployTimeRefs], None]
     namespace: str | None = None  # a managed add-on's (a Helm add-on's is its release's)
     ids: str | None = None  # the prefix of the role's and association's logical IDs; default: the add-on's construct id
 
@@ -64,7 +64,7 @@ class PodIdentityGrant:
             service_account=self.service_account,
             description=f"EKS Pod Identity of {self.namespace or namespace}/{self.service_account}: {self.does(settings)}",
         )
-        self.grant(role, settings)
+        self.grant(role, settings, DeployTimeRefs.of(cluster))
         return association
 
 

@@ -20,7 +20,7 @@ from settings.scheduling import SYSTEM_NODE_LABELS
 from settings.sizing import CLUSTER_AUTOSCALER_CPU_MILLI, CLUSTER_AUTOSCALER_MEMORY_MIB
 from settings.versions import HelmChartPin
 from stacks import nag
-from stacks.addons.base import HelmAddon, PodIdentityGrant
+from stacks.addons.base import DeployTimeRefs, HelmAddon, PodIdentityGrant
 
 NAMESPACE = "kube-system"
 # cloudprovider/aws/aws_cloud_provider.go's GPULabel: a node with it is a GPU node before its GPUs are allocatable.
@@ -83,7 +83,7 @@ def values(settings: Settings) -> dict[str, Any]:
     }
 
 
-def grant(role: iam.Role, settings: Settings) -> None:
+def grant(role: iam.Role, settings: Settings, _refs: DeployTimeRefs) -> None:
     """Its Pod Identity: read the Auto Scaling groups, resize only the GPU nodegroup's (EKS tags it with its name)."""
     role.add_to_policy(iam.PolicyStatement(actions=list(DESCRIBE_ACTIONS), resources=["*"]))
     role.add_to_policy(

@@ -15,7 +15,7 @@ from constructs import Construct
 
 from settings import Settings
 from stacks import nag
-from stacks.addons.base import PodIdentityGrant, spread_affinity
+from stacks.addons.base import DeployTimeRefs, PodIdentityGrant, spread_affinity
 
 
 def _no_configuration(_: Settings) -> dict[str, Any] | None:
@@ -87,7 +87,7 @@ def _cloudwatch_configuration(_: Settings) -> dict[str, Any]:
 CLOUDWATCH_AGENT_POLICY = "CloudWatchAgentServerPolicy"
 
 
-def _cloudwatch_agent_grant(role: iam.Role, _: Settings) -> None:
+def _cloudwatch_agent_grant(role: iam.Role, _: Settings, __: DeployTimeRefs) -> None:
     role.add_managed_policy(iam.ManagedPolicy.from_aws_managed_policy_name(CLOUDWATCH_AGENT_POLICY))
     nag.acknowledge(
         role,
