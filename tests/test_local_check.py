@@ -240,10 +240,12 @@ def test_nixl_lines_are_read_as_make_verify_reads_them(tmp_path: Path) -> None:
         "(ServeReplica:qwen:Decode pid=40) (EngineCore pid=41) (RayWorkerProc pid=42) NIXL INFO Backend UCX was instantiated\n"
     )
     (tmp_path / "worker-5.out").write_text("(Worker pid=42) NIXL INFO _api.py:390 Backend UCX was instantiated\n")
+    plan = "INFO 12-02 00:51:35 [base_worker.py:1565] Transfer plan: TransferTopology(tp_ratio=1)"
+    (tmp_path / "worker-6.out").write_text(f"(Worker pid=43) {plan}\n(EngineCore pid=7) (Worker pid=43) {plan}\n")
     backends, plans = nixl_lines(tmp_path)
     # One engine per logging process: the line Ray repeats in a parent's log is the same engine (pid 42).
     assert backends == {"42": "UCX", "worker-1.out": "UCX", "worker-3.out": "none, GPU memory registration failed (fi_mr_reg failed)"}
-    assert len(plans) == 1
+    assert len(plans) == 2  # worker-2's and pid 43's, whose line Ray repeated in its parent's log
 
 
 def test_without_the_images_stack_it_stops_with_one_line(tmp_path: Path) -> None:

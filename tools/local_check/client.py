@@ -131,7 +131,7 @@ def nixl_lines(log_dir: Path) -> tuple[dict[str, str], list[str]]:
     files are not engines), and the decode engine's transfer plan lines."""
     pattern = re.compile(NIXL_LOG_PATTERN)
     found: dict[str, list[str]] = {}
-    plans = []
+    plans: dict[tuple[str, str], str] = {}
     for path in sorted(log_dir.glob("*")):
         if not path.is_file() or path.suffix not in (".out", ".err", ".log"):
             continue
@@ -140,8 +140,11 @@ def nixl_lines(log_dir: Path) -> tuple[dict[str, str], list[str]]:
                 pids = re.findall(r"pid=(\d+)", line)
                 found.setdefault(pids[-1] if pids else path.name, []).append(line)
             if TRANSFER_PLAN_MARKER in line:
-                plans.append(line.strip()[-200:])
-    return {process: backend_of("\n".join(lines)) for process, lines in sorted(found.items())}, sorted(set(plans))
+                # One per logging process, as for the backends (the H200 run counted decode's plan twice).
+                pids = re.findall(r"pid=(\d+)", line)
+                plan = line[line.index(TRANSFER_PLAN_MARKER) :]
+                plans.setdefault((pids[-1] if pids else path.name, plan), line.strip()[-200:])
+    return {process: backend_of("\n".join(lines)) for process, lines in sorted(found.items())}, sorted(plans.values())
 
 
 def run_bench(plan: dict[str, Any], base: str, tokenizer: str, rates: list[float] | None, key: str | None) -> list[dict[str, Any]]:
