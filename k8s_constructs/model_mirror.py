@@ -1,6 +1,7 @@
-"""The mirror Job of `make mirror-model`: a Hugging Face model copied to MODEL_SOURCE's S3 prefix by a pod on a
-system node, under a ServiceAccount of its own whose EKS Pod Identity role (the serving stack's ModelMirrorRole)
-may write only that prefix. The program is k8s_constructs/model_mirror_script.py, mounted from a ConfigMap."""
+"""The mirror Job of `make mirror-model`: a Hugging Face model copied to an S3 prefix (MODEL_NEXT_SOURCE's when
+set, else MODEL_SOURCE's) by a pod on a system node, under a ServiceAccount of its own whose EKS Pod Identity role
+(the serving stack's ModelMirrorRole) may write only that prefix. The program is k8s_constructs/model_mirror_script.py,
+mounted from a ConfigMap."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
-"""The mirror Job's program (`make mirror-model`): copy one revision of a Hugging Face model repository to the
-S3 prefix of MODEL_SOURCE, and prove the copy.
+"""The mirror Job's program (`make mirror-model`): copy one revision of a Hugging Face model repository to an
+S3 prefix (MODEL_NEXT_SOURCE's when set, else MODEL_SOURCE's: the tool passes it as DEST_URI), and prove the copy.
 
 Runs inside the Ray LLM image on a system node (python3 and boto3, nothing else: this file imports only the
 standard library and boto3), with the Job's EKS Pod Identity. Each file streams from the Hub to S3 (no local
@@ -195,7 +195,8 @@ def mirror(*, repo: str, revision: str, dest: str, endpoint: str, token: str, s3
             if was != f"{repo}@{commit}":
                 raise MirrorError(
                     f"s3://{bucket}/{prefix} is the finished mirror of {was}, which engines may load at any time: a finished mirror is never "
-                    f"rewritten; mirror {repo}@{commit[:12]} into a prefix of its own and switch MODEL_SOURCE to it (docs/weights.md)"
+                    f"rewritten; mirror {repo}@{commit[:12]} into a prefix of its own (MODEL_NEXT_SOURCE) and switch MODEL_SOURCE to it "
+                    f"(docs/weights.md)"
                 )
             # The same revision: read it back, write nothing.
             started_verify = time.monotonic()
@@ -218,7 +219,7 @@ def mirror(*, repo: str, revision: str, dest: str, endpoint: str, token: str, s3
         if served:
             raise MirrorError(
                 f"s3://{bucket}/{prefix} is read by the deployed RayService while its GPU workers run (an engine may start at any time and "
-                f"load what is there): park first (`make park`), mirror, then deploy"
+                f"load what is there): fill another prefix (MODEL_NEXT_SOURCE) and switch to it, or park first (`make park`)"
             )
         for number, file in enumerate(files, 1):
             kind, digest = file.expected()

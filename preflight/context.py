@@ -92,6 +92,8 @@ class PreflightInput:
     autoscaling: bool = optional(False, switched_on=True)  # PREFILL/DECODE_MAX_REPLICAS: the Cluster Autoscaler adds GPU nodes after the deploy
     model_source: str = optional("", switched_on="s3://example-models/qwen3.5-9b")  # MODEL_SOURCE: checked on the Hub, or its S3 prefix
     model_source_kms_key: bool = optional(False, switched_on=True)  # MODEL_SOURCE_KMS_KEY_ARN is set
+    # MODEL_NEXT_SOURCE: the prefix the mirror fills next (in MODEL_SOURCE's bucket); its state is reported
+    model_next_source: str = optional("", switched_on="s3://example-models/qwen3.5-9b-next")
     gcs_store_node_type: str = optional("", switched_on="cache.t4g.micro")  # GCS_FAULT_TOLERANCE=redis: the store's node type; "" = no store
     hf_token_secret_name: str = optional("", switched_on="prod/hf-token")  # HF_TOKEN_SECRET_NAME: read only for a gated model
     dlc_image: str = ""  # the reference the pods pull

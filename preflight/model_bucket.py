@@ -1,6 +1,7 @@
 """The preflight's look at an S3 MODEL_SOURCE: the bucket in the deploy Region (else the weights cross the NAT
 gateway), and the prefix filled by `make mirror-model` (its last write, `hash`, is there) before GPU nodes
-start engines that would load from it."""
+start engines that would load from it. MODEL_NEXT_SOURCE is in the same bucket (settings/model_source.py), so
+the bucket's checks hold for it; its prefix is only reported (empty is its normal state before the mirror)."""
 
 from __future__ import annotations
 
@@ -22,7 +23,28 @@ def _code(error: ClientError) -> str:
     return str(error.response.get("Error", {}).get("Code", ""))
 
 
-def check_s3_model_source(s3: Any, source: S3Prefix, *, region: str, gpu_nodes: int, kms_key: bool = False) -> CheckResult:
+def check_s3_model_source(
+    s3: Any, source: S3Prefix, *, region: str, gpu_nodes: int, kms_key: bool = False, next_source: S3Prefix | None = None
+) -> CheckResult:
+    result = _check_served(s3, source, region=region, gpu_nodes=gpu_nodes, kms_key=kms_key)
+    if next_source is None or not result.ok:
+        return result
+    return replace(result, detail=f"{result.detail}; {_next_state(s3, next_source, source)}")
+
+
+def _next_state(s3: Any, following: S3Prefix, served: S3Prefix) -> str:
+    """What MODEL_NEXT_SOURCE holds: a finished mirror (ready to switch to) or not yet."""
+    what = f"MODEL_NEXT_SOURCE {following.uri}"
+    try:
+        commit = s3.get_object(Bucket=following.bucket, Key=f"{following.key_prefix}{COMPLETION_OBJECT}")["Body"].read().decode().strip()
+    except ClientError as error:
+        if _code(error) in ("NoSuchKey", "404"):
+            return f"{what}: no finished mirror yet (`make mirror-model` fills it; {served.uri} is not written)"
+        return f"{what}: not read ({_code(error)})"
+    return f"{what}: a finished mirror (commit {commit[:12]}), ready to switch to (MODEL_SOURCE={following.uri}, then `make lookup`)"
+
+
+def _check_served(s3: Any, source: S3Prefix, *, region: str, gpu_nodes: int, kms_key: bool) -> CheckResult:
     try:
         location = s3.get_bucket_location(Bucket=source.bucket).get("LocationConstraint") or "us-east-1"
         location = {"EU": "eu-west-1"}.get(location, location)  # S3's legacy name of eu-west-1

@@ -34,7 +34,15 @@ def _check_model_source(ctx: Context) -> CheckResult:
         return ok("model-source", "not set")
     s3 = s3_source(source)
     if s3 is not None:
-        return check_s3_model_source(ctx.client("s3"), s3, region=ctx.inp.region, gpu_nodes=ctx.inp.gpu_node_count, kms_key=ctx.inp.model_source_kms_key)
+        following = s3_source(ctx.inp.model_next_source) if ctx.inp.model_next_source else None
+        return check_s3_model_source(
+            ctx.client("s3"),
+            s3,
+            region=ctx.inp.region,
+            gpu_nodes=ctx.inp.gpu_node_count,
+            kms_key=ctx.inp.model_source_kms_key,
+            next_source=following,
+        )
     return check_model_source(source, token=_hub_token(ctx))
 
 
@@ -186,7 +194,8 @@ CHECKS: tuple[Check, ...] = (
         _check_model_source,
         "MODEL_SOURCE is not a repository of the Hugging Face Hub (404), or it is gated (401/403) and no HF_TOKEN_SECRET_NAME is set or "
         "its token cannot read it; warns when the Hub does not answer. An s3:// source: the bucket does not exist, or the prefix is empty "
-        "(no `make mirror-model` yet) while GPU nodes are deployed; warns for a bucket in another Region",
+        "(no `make mirror-model` yet) while GPU nodes are deployed; warns for a bucket in another Region. MODEL_NEXT_SOURCE (same "
+        "bucket) is reported: a finished mirror to switch to, or not yet",
         ("secretsmanager:GetSecretValue", "s3:GetBucketLocation", "s3:GetObject", "s3:ListBucket"),
     ),
     Check(

@@ -15,7 +15,7 @@ from typing import Any
 
 from settings.errors import SettingError
 from settings.loader import raw_values
-from settings.model_source import S3Prefix, parse_model_source, s3_source
+from settings.model_source import S3Prefix, parse_model_source, parse_next_source, parse_s3_prefix, s3_source
 from settings.parsers import Integer, region_name
 from settings.specs import SPECS, SettingSpec
 
@@ -70,10 +70,17 @@ class CiAccessSettings:
     session_hours: int
     hf_token_secret_name: str = ""  # the preflight may read this one secret (a gated model's Hub check)
     model_source: str = ""  # an s3:// MODEL_SOURCE: the preflight reads that bucket's Region and the prefix
+    model_next_source: str = ""  # MODEL_NEXT_SOURCE (same bucket): the preflight reads its `hash`
 
     @property
     def model_s3(self) -> S3Prefix | None:
         return s3_source(self.model_source)
+
+    @property
+    def model_prefixes(self) -> tuple[S3Prefix, ...]:
+        """The prefixes the preflight reads: MODEL_SOURCE's, and MODEL_NEXT_SOURCE's when set."""
+        following = parse_s3_prefix("MODEL_NEXT_SOURCE", self.model_next_source) if self.model_next_source else None
+        return tuple(p for p in (self.model_s3, following) if p is not None)
 
     @property
     def stack_name(self) -> str:
@@ -133,7 +140,7 @@ def _qualifier(raw: str) -> str:
 def load_ci_access_settings(environ: Mapping[str, str], context: Mapping[str, Any], defaults: Mapping[str, str] | None = None) -> CiAccessSettings:
     """Parse and check the CI access settings; raise SettingError on the first bad one.
 
-    CLUSTER_NAME, REGION, HF_TOKEN_SECRET_NAME and MODEL_SOURCE come from where the main app reads them (environment, `-c`, cdk.json, default)
+    CLUSTER_NAME, REGION, HF_TOKEN_SECRET_NAME, MODEL_SOURCE and MODEL_NEXT_SOURCE come from where the main app reads them (environment, `-c`, cdk.json, default)
     so both apps agree on the cluster; the CI-only settings come from the environment.
     """
     main_raw = raw_values(environ, context, defaults)
@@ -149,6 +156,7 @@ def load_ci_access_settings(environ: Mapping[str, str], context: Mapping[str, An
         session_hours=_CI_SPECS_BY_ENV["CI_SESSION_HOURS"].parse(environ.get("CI_SESSION_HOURS", "2")),
         hf_token_secret_name=main_raw["HF_TOKEN_SECRET_NAME"].strip(),
         model_source=parse_model_source(main_raw["MODEL_SOURCE"]),
+        model_next_source=parse_next_source("MODEL_NEXT_SOURCE", main_raw["MODEL_NEXT_SOURCE"].strip(), main_raw["MODEL_SOURCE"]),
     )
     longest = max(settings.deploy_role_name, settings.diff_role_name, key=len)
     if len(longest) > IAM_ROLE_NAME_MAX:

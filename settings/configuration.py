@@ -10,7 +10,7 @@ from settings.endpoint import ServeEndpoint
 from settings.instance_types import InstanceFacts
 from settings.model_facts import ModelFacts
 from settings.model_fit import phase_eager
-from settings.model_source import S3Prefix, s3_source
+from settings.model_source import S3Prefix, parse_s3_prefix, s3_source
 from settings.registries import eks_addon_registry
 
 # The deployable units, in deploy order, and those only some configurations contain.
@@ -69,6 +69,7 @@ class Settings:
     model_images: bool = False  # MODEL_IMAGES: a multimodal model keeps its vision tower
     enforce_eager: str = "auto"  # ENFORCE_EAGER: "auto" (per phase, from the fit check) | "true" | "false"
     model_source_kms_key_arn: str = ""  # the S3 model bucket's SSE-KMS key; "" = none (SSE-S3)
+    model_next_source: str = ""  # MODEL_NEXT_SOURCE: the prefix `make mirror-model` fills next; "" = none
     gcs_fault_tolerance: str = "off"  # "off" | "redis"
     gcs_store_node_type: str = "cache.t4g.micro"
     prefill_max_replicas: int | None = None  # None: fixed at prefill_replicas; else Serve autoscales up to it
@@ -85,6 +86,16 @@ class Settings:
     def model_s3(self) -> S3Prefix | None:
         """The S3 prefix of an s3:// MODEL_SOURCE; None for a Hugging Face repository."""
         return s3_source(self.model_source)
+
+    @property
+    def model_next_s3(self) -> S3Prefix | None:
+        """MODEL_NEXT_SOURCE's prefix (in MODEL_SOURCE's bucket), None when unset."""
+        return parse_s3_prefix("MODEL_NEXT_SOURCE", self.model_next_source) if self.model_next_source else None
+
+    @property
+    def mirror_s3(self) -> S3Prefix | None:
+        """The prefix the mirror Job writes: MODEL_NEXT_SOURCE when set, else MODEL_SOURCE's; None for a Hub source."""
+        return self.model_next_s3 or self.model_s3
 
     @property
     def text_only_multimodal(self) -> bool:

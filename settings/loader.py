@@ -27,7 +27,7 @@ from settings.instance_types import (
 )
 from settings.model_facts import model_facts, vllm_architectures
 from settings.model_fit import fit, misfit
-from settings.model_source import parse_kms_key_arn, parse_model_source
+from settings.model_source import parse_kms_key_arn, parse_model_source, parse_next_source
 from settings.parsers import cidr, closest, csv, integer, known_instance_types, namespaces, region_name
 from settings.sizing import check_engine_cpus, check_head_fits, gpu_worker_resources
 from settings.specs import SPECS, SPECS_BY_CONTEXT_KEY
@@ -318,6 +318,7 @@ def load_settings(environ: Mapping[str, str], context: Mapping[str, Any], defaul
         gpu_capacity_reservation_id=reservation,
         serve_endpoint=parse_endpoint(raw, region=region, vpc_cidr=raw["VPC_CIDR"]),
         model_source_kms_key_arn=parse_kms_key_arn("MODEL_SOURCE_KMS_KEY_ARN", raw["MODEL_SOURCE_KMS_KEY_ARN"].strip(), model_source),
+        model_next_source=parse_next_source("MODEL_NEXT_SOURCE", raw["MODEL_NEXT_SOURCE"].strip(), model_source),
     )
     facts, facts_source = model_facts(model_source, context)
     settings = replace(settings, model_facts=facts, model_facts_source=facts_source)

@@ -75,8 +75,9 @@ def _bucket_problem(bucket: str) -> str | None:
     return None
 
 
-def parse_s3_prefix(env: str, value: str) -> S3Prefix:
-    """s3://BUCKET/PREFIX (one trailing '/' allowed) as an S3Prefix, or a SettingError naming what is wrong."""
+def parse_s3_prefix(env: str, value: str, grant: str = "the workers may read exactly that prefix") -> S3Prefix:
+    """s3://BUCKET/PREFIX (one trailing '/' allowed) as an S3Prefix, or a SettingError naming what is wrong (and
+    `grant`, what the prefix is for)."""
     rest = value[len(S3_SCHEME) :]
     bucket, _, prefix = rest.partition("/")
     problem = _bucket_problem(bucket)
@@ -85,7 +86,7 @@ def parse_s3_prefix(env: str, value: str) -> S3Prefix:
     prefix = prefix.removesuffix("/")
     segments = prefix.split("/") if prefix else []
     if not segments or len(prefix.encode()) > MAX_PREFIX_BYTES or any(not _PREFIX_SEGMENT.fullmatch(s) or s in (".", "..") for s in segments):
-        raise SettingError(env, value, f"s3://BUCKET/PREFIX with PREFIX {PREFIX_ALLOWED}: the workers may read exactly that prefix")
+        raise SettingError(env, value, f"s3://BUCKET/PREFIX with PREFIX {PREFIX_ALLOWED}: {grant}")
     return S3Prefix(bucket=bucket, prefix=prefix)
 
 
@@ -103,6 +104,33 @@ def parse_model_source(value: str) -> str:
     if not HUB_REPOSITORY.fullmatch(value):
         raise SettingError("MODEL_SOURCE", value, "a Hugging Face repository ORG/NAME, or s3://BUCKET/PREFIX (a copy made by `make mirror-model`)")
     return value
+
+
+def parse_next_source(env: str, value: str, model_source: str) -> str:
+    """MODEL_NEXT_SOURCE: the prefix `make mirror-model` fills next, beside the served MODEL_SOURCE; "" = none.
+
+    In MODEL_SOURCE's bucket: MODEL_SOURCE_KMS_KEY_ARN is that bucket's key and the preflight checks that bucket, so
+    switching to the new prefix changes MODEL_SOURCE alone. Neither prefix may hold the other: Ray downloads everything
+    under MODEL_SOURCE, and a grant on one prefix would reach into the other."""
+    if not value:
+        return ""
+    served = s3_source(model_source)
+    if served is None:
+        raise SettingError(env, value, "empty unless MODEL_SOURCE is s3://BUCKET/PREFIX (the next revision's prefix beside it)")
+    if not value.startswith(S3_SCHEME):
+        raise SettingError(env, value, f"s3://{served.bucket}/PREFIX, a prefix of its own for the next revision")
+    following = parse_s3_prefix(env, value, "the mirror Job may write exactly that prefix")
+    if following.bucket != served.bucket:
+        raise SettingError(
+            env, value, f"a prefix in MODEL_SOURCE's bucket, s3://{served.bucket}/PREFIX (MODEL_SOURCE_KMS_KEY_ARN is that bucket's key)"
+        )
+    if following == served:
+        raise SettingError(env, value, f"a prefix other than MODEL_SOURCE's ({served.uri}): the served prefix is never rewritten")
+    if following.key_prefix.startswith(served.key_prefix) or served.key_prefix.startswith(following.key_prefix):
+        raise SettingError(
+            env, value, f"a prefix beside MODEL_SOURCE's ({served.uri}), neither inside the other: Ray downloads all under MODEL_SOURCE"
+        )
+    return following.uri
 
 
 def parse_kms_key_arn(env: str, value: str, model_source: str) -> str:

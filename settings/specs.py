@@ -95,6 +95,18 @@ SPECS: tuple[SettingSpec, ...] = (
         change=(IN_PLACE, "the workers' Pod Identity role"),
     ),
     SettingSpec(
+        "MODEL_NEXT_SOURCE",
+        "",
+        "The S3 prefix `make mirror-model` fills next, for the revision to switch to: the mirror Job may write it and "
+        "no longer MODEL_SOURCE's (empty = it writes MODEL_SOURCE's prefix)",
+        "empty, or s3://BUCKET/PREFIX in MODEL_SOURCE's bucket (an s3:// MODEL_SOURCE), neither prefix inside the other",
+        change=(
+            IN_PLACE,
+            "IAM only: the mirror Job's Pod Identity role moves to this prefix; serveConfigV2, the RayCluster and the "
+            "workers' role are unchanged. The switch without downtime is in docs/weights.md (A new revision)",
+        ),
+    ),
+    SettingSpec(
         "PREFILL_REPLICAS",
         "1",
         "Prefill replicas (one vLLM engine of TENSOR_PARALLEL_SIZE GPUs each)",

@@ -174,7 +174,8 @@ class CiAccessStack(Stack):
                     if settings.hf_token_secret_name
                     else []
                 ),
-                # The preflight's model-source check of an s3:// MODEL_SOURCE: the bucket's Region and the mirror's files.
+                # The preflight's model-source check of an s3:// MODEL_SOURCE: the bucket's Region and the mirror's files (and
+                # MODEL_NEXT_SOURCE's `hash`, same bucket).
                 *(
                     [
                         iam.PolicyStatement(sid="ReadTheModelBucketRegion", actions=["s3:GetBucketLocation"], resources=[settings.model_s3.bucket_arn("aws")]),
@@ -182,9 +183,11 @@ class CiAccessStack(Stack):
                             sid="ListTheModelPrefix",
                             actions=["s3:ListBucket"],
                             resources=[settings.model_s3.bucket_arn("aws")],
-                            conditions={"StringLike": {"s3:prefix": [f"{settings.model_s3.key_prefix}*"]}},
+                            conditions={"StringLike": {"s3:prefix": [f"{p.key_prefix}*" for p in settings.model_prefixes]}},
                         ),
-                        iam.PolicyStatement(sid="ReadTheModelPrefix", actions=["s3:GetObject"], resources=[settings.model_s3.object_arn("aws")]),
+                        iam.PolicyStatement(
+                            sid="ReadTheModelPrefix", actions=["s3:GetObject"], resources=[p.object_arn("aws") for p in settings.model_prefixes]
+                        ),
                     ]
                     if settings.model_s3
                     else []

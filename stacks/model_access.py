@@ -1,5 +1,6 @@
 """Who may touch the S3 copy of the weights, and how much: the GPU workers read exactly MODEL_SOURCE's prefix;
-the mirror Job (`make mirror-model`) writes it. Both are EKS Pod Identity roles of the serving stack.
+the mirror Job (`make mirror-model`) writes it, or only MODEL_NEXT_SOURCE's when that is set (the next revision
+is filled while the served prefix stays unwritable). Both are EKS Pod Identity roles of the serving stack.
 
 The statements are built here once and read by the stack, the execution-policy tests and the policy
 evaluation tests (tests/test_model_s3.py, which asks an IAM simulator, not a grep).
@@ -57,17 +58,21 @@ def writer_statements(source: S3Prefix, kms_key_arn: str) -> list[iam.PolicyStat
     return statements
 
 
-def acknowledge_prefix_wildcard(role: iam.Role, source: S3Prefix) -> None:
+def acknowledge_prefix_wildcard(role: iam.Role, source: S3Prefix, setting: str = "MODEL_SOURCE") -> None:
     nag.acknowledge(
         role,
         "AwsSolutions-IAM5",
-        "The wildcard is every object under the one prefix of MODEL_SOURCE (a model is many files); the prefix itself has no wildcard (settings/model_source.py).",
+        f"The wildcard is every object under the one prefix of {setting} (a model is many files); the prefix itself has no wildcard (settings/model_source.py).",
         applies_to=[f"Resource::arn:<AWS::Partition>:s3:::{source.bucket}/{source.key_prefix}*"],
     )
 
 
-def mirror_writer_role(scope: Construct, *, cluster: eks.ICluster, settings: Settings, source: S3Prefix) -> tuple[iam.Role, eks.CfnPodIdentityAssociation]:
-    """The mirror Job's role: write (and read back) under the prefix; with a Hub token, read that secret too."""
+def mirror_writer_role(scope: Construct, *, cluster: eks.ICluster, settings: Settings) -> tuple[iam.Role, eks.CfnPodIdentityAssociation]:
+    """The mirror Job's role: write (and read back) under MODEL_NEXT_SOURCE's prefix when set, else MODEL_SOURCE's;
+    with a Hub token, read that secret too (added by the stack)."""
+    source = settings.mirror_s3
+    if source is None:
+        raise ValueError("the mirror Job's role needs an s3:// MODEL_SOURCE")
     role, association = pod_identity_role(
         scope,
         "ModelMirrorRole",
@@ -79,5 +84,5 @@ def mirror_writer_role(scope: Construct, *, cluster: eks.ICluster, settings: Set
     )
     for statement in writer_statements(source, settings.model_source_kms_key_arn):
         role.add_to_policy(statement)
-    acknowledge_prefix_wildcard(role, source)
+    acknowledge_prefix_wildcard(role, source, "MODEL_NEXT_SOURCE" if settings.model_next_s3 else "MODEL_SOURCE")
     return role, association

@@ -216,7 +216,7 @@ class ServingStack(Stack):
             for statement in model_access.reader_statements(source, settings.model_source_kms_key_arn):
                 role.add_to_policy(statement)
             model_access.acknowledge_prefix_wildcard(role, source)
-            mirror, _ = model_access.mirror_writer_role(self, cluster=cluster, settings=settings, source=source)
+            mirror, _ = model_access.mirror_writer_role(self, cluster=cluster, settings=settings)
             if token is not None:
                 mirror.add_to_policy(self._token_secret_statement(mirror, token))
         return needs

@@ -1,6 +1,7 @@
 """`make mirror-model HF_MODEL=ORG/NAME [HF_REVISION=main]`: copy a Hugging Face model to the S3 prefix of
-MODEL_SOURCE with the mirror Job (k8s_constructs/model_mirror.py) on a system node, show its progress while it
-runs, and print what it copied and how long it took. Needs the deployed serving stack (its writer role)."""
+MODEL_NEXT_SOURCE when set (the next revision, beside the served one), else MODEL_SOURCE's, with the mirror Job
+(k8s_constructs/model_mirror.py) on a system node, show its progress while it runs, and print what it copied and
+how long it took. Needs the deployed serving stack (its writer role, scoped to that same prefix)."""
 
 from __future__ import annotations
 
@@ -34,8 +35,18 @@ POLL_SECONDS = 10
 SILENT_SECONDS = 900
 
 
+def target_line(settings: Settings) -> str:
+    """The tool's first line: which prefix the Job writes, and under which setting."""
+    if settings.model_next_s3 is not None:
+        return (
+            f"mirror-model: writing MODEL_NEXT_SOURCE={settings.model_next_source} (the next revision); the served "
+            f"MODEL_SOURCE={settings.model_source} is not written"
+        )
+    return f"mirror-model: writing MODEL_SOURCE={settings.model_source}"
+
+
 def mirror_props(settings: Settings, repo: str, revision: str) -> MirrorJobProps:
-    source = settings.model_s3
+    source = settings.mirror_s3
     if source is None:
         raise ValueError(f"MODEL_SOURCE={settings.model_source!r} is not an S3 prefix: set MODEL_SOURCE=s3://BUCKET/PREFIX (and deploy) first")
     if not HUB_REPOSITORY.fullmatch(repo):
@@ -145,6 +156,7 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
+    print(target_line(settings), flush=True)
 
     def run(kubectl: Kubectl) -> dict[str, Any]:
         return run_job(replace(props, served=served_now(settings, props.destination, kubectl)), kubectl, args.timeout_minutes * 60)
