@@ -195,8 +195,8 @@ def mirror(*, repo: str, revision: str, dest: str, endpoint: str, token: str, s3
             if was != f"{repo}@{commit}":
                 raise MirrorError(
                     f"s3://{bucket}/{prefix} is the finished mirror of {was}, which engines may load at any time: a finished mirror is never "
-                    f"rewritten; mirror {repo}@{commit[:12]} into a prefix of its own (MODEL_NEXT_SOURCE) and switch MODEL_SOURCE to it "
-                    f"(docs/weights.md)"
+                    f"rewritten; mirror {repo}@{commit[:12]} into a prefix of its own and switch MODEL_SOURCE to it "
+                    f"(MODEL_NEXT_SOURCE, docs/weights.md)"
                 )
             # The same revision: read it back, write nothing.
             started_verify = time.monotonic()
