@@ -219,7 +219,7 @@ def mirror(*, repo: str, revision: str, dest: str, endpoint: str, token: str, s3
         if served:
             raise MirrorError(
                 f"s3://{bucket}/{prefix} is read by the deployed RayService while its GPU workers run (an engine may start at any time and "
-                f"load what is there): fill another prefix (MODEL_NEXT_SOURCE) and switch to it, or park first (`make park`)"
+                f"load what is there): fill MODEL_NEXT_SOURCE and switch to it, or park first (`make park`)"
             )
         for number, file in enumerate(files, 1):
             kind, digest = file.expected()

@@ -24,7 +24,13 @@ def _code(error: ClientError) -> str:
 
 
 def check_s3_model_source(
-    s3: Any, source: S3Prefix, *, region: str, gpu_nodes: int, kms_key: bool = False, next_source: S3Prefix | None = None
+    s3: Any,
+    source: S3Prefix,
+    *,
+    region: str,
+    gpu_nodes: int,
+    kms_key: bool = False,
+    next_source: S3Prefix | None = None,
 ) -> CheckResult:
     result = _check_served(s3, source, region=region, gpu_nodes=gpu_nodes, kms_key=kms_key)
     if next_source is None or not result.ok:
@@ -36,12 +42,14 @@ def _next_state(s3: Any, following: S3Prefix, served: S3Prefix) -> str:
     """What MODEL_NEXT_SOURCE holds: a finished mirror (ready to switch to) or not yet."""
     what = f"MODEL_NEXT_SOURCE {following.uri}"
     try:
-        commit = s3.get_object(Bucket=following.bucket, Key=f"{following.key_prefix}{COMPLETION_OBJECT}")["Body"].read().decode().strip()
+        finished = s3.get_object(Bucket=following.bucket, Key=f"{following.key_prefix}{COMPLETION_OBJECT}")
+        commit = finished["Body"].read().decode().strip()
     except ClientError as error:
         if _code(error) in ("NoSuchKey", "404"):
             return f"{what}: no finished mirror yet (`make mirror-model` fills it; {served.uri} is not written)"
         return f"{what}: not read ({_code(error)})"
-    return f"{what}: a finished mirror (commit {commit[:12]}), ready to switch to (MODEL_SOURCE={following.uri}, then `make lookup`)"
+    switch = f"MODEL_SOURCE={following.uri}, then `make lookup`"
+    return f"{what}: a finished mirror (commit {commit[:12]}), ready to switch to ({switch})"
 
 
 def _check_served(s3: Any, source: S3Prefix, *, region: str, gpu_nodes: int, kms_key: bool) -> CheckResult:

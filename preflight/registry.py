@@ -194,8 +194,8 @@ CHECKS: tuple[Check, ...] = (
         _check_model_source,
         "MODEL_SOURCE is not a repository of the Hugging Face Hub (404), or it is gated (401/403) and no HF_TOKEN_SECRET_NAME is set or "
         "its token cannot read it; warns when the Hub does not answer. An s3:// source: the bucket does not exist, or the prefix is empty "
-        "(no `make mirror-model` yet) while GPU nodes are deployed; warns for a bucket in another Region. MODEL_NEXT_SOURCE (same "
-        "bucket) is reported: a finished mirror to switch to, or not yet",
+        "(no `make mirror-model` yet) while GPU nodes are deployed; warns for a bucket in another Region. "
+        "MODEL_NEXT_SOURCE (same bucket) is reported: a finished mirror to switch to, or not yet",
         ("secretsmanager:GetSecretValue", "s3:GetBucketLocation", "s3:GetObject", "s3:ListBucket"),
     ),
     Check(

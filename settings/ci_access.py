@@ -140,13 +140,16 @@ def _qualifier(raw: str) -> str:
 def load_ci_access_settings(environ: Mapping[str, str], context: Mapping[str, Any], defaults: Mapping[str, str] | None = None) -> CiAccessSettings:
     """Parse and check the CI access settings; raise SettingError on the first bad one.
 
-    CLUSTER_NAME, REGION, HF_TOKEN_SECRET_NAME, MODEL_SOURCE and MODEL_NEXT_SOURCE come from where the main app reads them (environment, `-c`, cdk.json, default)
+    CLUSTER_NAME, REGION, HF_TOKEN_SECRET_NAME, MODEL_SOURCE and MODEL_NEXT_SOURCE come from where the main app
+    reads them (environment, `-c`, cdk.json, default)
     so both apps agree on the cluster; the CI-only settings come from the environment.
     """
     main_raw = raw_values(environ, context, defaults)
     region = region_name(main_raw["REGION"])
     cluster_name = _MAIN_SPECS["CLUSTER_NAME"].parse(main_raw["CLUSTER_NAME"])
     default_qualifier = str(context.get(BOOTSTRAP_QUALIFIER_CONTEXT_KEY, DEFAULT_CDK_QUALIFIER))
+    next_raw = main_raw["MODEL_NEXT_SOURCE"].strip()
+    model_next_source = parse_next_source("MODEL_NEXT_SOURCE", next_raw, main_raw["MODEL_SOURCE"])
     settings = CiAccessSettings(
         github_repository=_github_repository(environ.get("GITHUB_REPOSITORY", "").strip()),
         region=region,
@@ -156,7 +159,7 @@ def load_ci_access_settings(environ: Mapping[str, str], context: Mapping[str, An
         session_hours=_CI_SPECS_BY_ENV["CI_SESSION_HOURS"].parse(environ.get("CI_SESSION_HOURS", "2")),
         hf_token_secret_name=main_raw["HF_TOKEN_SECRET_NAME"].strip(),
         model_source=parse_model_source(main_raw["MODEL_SOURCE"]),
-        model_next_source=parse_next_source("MODEL_NEXT_SOURCE", main_raw["MODEL_NEXT_SOURCE"].strip(), main_raw["MODEL_SOURCE"]),
+        model_next_source=model_next_source,
     )
     longest = max(settings.deploy_role_name, settings.diff_role_name, key=len)
     if len(longest) > IAM_ROLE_NAME_MAX:

@@ -116,20 +116,19 @@ def parse_next_source(env: str, value: str, model_source: str) -> str:
         return ""
     served = s3_source(model_source)
     if served is None:
-        raise SettingError(env, value, "empty unless MODEL_SOURCE is s3://BUCKET/PREFIX (the next revision's prefix beside it)")
+        raise SettingError(env, value, "empty unless MODEL_SOURCE is s3://BUCKET/PREFIX (the next prefix beside it)")
     if not value.startswith(S3_SCHEME):
         raise SettingError(env, value, f"s3://{served.bucket}/PREFIX, a prefix of its own for the next revision")
     following = parse_s3_prefix(env, value, "the mirror Job may write exactly that prefix")
+    problem = ""
     if following.bucket != served.bucket:
-        raise SettingError(
-            env, value, f"a prefix in MODEL_SOURCE's bucket, s3://{served.bucket}/PREFIX (MODEL_SOURCE_KMS_KEY_ARN is that bucket's key)"
-        )
-    if following == served:
-        raise SettingError(env, value, f"a prefix other than MODEL_SOURCE's ({served.uri}): the served prefix is never rewritten")
-    if following.key_prefix.startswith(served.key_prefix) or served.key_prefix.startswith(following.key_prefix):
-        raise SettingError(
-            env, value, f"a prefix beside MODEL_SOURCE's ({served.uri}), neither inside the other: Ray downloads all under MODEL_SOURCE"
-        )
+        problem = f"a prefix in MODEL_SOURCE's bucket, s3://{served.bucket}/PREFIX (one bucket, one KMS key)"
+    elif following == served:
+        problem = f"a prefix other than MODEL_SOURCE's ({served.uri}): the served prefix is never rewritten"
+    elif following.key_prefix.startswith(served.key_prefix) or served.key_prefix.startswith(following.key_prefix):
+        problem = f"a prefix beside MODEL_SOURCE's ({served.uri}), neither inside the other: Ray downloads all under it"
+    if problem:
+        raise SettingError(env, value, problem)
     return following.uri
 
 

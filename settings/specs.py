@@ -83,7 +83,8 @@ SPECS: tuple[SettingSpec, ...] = (
             RECREATE,
             "from one Hub id to another, or one S3 prefix to another: in place (serveConfigV2, Ray Serve redeploys the application and the "
             "engines download the new weights; a new prefix also moves the workers' read permission). Between a Hub id and an S3 prefix the "
-            f"workers gain or lose their service account and Region: {_RECREATE_HOW}. Fill the prefix first (`make mirror-model`): the "
+            f"workers gain or lose their service account and Region: {_RECREATE_HOW}. Fill the prefix first "
+            "(`make mirror-model`; a new revision's beside the served one, through MODEL_NEXT_SOURCE): the "
             "preflight refuses an unparked deploy from a prefix without the mirror's `hash`",
         ),
     ),
@@ -99,11 +100,12 @@ SPECS: tuple[SettingSpec, ...] = (
         "",
         "The S3 prefix `make mirror-model` fills next, for the revision to switch to: the mirror Job may write it and "
         "no longer MODEL_SOURCE's (empty = it writes MODEL_SOURCE's prefix)",
-        "empty, or s3://BUCKET/PREFIX in MODEL_SOURCE's bucket (an s3:// MODEL_SOURCE), neither prefix inside the other",
+        "empty, or s3://BUCKET/PREFIX in MODEL_SOURCE's bucket (an s3:// MODEL_SOURCE), other than MODEL_SOURCE's "
+        "prefix and neither inside the other; a prefix of letters, digits and !_.'()- segments, as MODEL_SOURCE's",
         change=(
             IN_PLACE,
             "IAM only: the mirror Job's Pod Identity role moves to this prefix; serveConfigV2, the RayCluster and the "
-            "workers' role are unchanged. The switch without downtime is in docs/weights.md (A new revision)",
+            "workers' role are unchanged. The switch to it without parking: docs/weights.md (A new revision)",
         ),
     ),
     SettingSpec(

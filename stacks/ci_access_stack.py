@@ -70,6 +70,26 @@ PROMQL_QUERY_ACTIONS = ("cloudwatch:GetMetricData", "cloudwatch:ListMetrics")
 _NAG_ACCOUNT = "<AWS::AccountId>"  # how cdk-nag names the account pseudo parameter in its findings
 
 
+def _model_bucket_reads(settings: CiAccessSettings) -> list[iam.PolicyStatement]:
+    """The model-source check's reads: the bucket's Region, and the mirror's files under MODEL_SOURCE's prefix (and
+    MODEL_NEXT_SOURCE's `hash`); nothing for a Hub source."""
+    if settings.model_s3 is None:
+        return []
+    bucket = settings.model_s3.bucket_arn("aws")
+    listed = [f"{p.key_prefix}*" for p in settings.model_prefixes]
+    objects = [p.object_arn("aws") for p in settings.model_prefixes]
+    return [
+        iam.PolicyStatement(sid="ReadTheModelBucketRegion", actions=["s3:GetBucketLocation"], resources=[bucket]),
+        iam.PolicyStatement(
+            sid="ListTheModelPrefix",
+            actions=["s3:ListBucket"],
+            resources=[bucket],
+            conditions={"StringLike": {"s3:prefix": listed}},
+        ),
+        iam.PolicyStatement(sid="ReadTheModelPrefix", actions=["s3:GetObject"], resources=objects),
+    ]
+
+
 class CiAccessStack(Stack):
     """The GitHub OIDC provider (created, or an existing one reused) and the two CI roles."""
 
@@ -174,24 +194,8 @@ class CiAccessStack(Stack):
                     if settings.hf_token_secret_name
                     else []
                 ),
-                # The preflight's model-source check of an s3:// MODEL_SOURCE: the bucket's Region and the mirror's files (and
-                # MODEL_NEXT_SOURCE's `hash`, same bucket).
-                *(
-                    [
-                        iam.PolicyStatement(sid="ReadTheModelBucketRegion", actions=["s3:GetBucketLocation"], resources=[settings.model_s3.bucket_arn("aws")]),
-                        iam.PolicyStatement(
-                            sid="ListTheModelPrefix",
-                            actions=["s3:ListBucket"],
-                            resources=[settings.model_s3.bucket_arn("aws")],
-                            conditions={"StringLike": {"s3:prefix": [f"{p.key_prefix}*" for p in settings.model_prefixes]}},
-                        ),
-                        iam.PolicyStatement(
-                            sid="ReadTheModelPrefix", actions=["s3:GetObject"], resources=[p.object_arn("aws") for p in settings.model_prefixes]
-                        ),
-                    ]
-                    if settings.model_s3
-                    else []
-                ),
+                # The preflight's model-source check of an s3:// MODEL_SOURCE (and MODEL_NEXT_SOURCE, same bucket).
+                *_model_bucket_reads(settings),
                 # SERVE_EXPOSURE beyond the cluster: the load balancer's certificate (this Region's) and the DNS name's hosted zone.
                 iam.PolicyStatement(
                     sid="ReadTheEndpointCertificate", actions=["acm:DescribeCertificate"], resources=[self._arn("acm", settings.region, "certificate/*")]

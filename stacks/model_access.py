@@ -62,12 +62,18 @@ def acknowledge_prefix_wildcard(role: iam.Role, source: S3Prefix, setting: str =
     nag.acknowledge(
         role,
         "AwsSolutions-IAM5",
-        f"The wildcard is every object under the one prefix of {setting} (a model is many files); the prefix itself has no wildcard (settings/model_source.py).",
+        f"The wildcard is every object under the one prefix of {setting} (a model is many files); "
+        "the prefix itself has no wildcard (settings/model_source.py).",
         applies_to=[f"Resource::arn:<AWS::Partition>:s3:::{source.bucket}/{source.key_prefix}*"],
     )
 
 
-def mirror_writer_role(scope: Construct, *, cluster: eks.ICluster, settings: Settings) -> tuple[iam.Role, eks.CfnPodIdentityAssociation]:
+def mirror_writer_role(
+    scope: Construct,
+    *,
+    cluster: eks.ICluster,
+    settings: Settings,
+) -> tuple[iam.Role, eks.CfnPodIdentityAssociation]:
     """The mirror Job's role: write (and read back) under MODEL_NEXT_SOURCE's prefix when set, else MODEL_SOURCE's;
     with a Hub token, read that secret too (added by the stack)."""
     source = settings.mirror_s3

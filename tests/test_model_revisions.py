@@ -36,17 +36,17 @@ assert FEATURES["MODEL_SOURCE"] == SOURCE  # the shared features synth is the "b
         ({"MODEL_SOURCE": SOURCE, "MODEL_NEXT_SOURCE": SOURCE + "/"}, f"a prefix other than MODEL_SOURCE's ({SOURCE})"),
         ({"MODEL_SOURCE": SOURCE, "MODEL_NEXT_SOURCE": f"{SOURCE}/new"}, "neither inside the other"),
         ({"MODEL_SOURCE": f"{SOURCE}/old", "MODEL_NEXT_SOURCE": SOURCE}, "neither inside the other"),
-        ({"MODEL_SOURCE": SOURCE, "MODEL_NEXT_SOURCE": f"s3://other-models/{NEXT}"}, "a prefix in MODEL_SOURCE's bucket"),
-        ({"MODEL_SOURCE": SOURCE, "MODEL_NEXT_SOURCE": "Qwen/Qwen3.5-9B"}, f"s3://{BUCKET}/PREFIX, a prefix of its own"),
-        ({"MODEL_SOURCE": SOURCE, "MODEL_NEXT_SOURCE": f"s3://{BUCKET}/q*"}, "the mirror Job may write exactly that prefix"),
+        ({"MODEL_SOURCE": SOURCE, "MODEL_NEXT_SOURCE": f"s3://other-models/{NEXT}"}, "in MODEL_SOURCE's bucket"),
+        ({"MODEL_SOURCE": SOURCE, "MODEL_NEXT_SOURCE": "Qwen/Qwen3.5-9B"}, f"s3://{BUCKET}/PREFIX, a prefix of its"),
+        ({"MODEL_SOURCE": SOURCE, "MODEL_NEXT_SOURCE": f"s3://{BUCKET}/q*"}, "the mirror Job may write exactly"),
         ({"MODEL_NEXT_SOURCE": NEXT_SOURCE}, "empty unless MODEL_SOURCE is s3://BUCKET/PREFIX"),
     ],
 )
 def test_a_bad_next_source_is_one_line_naming_it(env: dict[str, str], fragment: str) -> None:
     with pytest.raises(SettingError) as error:
         settings_for(env)
-    message = str(error.value)
-    assert message.startswith(f"MODEL_NEXT_SOURCE={env['MODEL_NEXT_SOURCE']!r} is not allowed: ") and "\n" not in message
+    message, value = str(error.value), env["MODEL_NEXT_SOURCE"]
+    assert message.startswith(f"MODEL_NEXT_SOURCE={value!r} is not allowed: ") and "\n" not in message
     assert fragment in message
 
 
@@ -76,21 +76,23 @@ def test_only_the_mirror_role_differs_from_the_synth_without_it(s3_synth: Synth)
         if s3_synth.templates[part]["Resources"].get(logical_id) != after[part]["Resources"].get(logical_id)
     }
     resources = after["serving"]["Resources"]
-    (role,) = [k for k, v in resources.items() if v["Type"] == "AWS::IAM::Role" and "model-mirror" in v["Properties"]["Description"]]
-    (policy,) = [k for k, v in resources.items() if v["Type"] == "AWS::IAM::Policy" and {"Ref": role} in v["Properties"]["Roles"]]
+    roles = {k: v["Properties"] for k, v in resources.items() if v["Type"] == "AWS::IAM::Role"}
+    (role,) = [k for k, props in roles.items() if "model-mirror" in props["Description"]]
+    policies = {k: v["Properties"] for k, v in resources.items() if v["Type"] == "AWS::IAM::Policy"}
+    (policy,) = [k for k, props in policies.items() if {"Ref": role} in props["Roles"]]
     assert changed == {("serving", role), ("serving", policy)}
-    assert resources[role]["Properties"]["Description"].endswith(f"make mirror-model writes {NEXT_SOURCE}")
-    assert {p: t["Outputs"] for p, t in after.items() if "Outputs" in t} == {p: s3_synth.templates[p]["Outputs"] for p in after if "Outputs" in after[p]}
+    assert roles[role]["Description"].endswith(f"make mirror-model writes {NEXT_SOURCE}")
+    for part, template in after.items():
+        assert template.get("Outputs") == s3_synth.templates[part].get("Outputs")
 
 
 def _mirror_policy(templates: dict[str, dict[str, Any]], region: str) -> dict[str, Any]:
-    resources = templates["serving"]["Resources"]
-    (association,) = [
-        a for a in resources.values() if a["Type"] == "AWS::EKS::PodIdentityAssociation" and a["Properties"]["ServiceAccount"] == "model-mirror"
-    ]
-    role = association["Properties"]["RoleArn"]["Fn::GetAtt"][0]
-    (policy,) = [v for v in resources.values() if v["Type"] == "AWS::IAM::Policy" and {"Ref": role} in v["Properties"]["Roles"]]
-    document: dict[str, Any] = Resolver(templates, region).resolve(policy["Properties"]["PolicyDocument"], "serving")
+    by_type = [(v["Type"], v["Properties"]) for v in templates["serving"]["Resources"].values()]
+    associations = [p for t, p in by_type if t == "AWS::EKS::PodIdentityAssociation"]
+    (association,) = [p for p in associations if p["ServiceAccount"] == "model-mirror"]
+    role = association["RoleArn"]["Fn::GetAtt"][0]
+    (policy,) = [p for t, p in by_type if t == "AWS::IAM::Policy" and {"Ref": role} in p["Roles"]]
+    document: dict[str, Any] = Resolver(templates, region).resolve(policy["PolicyDocument"], "serving")
     return document
 
 
@@ -116,18 +118,17 @@ def test_the_mirror_role_writes_the_next_prefix_and_not_the_served_one(s3_synth:
     assert decisions(allowed + denied, identity_policy=policy) == [ALLOWED] * len(allowed) + [DENIED] * len(denied)
     # Without it, the same role writes MODEL_SOURCE's prefix (the first fill, GPUs parked).
     before = _mirror_policy(s3_synth.templates, s3_synth.settings.region)
-    assert decisions([Request("s3:PutObject", f"{served}/hash"), Request("s3:PutObject", f"{following}/hash")], identity_policy=before) == [
-        ALLOWED,
-        DENIED,
-    ]
+    writes = [Request("s3:PutObject", f"{served}/hash"), Request("s3:PutObject", f"{following}/hash")]
+    assert decisions(writes, identity_policy=before) == [ALLOWED, DENIED]
 
 
 def test_a_kms_key_covers_the_next_prefix_too() -> None:
     """Same bucket, same key: the writer's statements on the next prefix carry MODEL_SOURCE_KMS_KEY_ARN."""
     key = "arn:aws:kms:sa-east-1:123456789012:key/1234abcd-12ab-34cd-56ef-1234567890ab"
     settings = settings_for({"MODEL_SOURCE": SOURCE, "MODEL_NEXT_SOURCE": NEXT_SOURCE, "MODEL_SOURCE_KMS_KEY_ARN": key})
-    assert settings.mirror_s3 is not None
-    statements = [s.to_json() for s in model_access.writer_statements(settings.mirror_s3, settings.model_source_kms_key_arn)]
+    target = settings.mirror_s3
+    assert target is not None
+    statements = [s.to_json() for s in model_access.writer_statements(target, settings.model_source_kms_key_arn)]
     assert [s["Resource"] for s in statements if "kms:GenerateDataKey" in s["Action"]] == [key]
 
 
@@ -142,7 +143,8 @@ def test_the_tool_fills_the_next_prefix_and_says_so_first() -> None:
     settings = settings_for({"MODEL_SOURCE": SOURCE, "MODEL_NEXT_SOURCE": NEXT_SOURCE})
     props = mirror_model.mirror_props(settings, REPO, "0123abc")
     assert props.destination == NEXT_SOURCE and mirror_model.mirror_props(served, REPO, "main").destination == SOURCE
-    assert mirror_model.target_line(settings).startswith(f"mirror-model: writing MODEL_NEXT_SOURCE={NEXT_SOURCE} (the next revision)")
+    first = f"mirror-model: writing MODEL_NEXT_SOURCE={NEXT_SOURCE} (the next revision)"
+    assert mirror_model.target_line(settings).startswith(first)
     assert mirror_model.target_line(served) == f"mirror-model: writing MODEL_SOURCE={SOURCE}"
     # The deployed RayService reads MODEL_SOURCE while its workers run: the check does not stop the next prefix.
     from stacks.serving_stack import build_rayservice_chart
@@ -170,7 +172,7 @@ def test_the_preflight_reports_the_next_prefix() -> None:
         assert f"MODEL_NEXT_SOURCE {NEXT_SOURCE}: no finished mirror yet" in empty.detail
         s3.put_object(Bucket=BUCKET, Key=f"{NEXT}/hash", Body=b"0426abcdef012345")
         ready = check_s3_model_source(s3, served, region="sa-east-1", gpu_nodes=2, next_source=following)
-        assert f"a finished mirror (commit 0426abcdef01), ready to switch to (MODEL_SOURCE={NEXT_SOURCE}" in ready.detail
+        assert f"(commit 0426abcdef01), ready to switch to (MODEL_SOURCE={NEXT_SOURCE}" in ready.detail
         # The served prefix decides the verdict: an empty one still fails, whatever the next holds.
         s3.delete_object(Bucket=BUCKET, Key=f"{SERVED}/hash")
         assert not check_s3_model_source(s3, served, region="sa-east-1", gpu_nodes=2, next_source=following).ok
@@ -187,13 +189,18 @@ def test_the_ci_deploy_role_may_read_the_next_prefix_for_the_preflight() -> None
 
     env = {"GITHUB_REPOSITORY": "octo-org/ray-llm", "MODEL_SOURCE": SOURCE, "MODEL_NEXT_SOURCE": NEXT_SOURCE}
     settings = load_ci_access_settings(env, {}, PINNED)
-    stack = CiAccessStack(new_app(), settings.stack_name, settings=settings, env=Environment(account="123456789012", region=settings.region))
+    account = Environment(account="123456789012", region=settings.region)
+    stack = CiAccessStack(new_app(), settings.stack_name, settings=settings, env=account)
     statements = [
-        s for r in Template.from_stack(stack).to_json()["Resources"].values() if r["Type"] == "AWS::IAM::Policy" for s in r["Properties"]["PolicyDocument"]["Statement"]
+        s
+        for r in Template.from_stack(stack).to_json()["Resources"].values()
+        if r["Type"] == "AWS::IAM::Policy"
+        for s in r["Properties"]["PolicyDocument"]["Statement"]
     ]
     by_sid = {s.get("Sid"): s for s in statements}
     assert by_sid["ListTheModelPrefix"]["Condition"] == {"StringLike": {"s3:prefix": [f"{SERVED}/*", f"{NEXT}/*"]}}
-    assert by_sid["ReadTheModelPrefix"]["Resource"] == [f"arn:aws:s3:::{BUCKET}/{SERVED}/*", f"arn:aws:s3:::{BUCKET}/{NEXT}/*"]
+    objects = [f"arn:aws:s3:::{BUCKET}/{SERVED}/*", f"arn:aws:s3:::{BUCKET}/{NEXT}/*"]
+    assert by_sid["ReadTheModelPrefix"]["Resource"] == objects
 
 
 # --- the switch, in Ray 2.58's own code ----------------------------------------------------------------------------

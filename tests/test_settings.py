@@ -137,7 +137,7 @@ def test_environment_beats_context() -> None:
         ({"GCS_FAULT_TOLERANCE": "redis", "GCS_STORE_NODE_TYPE": "t4g.micro"}, "GCS_STORE_NODE_TYPE", "cache.FAMILY.SIZE"),
         ({"MODEL_SOURCE": "s3://bucket/qwen*"}, "MODEL_SOURCE", "no '*'"),
         ({"MODEL_SOURCE": "s3://bucket/q", "MODEL_SOURCE_KMS_KEY_ARN": "alias/models"}, "MODEL_SOURCE_KMS_KEY_ARN", "a KMS key ARN"),
-        ({"MODEL_SOURCE": "s3://bucket/q", "MODEL_NEXT_SOURCE": "s3://bucket/q/r"}, "MODEL_NEXT_SOURCE", "neither inside the other"),
+        ({"MODEL_SOURCE": "s3://bucket/q", "MODEL_NEXT_SOURCE": "s3://bucket/q/r"}, "MODEL_NEXT_SOURCE", "beside"),
         ({"VPC_CIDR": "10.0.0.0/18"}, "VPC_CIDR", "/16 to /17"),
         ({"ENDPOINT_ACCESS": "public", "PUBLIC_ACCESS_CIDRS": "1.2.3.0/24"}, "PUBLIC_ACCESS_CIDRS", "unless ENDPOINT_ACCESS=public-and-private"),
         ({"REGION": "ap-east-1"}, "DLC_IMAGE", "opt-in Regions"),
