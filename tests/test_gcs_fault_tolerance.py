@@ -105,7 +105,7 @@ def _scenario(tmp_path: Path, name: str, spec: dict[str, Any], env: dict[str, st
             # A hang, not a failed observation: on a loaded 2-core machine the scenario has hung once in about ten runs
             # (the process waiting on Ray, no CPU used, in a fresh-clone CI run on 2026-12-01). Once more, on fresh ports
             # and a fresh store namespace; every assertion below holds for the second run as for the first.
-            spec = {**spec, "serve_port": free_port(), "dashboard_port": free_port()}
+            spec = {**spec, "serve_port": free_port()}
             if "RAY_external_storage_namespace" in env:
                 env = {**env, "RAY_external_storage_namespace": env["RAY_external_storage_namespace"] + "-again"}
             continue
@@ -131,11 +131,11 @@ def test_the_worker_serves_through_a_gcs_outage_with_the_store_and_not_without(t
             _scenario,
             tmp_path,
             "ft",
-            {"serve_port": free_port(), "dashboard_port": free_port(), "outage_s": 10, "restart": True, "redis_password": PASSWORD},
+            {"serve_port": free_port(), "outage_s": 10, "restart": True, "redis_password": PASSWORD},
             store,
         )
         without = pool.submit(
-            _scenario, tmp_path, "control", {"serve_port": free_port(), "dashboard_port": free_port(), "outage_s": 10, "restart": False}, control
+            _scenario, tmp_path, "control", {"serve_port": free_port(), "outage_s": 10, "restart": False}, control
         )
         seen, lost = with_store.result(), without.result()
     shown = json.dumps({"with_store": seen, "without": lost})
