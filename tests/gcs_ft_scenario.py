@@ -13,6 +13,7 @@ first: it would otherwise exit with the GCS.
 from __future__ import annotations
 
 import contextlib
+import http.client
 import json
 import os
 import sys
@@ -45,7 +46,7 @@ def _get(url: str) -> bool:
     try:
         with urllib.request.urlopen(url, timeout=15) as answer:  # slow is not failed: a loaded CI machine
             return bool(answer.status == 200 and answer.read() == b"ok")
-    except OSError as error:
+    except (OSError, http.client.HTTPException) as error:  # a proxy that dies mid-answer: a failed request
         ERRORS.append(f"{time.monotonic():.1f} {type(error).__name__}: {error}"[:200])
         return False
 

@@ -3,6 +3,7 @@ only the tests marked `defaults` and the golden dist/."""
 
 from __future__ import annotations
 
+import importlib
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -54,15 +55,28 @@ def _pytest_flipped(*args: str) -> subprocess.CompletedProcess[str]:
 
 
 def test_a_flipped_default_breaks_only_the_defaults_tests() -> None:
-    others = _pytest_flipped(
-        "-m", "not defaults", "tests/test_settings.py", "tests/test_lookup.py", "tests/test_model_fit.py", "tests/test_preflight_first_deploy.py"
+    """One run of the files, both kinds of test (one start-up, one set of session synths): what fails is exactly
+    four tests, each marked `defaults`; every other test passes."""
+    flipped = _pytest_flipped(
+        "tests/test_settings.py",
+        "tests/test_lookup.py",
+        "tests/test_model_fit.py",
+        "tests/test_preflight_first_deploy.py",
+        "tests/test_dist.py::test_dist_is_in_step_with_the_code",
     )
-    assert others.returncode == 0, others.stdout[-3000:]
-    defaults = _pytest_flipped("-m", "defaults", "tests/test_settings.py", "tests/test_dist.py::test_dist_is_in_step_with_the_code")
-    failed = sorted(line.split()[1].split("::")[1] for line in defaults.stdout.splitlines() if line.startswith("FAILED "))
+    failed = sorted(line.split()[1] for line in flipped.stdout.splitlines() if line.startswith("FAILED "))
     assert failed == [
-        "test_defaults_are_the_references",
-        "test_dist_is_in_step_with_the_code",
-        "test_every_generated_part_of_the_docs_is_current",
-        "test_the_docs_settings_table_is_generated_from_the_specs",
-    ], defaults.stdout[-3000:]
+        "tests/test_dist.py::test_dist_is_in_step_with_the_code",
+        "tests/test_settings.py::test_defaults_are_the_references",
+        "tests/test_settings.py::test_every_generated_part_of_the_docs_is_current",
+        "tests/test_settings.py::test_the_docs_settings_table_is_generated_from_the_specs",
+    ], flipped.stdout[-3000:]
+    for name in failed:
+        path, test = name.split("::")
+        module = path.removesuffix(".py").replace("/", ".")
+        function = getattr(importlib.import_module(module), test)
+        module_marks = getattr(sys.modules[module], "pytestmark", [])
+        marks = [*getattr(function, "pytestmark", []), *(module_marks if isinstance(module_marks, list) else [module_marks])]
+        assert "defaults" in {mark.name for mark in marks}, name
+    summary = flipped.stdout.strip().splitlines()[-1]
+    assert " error" not in summary and summary.startswith("4 failed, ") and int(summary.split()[2]) > 100, flipped.stdout[-3000:]
