@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import sys
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -12,11 +11,6 @@ from typing import Any
 
 import pytest
 
-# Bytecode caching on (git-ignored __pycache__/), whatever the shell says: the suite starts some fifty Python processes
-# that import this repository (xdist workers, app.py and ci_app.py, the tools, nested pytest runs, Ray scenarios), and
-# with PYTHONDONTWRITEBYTECODE each of them compiles its ~100k lines (the cdk8s imports/ most) again, ~1 s apiece.
-sys.dont_write_bytecode = False
-os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
 os.environ.setdefault("JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION", "20")
 os.environ.setdefault("AWS_EC2_METADATA_DISABLED", "true")
 
