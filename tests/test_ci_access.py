@@ -9,6 +9,7 @@ import subprocess
 import sys
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
+from functools import cache
 from pathlib import Path
 from typing import Any
 
@@ -223,9 +224,16 @@ def test_deploy_role_has_exactly_the_read_only_calls_it_needs(ci: CiSynth) -> No
     assert by_action["iam:GetRole"] == {f"arn:aws:iam::{ACCOUNT}:role/*"} and by_action["iam:GetUser"] == {f"arn:aws:iam::{ACCOUNT}:user/*"}
 
 
+@cache
+def _authorization_reference() -> dict[str, Any]:
+    """cfn-lint's copy of the Service Authorization Reference (2 MB: read once, not once per action)."""
+    data: dict[str, Any] = json.loads((Path(cfnlint.__file__).parent / "data" / "AdditionalSpecs" / "Policies.json").read_text())
+    return data
+
+
 def _resource_types(action: str) -> list[str]:
     """The resource types an IAM action can be scoped to, from cfn-lint's copy of the Service Authorization Reference."""
-    policies = json.loads((Path(cfnlint.__file__).parent / "data" / "AdditionalSpecs" / "Policies.json").read_text())
+    policies = _authorization_reference()
     service, name = action.split(":")
     resources: list[str] = policies[service]["Actions"][name.lower()].get("Resources", [])
     return resources

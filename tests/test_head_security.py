@@ -4,7 +4,7 @@ The RayService's head container sets `allowPrivilegeEscalation: false`, `capabil
 RuntimeDefault seccomp profile. This is the evidence that Ray 2.58 needs none of them on the head: a real
 local head started as root (the image's user) under `setpriv` with an empty capability bounding set and
 no_new_privs — what the container runtime does with that securityContext — starts its GCS, raylet and
-dashboard, runs the Serve controller and proxy, answers a request and stops with `ray stop` (the preStop hook).
+dashboard, runs the Serve controller and proxy, answers a request and stops on `ray stop`'s signals (the preStop hook).
 Run as another user (a hosted CI runner), it holds no capability anyway and keeps no_new_privs. The
 RuntimeDefault seccomp profile is not reproduced here (setpriv applies none): Ray makes no system call
 that containerd's default profile blocks, which only a real node can show.
@@ -13,6 +13,7 @@ that containerd's default profile blocks, which only a real node can show.
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -91,9 +92,43 @@ def head_without_capabilities() -> Iterator[tuple[str, Path, int]]:
     try:
         yield f"127.0.0.1:{gcs_port}", temp_dir, serve_port
     finally:
-        stopped = subprocess.run([*NO_CAPABILITIES, ray, "stop", "--force"], capture_output=True, text=True, timeout=120, env=env)
+        # Stopped as `ray stop` does (SIGTERM to each Ray process, SIGKILL to what is left), with no capability either;
+        # not `ray stop` itself: it signals every Ray process on the machine, and under xdist it killed the clusters
+        # of the test running beside this one (the GCS proof then waited out its 300 s timeout).
+        pids = _this_heads_processes(temp_dir, gcs_port)
+        stopped = subprocess.run([*NO_CAPABILITIES, "kill", "-TERM", *map(str, pids)], capture_output=True, text=True, timeout=30)
+        deadline = time.monotonic() + 15
+        while time.monotonic() < deadline and any(_alive(pid) for pid in pids):
+            time.sleep(0.2)
+        left = [pid for pid in pids if _alive(pid)]
+        killed = subprocess.run([*NO_CAPABILITIES, "kill", "-KILL", *map(str, left)], capture_output=True, text=True, timeout=30) if left else stopped
         shutil.rmtree(temp_dir, ignore_errors=True)
-        assert stopped.returncode == 0, stopped.stderr[-2000:]
+        assert pids and stopped.returncode == 0 and killed.returncode == 0, stopped.stderr[-2000:] + killed.stderr[-2000:]
+
+
+def _this_heads_processes(temp_dir: Path, gcs_port: int) -> list[int]:
+    """The head's processes (its temp dir or GCS port in the command line) and their descendants (the workers)."""
+    parents, found = {}, set()
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            parents[int(entry.name)] = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, IndexError, ValueError):
+            continue
+        if str(temp_dir) in cmdline or re.search(rf":{gcs_port}\b", cmdline):  # the client server names the node's IP
+            found.add(int(entry.name))
+    while grown := {pid for pid, parent in parents.items() if parent in found} - found:
+        found |= grown
+    return sorted(found)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return False
 
 
 def test_a_head_with_no_capabilities_serves(head_without_capabilities: tuple[str, Path, int]) -> None:
