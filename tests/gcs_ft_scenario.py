@@ -40,6 +40,11 @@ def _listeners(port: int) -> set[int]:
 
 
 ERRORS: list[str] = []
+PROXY = "ProxyActor"  # Serve's proxy actor class
+
+
+def _proxy(actor: dict[str, Any]) -> dict[str, Any]:
+    return {"pid": actor["Pid"], "node_id": actor["Address"]["NodeID"]}
 
 
 def _get(url: str) -> bool:
@@ -86,7 +91,7 @@ def run(spec: dict[str, Any]) -> dict[str, Any]:
         proxies: list[dict[str, Any]] = []
         while time.monotonic() < deadline:
             actors = state.actors(actor_state_name="ALIVE").values()
-            proxies = [{"pid": a["Pid"], "node_id": a["Address"]["NodeID"]} for a in actors if a["ActorClassName"] == "ProxyActor"]
+            proxies = [_proxy(a) for a in actors if a["ActorClassName"] == PROXY]
             replicas = [a["Address"]["NodeID"] for a in actors if a["ActorClassName"].startswith("ServeReplica:pd:")]
             if len(proxies) == 2 and replicas and _get(url):
                 break

@@ -227,7 +227,8 @@ def test_deploy_role_has_exactly_the_read_only_calls_it_needs(ci: CiSynth) -> No
 @cache
 def _authorization_reference() -> dict[str, Any]:
     """cfn-lint's copy of the Service Authorization Reference (2 MB: read once, not once per action)."""
-    data: dict[str, Any] = json.loads((Path(cfnlint.__file__).parent / "data" / "AdditionalSpecs" / "Policies.json").read_text())
+    path = Path(cfnlint.__file__).parent / "data" / "AdditionalSpecs" / "Policies.json"
+    data: dict[str, Any] = json.loads(path.read_text())
     return data
 
 

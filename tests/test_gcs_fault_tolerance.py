@@ -134,7 +134,8 @@ def test_the_worker_serves_through_a_gcs_outage_with_the_store_and_not_without(t
             {"serve_port": free_port(), "outage_s": 10, "restart": True, "redis_password": PASSWORD},
             store,
         )
-        without = pool.submit(_scenario, tmp_path, "control", {"serve_port": free_port(), "outage_s": 10, "restart": False}, control)
+        control_spec = {"serve_port": free_port(), "outage_s": 10, "restart": False}
+        without = pool.submit(_scenario, tmp_path, "control", control_spec, control)
         seen, lost = with_store.result(), without.result()
     shown = json.dumps({"with_store": seen, "without": lost})
     for result in (seen, lost):

@@ -96,14 +96,17 @@ def head_without_capabilities() -> Iterator[tuple[str, Path, int]]:
         # not `ray stop` itself: it signals every Ray process on the machine, and under xdist it killed the clusters
         # of the test running beside this one (the GCS proof then waited out its 300 s timeout).
         pids = _this_heads_processes(temp_dir, gcs_port)
-        stopped = subprocess.run([*NO_CAPABILITIES, "kill", "-TERM", *map(str, pids)], capture_output=True, text=True, timeout=30)
+        kill = [*NO_CAPABILITIES, "kill"]
+        stopped = subprocess.run([*kill, "-TERM", *map(str, pids)], capture_output=True, text=True, timeout=30)
         deadline = time.monotonic() + 15
         while time.monotonic() < deadline and any(_alive(pid) for pid in pids):
             time.sleep(0.2)
         left = [pid for pid in pids if _alive(pid)]
-        killed = subprocess.run([*NO_CAPABILITIES, "kill", "-KILL", *map(str, left)], capture_output=True, text=True, timeout=30) if left else stopped
+        killed = stopped
+        if left:
+            killed = subprocess.run([*kill, "-KILL", *map(str, left)], capture_output=True, text=True, timeout=30)
         shutil.rmtree(temp_dir, ignore_errors=True)
-        assert pids and stopped.returncode == 0 and killed.returncode == 0, stopped.stderr[-2000:] + killed.stderr[-2000:]
+        assert pids and stopped.returncode == killed.returncode == 0, stopped.stderr[-2000:] + killed.stderr[-2000:]
 
 
 def _this_heads_processes(temp_dir: Path, gcs_port: int) -> list[int]:
