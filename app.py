@@ -22,38 +22,41 @@ def main() -> int:
         return 2
     if settings.gpu_az_source == "built-in default":
         print(
-            f"notice: GPU_AZ={settings.gpu_az} is the built-in default (no GPU_AZ given, no cached look-up); "
-            f"run `make lookup` with AWS credentials to find an AZ of {settings.region} that offers {settings.gpu_node.name}",
+            f"notice: GPU_AZ={settings.gpu_az} is the built-in default (no GPU_AZ given, no cached look-up); run `make"
+            f" lookup` with AWS credentials to find an AZ of {settings.region} that offers {settings.gpu_node.name}",
             file=sys.stderr,
         )
     if settings.dlc_image_source == "tag only":
         print(
-            f"notice: DLC_IMAGE={settings.dlc_image} is a tag, which AWS moves when it patches the image: nodes pulling on "
-            "different days could run different builds; run `make lookup` with AWS credentials to pin its digest",
+            f"notice: DLC_IMAGE={settings.dlc_image} is a tag, which AWS moves when it patches the image: nodes pulling"
+            " on different days could run different builds; run `make lookup` with AWS credentials to pin its digest",
             file=sys.stderr,
         )
     if settings.unresolved_addons:
         print(
-            f"notice: no cached add-on versions for K8S_VERSION={settings.kubernetes_version} ({', '.join(settings.unresolved_addons)}): "
-            "EKS picks its default at create time, and a later K8S_VERSION change would not move them; run `make lookup` with AWS credentials",
+            f"notice: no cached add-on versions for K8S_VERSION={settings.kubernetes_version}"
+            f" ({', '.join(settings.unresolved_addons)}): EKS picks its default at create time, and a later K8S_VERSION"
+            " change would not move them; run `make lookup` with AWS credentials",
             file=sys.stderr,
         )
     if settings.model_images and settings.model_facts is not None and settings.model_facts.multimodal:
         print(
-            "notice: MODEL_IMAGES=on: the fit check counts the vision tower's weights, not the peak of vLLM's profile run through "
-            "the vision encoder (a maximum-size image batch), which can take several GiB more: leave room below MAX_MODEL_LEN's limit",
+            "notice: MODEL_IMAGES=on: the fit check counts the vision tower's weights, not the peak of vLLM's profile"
+            " run through the vision encoder (a maximum-size image batch), which can take several GiB more: leave room"
+            " below MAX_MODEL_LEN's limit",
             file=sys.stderr,
         )
     if settings.serve_endpoint.exposed and not settings.serve_endpoint.https:
         print(
-            "warning: SERVE_CERTIFICATE_ARN=none: the internal load balancer listens on plain HTTP, so API keys, prompts and completions "
-            "cross the VPC in clear text; give it an ACM certificate to serve HTTPS",
+            "warning: SERVE_CERTIFICATE_ARN=none: the internal load balancer listens on plain HTTP, so API keys,"
+            " prompts and completions cross the VPC in clear text; give it an ACM certificate to serve HTTPS",
             file=sys.stderr,
         )
     if settings.model_facts is None:
         print(
-            f"notice: MODEL_SOURCE={settings.model_source} is neither built in nor looked up: whether vLLM 0.26 serves it and whether "
-            "it fits the GPUs is not checked; run `make lookup` (the Hub's config.json and safetensors index)",
+            f"notice: MODEL_SOURCE={settings.model_source} is neither built in nor looked up: whether vLLM 0.26 serves"
+            " it and whether it fits the GPUs is not checked; run `make lookup` (the Hub's config.json and safetensors"
+            " index)",
             file=sys.stderr,
         )
     return synthesize_or_say_why(app, lambda app: build_stacks(app, settings))

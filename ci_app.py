@@ -27,7 +27,10 @@ def main() -> int:
         return 2
     from stacks.ci_access_stack import CiAccessStack  # only once the settings are good: a bad one stops in a second
 
-    return synthesize_or_say_why(app, lambda app: CiAccessStack(app, settings.stack_name, settings=settings, env=Environment(region=settings.region)))
+    return synthesize_or_say_why(
+        app,
+        lambda app: CiAccessStack(app, settings.stack_name, settings=settings, env=Environment(region=settings.region)),
+    )
 
 
 if __name__ == "__main__":

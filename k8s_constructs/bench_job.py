@@ -94,7 +94,10 @@ def bench_command(props: BenchJobProps, workload: Workload, rate: float, *, max_
     if max_concurrency:
         args += ["--max-concurrency", str(max_concurrency)]
     label = f'{{"workload": "{workload.label}", "rate": {rate}}}'
-    merge = f"python3 -c 'import json,sys; r=json.load(open(sys.argv[1])); r.update(json.loads(sys.argv[2])); print(\"{RESULT_MARKER}\" + json.dumps(r))'"
+    merge = (
+        "python3 -c 'import json,sys; r=json.load(open(sys.argv[1])); r.update(json.loads(sys.argv[2]));"
+        f' print("{RESULT_MARKER}" + json.dumps(r))\''
+    )
     return f"{shlex.join(args)} > /tmp/{workload.label}-{rate}.log 2>&1 && {merge} {result} {shlex.quote(label)}"
 
 
@@ -113,9 +116,13 @@ def bench_script(props: BenchJobProps) -> str:
     for rate in props.rates:
         # `wait PID` returns the run's own status, so a failed run fails the Job.
         steps.append(
-            f"( {bench_command(props, props.long, rate)} ) & long=$!; ( {bench_command(props, props.short, rate)} ) & short=$!; wait $long; wait $short"
+            f"( {bench_command(props, props.long, rate)} ) & long=$!; ( {bench_command(props, props.short, rate)} ) &"
+            " short=$!; wait $long; wait $short"
         )
-    steps += [bench_command(props, workload, rate, max_concurrency=RAMP_MAX_CONCURRENCY) for workload, rate in ramp_steps(props)]
+    steps += [
+        bench_command(props, workload, rate, max_concurrency=RAMP_MAX_CONCURRENCY)
+        for workload, rate in ramp_steps(props)
+    ]
     return "\n".join(steps)
 
 
@@ -127,7 +134,9 @@ class BenchJobChart(cdk8s.Chart):
         self.job = kplus.Job(
             self,
             "Bench",
-            metadata=cdk8s.ApiObjectMetadata(name=props.name, namespace=props.namespace, labels={"app.kubernetes.io/name": props.name}),
+            metadata=cdk8s.ApiObjectMetadata(
+                name=props.name, namespace=props.namespace, labels={"app.kubernetes.io/name": props.name}
+            ),
             backoff_limit=0,
             active_deadline=cdk8s.Duration.hours(2),
             ttl_after_finished=cdk8s.Duration.hours(12),
@@ -149,7 +158,10 @@ class BenchJobChart(cdk8s.Chart):
                         **(
                             {
                                 "OPENAI_API_KEY": kplus.EnvValue.from_secret_value(
-                                    kplus.SecretValue(secret=kplus.Secret.from_secret_name(self, "ApiKey", props.api_key_secret), key="key")
+                                    kplus.SecretValue(
+                                        secret=kplus.Secret.from_secret_name(self, "ApiKey", props.api_key_secret),
+                                        key="key",
+                                    )
                                 )
                             }
                             if props.api_key_secret

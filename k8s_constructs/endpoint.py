@@ -85,7 +85,9 @@ class EndpointRefs:
     access_log_bucket: str = PLACEHOLDER_LOG_BUCKET
 
 
-def ingress_annotations(settings: Settings, subnet_ids: tuple[str, ...], log_bucket: str = PLACEHOLDER_LOG_BUCKET) -> dict[str, str]:
+def ingress_annotations(
+    settings: Settings, subnet_ids: tuple[str, ...], log_bucket: str = PLACEHOLDER_LOG_BUCKET
+) -> dict[str, str]:
     endpoint = settings.serve_endpoint
     listen = [{"HTTPS": 443}] if endpoint.https else [{"HTTP": 80}]
     attributes = {
@@ -109,7 +111,9 @@ def ingress_annotations(settings: Settings, subnet_ids: tuple[str, ...], log_buc
         "alb.ingress.kubernetes.io/healthcheck-port": "traffic-port",
         "alb.ingress.kubernetes.io/success-codes": "200",
         "alb.ingress.kubernetes.io/load-balancer-attributes": ",".join(f"{k}={v}" for k, v in attributes.items()),
-        "alb.ingress.kubernetes.io/target-group-attributes": f"deregistration_delay.timeout_seconds={deregistration_delay_s(settings.max_model_len)}",
+        "alb.ingress.kubernetes.io/target-group-attributes": (
+            f"deregistration_delay.timeout_seconds={deregistration_delay_s(settings.max_model_len)}"
+        ),
         "alb.ingress.kubernetes.io/tags": f"project=ray-llm-eks-pd,cluster={settings.cluster_name}",
     }
     if endpoint.https:
@@ -147,16 +151,28 @@ class ServeIngress(Construct):
                 annotations=ingress_annotations(settings, refs.public_subnet_ids, refs.access_log_bucket),
             ),
         )
-        self.api_object.add_json_patch(cdk8s.JsonPatch.add("/spec", {"ingressClassName": INGRESS_CLASS, "rules": [rule]}))
+        self.api_object.add_json_patch(
+            cdk8s.JsonPatch.add("/spec", {"ingressClassName": INGRESS_CLASS, "rules": [rule]})
+        )
 
 
 class ApiKeyObjects(Construct):
     """The ingress module's ConfigMap and the keys' SecretProviderClass (mounted as files, not synced to a Secret);
     `head_account`: the head's ServiceAccount (its Pod Identity reads the keys) when nothing else makes it."""
 
-    def __init__(self, scope: Construct, construct_id: str, *, settings: Settings, refs: EndpointRefs, head_account: str | None = None) -> None:
+    def __init__(
+        self,
+        scope: Construct,
+        construct_id: str,
+        *,
+        settings: Settings,
+        refs: EndpointRefs,
+        head_account: str | None = None,
+    ) -> None:
         super().__init__(scope, construct_id)
-        self.module = kplus.ConfigMap(self, "Module", metadata=cdk8s.ApiObjectMetadata(name=AUTH_CONFIG_MAP, namespace=settings.namespace))
+        self.module = kplus.ConfigMap(
+            self, "Module", metadata=cdk8s.ApiObjectMetadata(name=AUTH_CONFIG_MAP, namespace=settings.namespace)
+        )
         self.module.add_data(AUTH_MODULE_FILE.name, AUTH_MODULE_FILE.read_text())
         objects = [{"objectName": refs.keys_secret_arn, "objectType": "secretsmanager", "objectAlias": KEYS_FILE}]
         self.provider_class = cdk8s.ApiObject(
@@ -169,18 +185,36 @@ class ApiKeyObjects(Construct):
         self.provider_class.add_json_patch(
             cdk8s.JsonPatch.add(
                 "/spec",
-                {"provider": "aws", "parameters": {"region": settings.region, "usePodIdentity": "true", "objects": yaml.safe_dump(objects, sort_keys=False)}},
+                {
+                    "provider": "aws",
+                    "parameters": {
+                        "region": settings.region,
+                        "usePodIdentity": "true",
+                        "objects": yaml.safe_dump(objects, sort_keys=False),
+                    },
+                },
             )
         )
         if head_account:
-            kplus.ServiceAccount(self, "HeadServiceAccount", metadata=cdk8s.ApiObjectMetadata(name=head_account, namespace=settings.namespace))
+            kplus.ServiceAccount(
+                self,
+                "HeadServiceAccount",
+                metadata=cdk8s.ApiObjectMetadata(name=head_account, namespace=settings.namespace),
+            )
 
 
 def pod_volumes() -> list[dict[str, Any]]:
     """The two volumes every Ray pod mounts with API keys on (as Kubernetes JSON; each group's typed class takes it)."""
     return [
         {"name": AUTH_MODULE_VOLUME, "configMap": {"name": AUTH_CONFIG_MAP}},
-        {"name": KEYS_VOLUME, "csi": {"driver": CSI_DRIVER, "readOnly": True, "volumeAttributes": {"secretProviderClass": KEYS_PROVIDER_CLASS}}},
+        {
+            "name": KEYS_VOLUME,
+            "csi": {
+                "driver": CSI_DRIVER,
+                "readOnly": True,
+                "volumeAttributes": {"secretProviderClass": KEYS_PROVIDER_CLASS},
+            },
+        },
     ]
 
 
@@ -200,7 +234,10 @@ def head_key_volumes(s: Settings) -> list[RayServiceSpecRayClusterConfigHeadGrou
     module, keys = pod_volumes()
     return [
         RayServiceSpecRayClusterConfigHeadGroupSpecTemplateSpecVolumes(
-            name=module["name"], config_map=RayServiceSpecRayClusterConfigHeadGroupSpecTemplateSpecVolumesConfigMap(name=module["configMap"]["name"])
+            name=module["name"],
+            config_map=RayServiceSpecRayClusterConfigHeadGroupSpecTemplateSpecVolumesConfigMap(
+                name=module["configMap"]["name"]
+            ),
         ),
         RayServiceSpecRayClusterConfigHeadGroupSpecTemplateSpecVolumes(
             name=keys["name"],
@@ -215,7 +252,9 @@ def head_key_mounts(s: Settings) -> list[RayServiceSpecRayClusterConfigHeadGroup
     if not s.serve_endpoint.api_keys:
         return []
     return [
-        RayServiceSpecRayClusterConfigHeadGroupSpecTemplateSpecContainersVolumeMounts(name=m["name"], mount_path=m["mountPath"], read_only=True)
+        RayServiceSpecRayClusterConfigHeadGroupSpecTemplateSpecContainersVolumeMounts(
+            name=m["name"], mount_path=m["mountPath"], read_only=True
+        )
         for m in pod_mounts()
     ]
 
@@ -226,7 +265,10 @@ def worker_key_volumes(s: Settings) -> list[RayServiceSpecRayClusterConfigWorker
     module, keys = pod_volumes()
     return [
         RayServiceSpecRayClusterConfigWorkerGroupSpecsTemplateSpecVolumes(
-            name=module["name"], config_map=RayServiceSpecRayClusterConfigWorkerGroupSpecsTemplateSpecVolumesConfigMap(name=module["configMap"]["name"])
+            name=module["name"],
+            config_map=RayServiceSpecRayClusterConfigWorkerGroupSpecsTemplateSpecVolumesConfigMap(
+                name=module["configMap"]["name"]
+            ),
         ),
         RayServiceSpecRayClusterConfigWorkerGroupSpecsTemplateSpecVolumes(
             name=keys["name"],
@@ -237,10 +279,14 @@ def worker_key_volumes(s: Settings) -> list[RayServiceSpecRayClusterConfigWorker
     ]
 
 
-def worker_key_mounts(s: Settings) -> list[RayServiceSpecRayClusterConfigWorkerGroupSpecsTemplateSpecContainersVolumeMounts]:
+def worker_key_mounts(
+    s: Settings,
+) -> list[RayServiceSpecRayClusterConfigWorkerGroupSpecsTemplateSpecContainersVolumeMounts]:
     if not s.serve_endpoint.api_keys:
         return []
     return [
-        RayServiceSpecRayClusterConfigWorkerGroupSpecsTemplateSpecContainersVolumeMounts(name=m["name"], mount_path=m["mountPath"], read_only=True)
+        RayServiceSpecRayClusterConfigWorkerGroupSpecsTemplateSpecContainersVolumeMounts(
+            name=m["name"], mount_path=m["mountPath"], read_only=True
+        )
         for m in pod_mounts()
     ]

@@ -76,28 +76,39 @@ def fault_tolerance_options(store: GcsStoreRef) -> RayServiceSpecRayClusterConfi
         redis_address=store.address,
         redis_password=RayServiceSpecRayClusterConfigGcsFaultToleranceOptionsRedisPassword(
             value_from=RayServiceSpecRayClusterConfigGcsFaultToleranceOptionsRedisPasswordValueFrom(
-                secret_key_ref=RayServiceSpecRayClusterConfigGcsFaultToleranceOptionsRedisPasswordValueFromSecretKeyRef(name=KUBERNETES_SECRET, key=SECRET_KEY)
+                secret_key_ref=RayServiceSpecRayClusterConfigGcsFaultToleranceOptionsRedisPasswordValueFromSecretKeyRef(
+                    name=KUBERNETES_SECRET, key=SECRET_KEY
+                )
             )
         ),
     )
 
 
 def head_env() -> list[RayServiceSpecRayClusterConfigHeadGroupSpecTemplateSpecContainersEnv]:
-    return [RayServiceSpecRayClusterConfigHeadGroupSpecTemplateSpecContainersEnv(name=CA_ENV, value=f"{CA_MOUNT}/{CA_BUNDLE.name}")]
+    return [
+        RayServiceSpecRayClusterConfigHeadGroupSpecTemplateSpecContainersEnv(
+            name=CA_ENV, value=f"{CA_MOUNT}/{CA_BUNDLE.name}"
+        )
+    ]
 
 
 def head_mounts() -> list[RayServiceSpecRayClusterConfigHeadGroupSpecTemplateSpecContainersVolumeMounts]:
     return [
-        RayServiceSpecRayClusterConfigHeadGroupSpecTemplateSpecContainersVolumeMounts(name=CA_VOLUME, mount_path=CA_MOUNT, read_only=True),
+        RayServiceSpecRayClusterConfigHeadGroupSpecTemplateSpecContainersVolumeMounts(
+            name=CA_VOLUME, mount_path=CA_MOUNT, read_only=True
+        ),
         # Mounting it is what makes the CSI driver fetch the token and sync the Secret REDIS_PASSWORD reads.
-        RayServiceSpecRayClusterConfigHeadGroupSpecTemplateSpecContainersVolumeMounts(name=SECRET_VOLUME, mount_path=SECRET_MOUNT, read_only=True),
+        RayServiceSpecRayClusterConfigHeadGroupSpecTemplateSpecContainersVolumeMounts(
+            name=SECRET_VOLUME, mount_path=SECRET_MOUNT, read_only=True
+        ),
     ]
 
 
 def head_volumes() -> list[RayServiceSpecRayClusterConfigHeadGroupSpecTemplateSpecVolumes]:
     return [
         RayServiceSpecRayClusterConfigHeadGroupSpecTemplateSpecVolumes(
-            name=CA_VOLUME, config_map=RayServiceSpecRayClusterConfigHeadGroupSpecTemplateSpecVolumesConfigMap(name=CA_CONFIG_MAP)
+            name=CA_VOLUME,
+            config_map=RayServiceSpecRayClusterConfigHeadGroupSpecTemplateSpecVolumesConfigMap(name=CA_CONFIG_MAP),
         ),
         RayServiceSpecRayClusterConfigHeadGroupSpecTemplateSpecVolumes(
             name=SECRET_VOLUME,
@@ -111,10 +122,21 @@ def head_volumes() -> list[RayServiceSpecRayClusterConfigHeadGroupSpecTemplateSp
 class GcsStoreObjects(Construct):
     """The head's ServiceAccount, the token's SecretProviderClass and the CA ConfigMap, in the namespace."""
 
-    def __init__(self, scope: Construct, construct_id: str, *, store: GcsStoreRef, namespace: str, region: str, ray_service_name: str) -> None:
+    def __init__(
+        self,
+        scope: Construct,
+        construct_id: str,
+        *,
+        store: GcsStoreRef,
+        namespace: str,
+        region: str,
+        ray_service_name: str,
+    ) -> None:
         super().__init__(scope, construct_id)
         self.service_account = kplus.ServiceAccount(
-            self, "HeadServiceAccount", metadata=cdk8s.ApiObjectMetadata(name=head_service_account(ray_service_name), namespace=namespace)
+            self,
+            "HeadServiceAccount",
+            metadata=cdk8s.ApiObjectMetadata(name=head_service_account(ray_service_name), namespace=namespace),
         )
         self.provider_class = SyncedSecretProviderClass(
             self,

@@ -73,5 +73,9 @@ class ImagePrepullChart(cdk8s.Chart):
         )
         self.daemon_set.select(kplus.LabelSelector.of(labels=dict(LABELS)))
         placement = self.daemon_set.scheduling
-        placement.attract(kplus.Node.labeled(kplus.NodeLabelQuery.in_("role", [SYSTEM_NODE_LABELS["role"], GPU_NODE_LABELS["role"]])))
-        placement.tolerate(kplus.Node.tainted(kplus.NodeTaintQuery.exists(GPU_TAINT_KEY, effect=kplus.TaintEffect.NO_SCHEDULE)))
+        placement.attract(
+            kplus.Node.labeled(kplus.NodeLabelQuery.in_("role", [SYSTEM_NODE_LABELS["role"], GPU_NODE_LABELS["role"]]))
+        )
+        placement.tolerate(
+            kplus.Node.tainted(kplus.NodeTaintQuery.exists(GPU_TAINT_KEY, effect=kplus.TaintEffect.NO_SCHEDULE))
+        )

@@ -32,7 +32,9 @@ class MirrorJobProps:
     region: str
     token_provider_class: str | None = None  # the SecretProviderClass of HF_TOKEN_SECRET_NAME, if any
     hf_endpoint: str = "https://huggingface.co"
-    served: bool = False  # the deployed RayService reads the destination while its GPU workers run: the Job writes nothing
+    served: bool = (
+        False  # the deployed RayService reads the destination while its GPU workers run: the Job writes nothing
+    )
 
 
 class MirrorJobChart(cdk8s.Chart):
@@ -42,9 +44,13 @@ class MirrorJobChart(cdk8s.Chart):
         super().__init__(scope, construct_id, disable_resource_name_hashes=True)
         labels = {"app.kubernetes.io/name": props.name}
         self.service_account = kplus.ServiceAccount(
-            self, "ServiceAccount", metadata=cdk8s.ApiObjectMetadata(name=props.service_account, namespace=props.namespace, labels=labels)
+            self,
+            "ServiceAccount",
+            metadata=cdk8s.ApiObjectMetadata(name=props.service_account, namespace=props.namespace, labels=labels),
         )
-        self.script = kplus.ConfigMap(self, "Script", metadata=cdk8s.ApiObjectMetadata(name=props.name, namespace=props.namespace, labels=labels))
+        self.script = kplus.ConfigMap(
+            self, "Script", metadata=cdk8s.ApiObjectMetadata(name=props.name, namespace=props.namespace, labels=labels)
+        )
         # The label selects all three for the tool's clean-up (tools/mirror_model.py).
         self.script.add_data(SCRIPT.name, SCRIPT.read_text())
         env = {
@@ -85,7 +91,11 @@ class MirrorJobChart(cdk8s.Chart):
             security_context=client_security_context(read_only_root_filesystem=True),
             env_variables={k: kplus.EnvValue.from_value(v) for k, v in env.items()},
             volume_mounts=[kplus.VolumeMount(path=SCRIPT_DIR, volume=volumes[0], read_only=True)]
-            + ([kplus.VolumeMount(path=synced_secrets.MOUNT_PATH, volume=volumes[1], read_only=True)] if props.token_provider_class else []),
+            + (
+                [kplus.VolumeMount(path=synced_secrets.MOUNT_PATH, volume=volumes[1], read_only=True)]
+                if props.token_provider_class
+                else []
+            ),
         )
         self.job = kplus.Job(
             self,

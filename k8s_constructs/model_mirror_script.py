@@ -82,7 +82,10 @@ class _Hashing:
         self.digest.update(data)
         if self.count >= self.next_report:
             rate = self.count / max(time.monotonic() - self.started, 1e-6) / 1e6
-            print(f"  {self.label}: {self.count / 1024**3:.1f} / {self.file.size / 1024**3:.1f} GiB ({rate:.0f} MB/s)", flush=True)
+            print(
+                f"  {self.label}: {self.count / 1024**3:.1f} / {self.file.size / 1024**3:.1f} GiB ({rate:.0f} MB/s)",
+                flush=True,
+            )
             self.next_report += PROGRESS_EVERY
         return data
 
@@ -105,7 +108,10 @@ def hub_files(endpoint: str, repo: str, revision: str, token: str) -> tuple[str,
         with _hub(endpoint, f"/api/models/{repo}/revision/{quoted}?blobs=true", token) as answer:
             info = json.load(answer)
     except urllib.error.HTTPError as error:
-        raise MirrorError(f"the Hub answered {error.code} for {repo}@{revision} (gated: set HF_TOKEN_SECRET_NAME; misspelt: check HF_MODEL)") from None
+        raise MirrorError(
+            f"the Hub answered {error.code} for {repo}@{revision} (gated: set HF_TOKEN_SECRET_NAME; misspelt: check"
+            " HF_MODEL)"
+        ) from None
     except (urllib.error.URLError, OSError) as error:
         raise MirrorError(f"cannot reach the Hub at {endpoint}: {error}") from None
     files = []
@@ -113,7 +119,11 @@ def hub_files(endpoint: str, repo: str, revision: str, token: str) -> tuple[str,
         lfs = sibling.get("lfs") or {}
         if "size" not in sibling or not (lfs.get("sha256") or sibling.get("blobId")):
             raise MirrorError(f"the Hub gave no size or hash for {sibling.get('rfilename')}")
-        files.append(HubFile(sibling["rfilename"], int(sibling["size"]), str(lfs.get("sha256", "")), str(sibling.get("blobId", ""))))
+        files.append(
+            HubFile(
+                sibling["rfilename"], int(sibling["size"]), str(lfs.get("sha256", "")), str(sibling.get("blobId", ""))
+            )
+        )
     if not any(f.path == "config.json" for f in files):
         raise MirrorError(f"{repo}@{revision} has no config.json: not a model repository")
     return str(info["sha"]), sorted(files, key=lambda f: f.path)
@@ -152,7 +162,10 @@ def _copy(s3: Any, endpoint: str, repo: str, commit: str, token: str, file: HubF
             continue
         if not reader.matches():
             s3.put_object(Bucket=bucket, Key=key, Body=b"")
-            raise MirrorError(f"{file.path}: the Hub sent {reader.count} bytes that do not match its published size {file.size} and {kind} {digest}")
+            raise MirrorError(
+                f"{file.path}: the Hub sent {reader.count} bytes that do not match its published size {file.size} and"
+                f" {kind} {digest}"
+            )
         return
 
 
@@ -164,10 +177,15 @@ def _verify(s3: Any, bucket: str, prefix: str, files: list[HubFile]) -> None:
         while reader.read(CHUNK):
             pass
         if not reader.matches():
-            raise MirrorError(f"s3://{bucket}/{prefix}{file.path}: {reader.count} bytes whose hash is not the Hub's {file.expected()[0]} {file.expected()[1]}")
+            raise MirrorError(
+                f"s3://{bucket}/{prefix}{file.path}: {reader.count} bytes whose hash is not the Hub's"
+                f" {file.expected()[0]} {file.expected()[1]}"
+            )
 
 
-def mirror(*, repo: str, revision: str, dest: str, endpoint: str, token: str, s3: Any, served: bool = False) -> dict[str, Any]:
+def mirror(
+    *, repo: str, revision: str, dest: str, endpoint: str, token: str, s3: Any, served: bool = False
+) -> dict[str, Any]:
     started = time.monotonic()
     commit, listed = hub_files(endpoint, repo, revision, token)
     files, left_out = served_files(listed)
@@ -187,24 +205,30 @@ def mirror(*, repo: str, revision: str, dest: str, endpoint: str, token: str, s3
         strangers = sorted(set(existing) - {f.path for f in files} - {COMPLETION_OBJECT})
         if strangers:
             raise MirrorError(
-                f"s3://{bucket}/{prefix} holds files that are not in {repo}@{commit} ({', '.join(strangers[:5])}): empty it or choose another prefix"
+                f"s3://{bucket}/{prefix} holds files that are not in {repo}@{commit} ({', '.join(strangers[:5])}):"
+                " empty it or choose another prefix"
             )
         if COMPLETION_OBJECT in existing:
             finished = s3.get_object(Bucket=bucket, Key=prefix + COMPLETION_OBJECT)
             was = f"{finished.get('Metadata', {}).get(MIRRORED_FROM, 'a model')}@{finished['Body'].read().decode().strip()}"
             if was != f"{repo}@{commit}":
                 raise MirrorError(
-                    f"s3://{bucket}/{prefix} is the finished mirror of {was}, which engines may load at any time: a finished mirror is never "
-                    f"rewritten; mirror {repo}@{commit[:12]} into a prefix of its own and switch MODEL_SOURCE to it "
-                    f"(MODEL_NEXT_SOURCE, docs/weights.md)"
+                    f"s3://{bucket}/{prefix} is the finished mirror of {was}, which engines may load at any time: a"
+                    f" finished mirror is never rewritten; mirror {repo}@{commit[:12]} into a prefix of its own and"
+                    " switch MODEL_SOURCE to it (MODEL_NEXT_SOURCE, docs/weights.md)"
                 )
             # The same revision: read it back, write nothing.
             started_verify = time.monotonic()
-            print(f"s3://{bucket}/{prefix} is the finished mirror of {was}: reading every object back, writing nothing", flush=True)
+            print(
+                f"s3://{bucket}/{prefix} is the finished mirror of {was}: reading every object back, writing nothing",
+                flush=True,
+            )
             try:
                 _verify(s3, bucket, prefix, files)
             except MirrorError as error:
-                raise MirrorError(f"{error} (the finished mirror is left as it is: mirror into a prefix of its own)") from None
+                raise MirrorError(
+                    f"{error} (the finished mirror is left as it is: mirror into a prefix of its own)"
+                ) from None
             print(f"verified {len(files)} files; {COMPLETION_OBJECT} = {commit} unchanged", flush=True)
             return {
                 "repo": repo,
@@ -218,13 +242,18 @@ def mirror(*, repo: str, revision: str, dest: str, endpoint: str, token: str, s3
             }
         if served:
             raise MirrorError(
-                f"s3://{bucket}/{prefix} is read by the deployed RayService while its GPU workers run (an engine may start at any time and "
-                f"load what is there): fill MODEL_NEXT_SOURCE and switch to it, or park first (`make park`)"
+                f"s3://{bucket}/{prefix} is read by the deployed RayService while its GPU workers run (an engine may"
+                " start at any time and load what is there): fill MODEL_NEXT_SOURCE and switch to it, or park first"
+                " (`make park`)"
             )
         for number, file in enumerate(files, 1):
             kind, digest = file.expected()
             old = existing.get(file.path)
-            if old and old["Size"] == file.size and s3.head_object(Bucket=bucket, Key=prefix + file.path).get("Metadata", {}).get(kind) == digest:
+            if (
+                old
+                and old["Size"] == file.size
+                and s3.head_object(Bucket=bucket, Key=prefix + file.path).get("Metadata", {}).get(kind) == digest
+            ):
                 print(f"[{number}/{len(files)}] {file.path}: already there", flush=True)
                 continue
             print(f"[{number}/{len(files)}] {file.path} ({file.size / 1024**2:.1f} MiB)", flush=True)
@@ -233,7 +262,9 @@ def mirror(*, repo: str, revision: str, dest: str, endpoint: str, token: str, s3
         print(f"copied in {copied - started:.0f} s; reading every object back from S3", flush=True)
         _verify(s3, bucket, prefix, files)
         # The repository it came from, for `make lookup` (what vLLM skips of a known model is not in the files' index).
-        s3.put_object(Bucket=bucket, Key=prefix + COMPLETION_OBJECT, Body=commit.encode(), Metadata={MIRRORED_FROM: repo})
+        s3.put_object(
+            Bucket=bucket, Key=prefix + COMPLETION_OBJECT, Body=commit.encode(), Metadata={MIRRORED_FROM: repo}
+        )
     except (BotoCoreError, ClientError) as error:
         raise MirrorError(f"s3://{bucket}/{prefix}: {error}") from None
     result = {

@@ -34,7 +34,9 @@ class NetworkPolicyProps:
     serve_client_namespaces: tuple[str, ...]
     metrics_namespace: str
     collector_cidrs: tuple[str, ...] = ()  # the managed collector's subnets, with OBSERVABILITY=on
-    load_balancer_cidrs: tuple[str, ...] = ()  # the Serve endpoint's load balancer's subnets, with SERVE_EXPOSURE beyond cluster
+    load_balancer_cidrs: tuple[
+        str, ...
+    ] = ()  # the Serve endpoint's load balancer's subnets, with SERVE_EXPOSURE beyond cluster
 
 
 class RayNetworkPolicies(Construct):
@@ -56,33 +58,52 @@ class RayNetworkPolicies(Construct):
             selector=kplus.Pods.all(self, "AllPods"),
             ingress=kplus.NetworkPolicyTraffic(default=kplus.NetworkPolicyTrafficDefault.DENY),
         )
-        internal = kplus.NetworkPolicy(self, "RayClusterInternal", metadata=metadata("ray-cluster-internal"), selector=ray_pods)
+        internal = kplus.NetworkPolicy(
+            self, "RayClusterInternal", metadata=metadata("ray-cluster-internal"), selector=ray_pods
+        )
         internal.add_ingress_rule(ray_pods)  # every port: GCS, raylets, object manager, NIXL side channel
 
-        operator = kplus.NetworkPolicy(self, "KubeRayOperatorToHead", metadata=metadata("kuberay-operator-to-head"), selector=head)
+        operator = kplus.NetworkPolicy(
+            self, "KubeRayOperatorToHead", metadata=metadata("kuberay-operator-to-head"), selector=head
+        )
         operator.add_ingress_rule(
             kplus.Pods.select(
-                self, "Operator", labels=OPERATOR_LABELS, namespaces=kplus.Namespaces.select(self, "OperatorNamespace", names=[props.operator_namespace])
+                self,
+                "Operator",
+                labels=OPERATOR_LABELS,
+                namespaces=kplus.Namespaces.select(self, "OperatorNamespace", names=[props.operator_namespace]),
             ),
             # The dashboard (serve config, status) and Serve's health check of the head (ray.io/serve label).
             [kplus.NetworkPolicyPort.tcp(DASHBOARD_PORT), kplus.NetworkPolicyPort.tcp(SERVE_PORT)],
         )
         serve = kplus.NetworkPolicy(self, "ServeClients", metadata=metadata("serve-clients"), selector=ray_pods)
         serve.add_ingress_rule(
-            kplus.Namespaces.select(self, "ServeClientNamespaces", names=list(props.serve_client_namespaces)), [kplus.NetworkPolicyPort.tcp(SERVE_PORT)]
+            kplus.Namespaces.select(self, "ServeClientNamespaces", names=list(props.serve_client_namespaces)),
+            [kplus.NetworkPolicyPort.tcp(SERVE_PORT)],
         )
-        metrics = kplus.NetworkPolicy(self, "MetricsCollector", metadata=metadata("metrics-collector"), selector=ray_pods)
+        metrics = kplus.NetworkPolicy(
+            self, "MetricsCollector", metadata=metadata("metrics-collector"), selector=ray_pods
+        )
         metrics.add_ingress_rule(
-            kplus.Namespaces.select(self, "MetricsNamespace", names=[props.metrics_namespace]), [kplus.NetworkPolicyPort.tcp(METRICS_PORT)]
+            kplus.Namespaces.select(self, "MetricsNamespace", names=[props.metrics_namespace]),
+            [kplus.NetworkPolicyPort.tcp(METRICS_PORT)],
         )
         for index, cidr in enumerate(props.collector_cidrs):
             # The metrics port only; the dashboard, GCS and Serve ports stay closed to it.
-            metrics.add_ingress_rule(kplus.NetworkPolicyIpBlock.ipv4(self, f"ManagedCollector{index}", cidr), [kplus.NetworkPolicyPort.tcp(METRICS_PORT)])
+            metrics.add_ingress_rule(
+                kplus.NetworkPolicyIpBlock.ipv4(self, f"ManagedCollector{index}", cidr),
+                [kplus.NetworkPolicyPort.tcp(METRICS_PORT)],
+            )
         self.policies: tuple[kplus.NetworkPolicy, ...] = (deny, internal, operator, serve, metrics)
         if props.load_balancer_cidrs:
             # The load balancer connects to the pods' addresses (target type ip) from its subnets, where nothing else
             # has an address: the Serve port only.
-            balancer = kplus.NetworkPolicy(self, "LoadBalancer", metadata=metadata("load-balancer-to-serve"), selector=ray_pods)
+            balancer = kplus.NetworkPolicy(
+                self, "LoadBalancer", metadata=metadata("load-balancer-to-serve"), selector=ray_pods
+            )
             for index, cidr in enumerate(props.load_balancer_cidrs):
-                balancer.add_ingress_rule(kplus.NetworkPolicyIpBlock.ipv4(self, f"LoadBalancerSubnet{index}", cidr), [kplus.NetworkPolicyPort.tcp(SERVE_PORT)])
+                balancer.add_ingress_rule(
+                    kplus.NetworkPolicyIpBlock.ipv4(self, f"LoadBalancerSubnet{index}", cidr),
+                    [kplus.NetworkPolicyPort.tcp(SERVE_PORT)],
+                )
             self.policies += (balancer,)

@@ -70,7 +70,11 @@ def autoscaler_token_volume() -> RayServiceSpecRayClusterConfigHeadGroupSpecTemp
                 Sources(
                     config_map=RayServiceSpecRayClusterConfigHeadGroupSpecTemplateSpecVolumesProjectedSourcesConfigMap(
                         name="kube-root-ca.crt",
-                        items=[RayServiceSpecRayClusterConfigHeadGroupSpecTemplateSpecVolumesProjectedSourcesConfigMapItems(key="ca.crt", path="ca.crt")],
+                        items=[
+                            RayServiceSpecRayClusterConfigHeadGroupSpecTemplateSpecVolumesProjectedSourcesConfigMapItems(
+                                key="ca.crt", path="ca.crt"
+                            )
+                        ],
                     )
                 ),
                 Sources(
@@ -98,15 +102,27 @@ def autoscaler_options() -> RayServiceSpecRayClusterConfigAutoscalerOptions:
         # Default: one step at a time up to what is pending (Aggressive would not wait for the step's nodes).
         upscaling_mode=RayServiceSpecRayClusterConfigAutoscalerOptionsUpscalingMode.DEFAULT,
         resources=RayServiceSpecRayClusterConfigAutoscalerOptionsResources(
-            requests={k: RayServiceSpecRayClusterConfigAutoscalerOptionsResourcesRequests.from_string(v) for k, v in amounts.items()},
-            limits={k: RayServiceSpecRayClusterConfigAutoscalerOptionsResourcesLimits.from_string(v) for k, v in amounts.items()},
+            requests={
+                k: RayServiceSpecRayClusterConfigAutoscalerOptionsResourcesRequests.from_string(v)
+                for k, v in amounts.items()
+            },
+            limits={
+                k: RayServiceSpecRayClusterConfigAutoscalerOptionsResourcesLimits.from_string(v)
+                for k, v in amounts.items()
+            },
         ),
         # KubeRay 1.7 appends these to the container it builds (pod.go, mergeAutoscalerOverrides).
-        volume_mounts=[RayServiceSpecRayClusterConfigAutoscalerOptionsVolumeMounts(name=TOKEN_VOLUME, mount_path=SERVICE_ACCOUNT_MOUNT, read_only=True)],
+        volume_mounts=[
+            RayServiceSpecRayClusterConfigAutoscalerOptionsVolumeMounts(
+                name=TOKEN_VOLUME, mount_path=SERVICE_ACCOUNT_MOUNT, read_only=True
+            )
+        ],
         # It reads the RayCluster and patches worker counts through the API: no capability, no escalation.
         security_context=RayServiceSpecRayClusterConfigAutoscalerOptionsSecurityContext(
             allow_privilege_escalation=False,
             capabilities=RayServiceSpecRayClusterConfigAutoscalerOptionsSecurityContextCapabilities(drop=["ALL"]),
-            seccomp_profile=RayServiceSpecRayClusterConfigAutoscalerOptionsSecurityContextSeccompProfile(type="RuntimeDefault"),
+            seccomp_profile=RayServiceSpecRayClusterConfigAutoscalerOptionsSecurityContextSeccompProfile(
+                type="RuntimeDefault"
+            ),
         ),
     )

@@ -58,7 +58,9 @@ def backend_of(log_lines: str) -> str:
     """LIBFABRIC, UCX, both or none: which NIXL backends a worker's logs say it instantiated; with a
     failed GPU memory registration, said after the backend (then it is not a working LIBFABRIC)."""
     lines = log_lines.splitlines()
-    found = sorted({line.split("Backend ", 1)[1].split()[0] for line in lines if "Backend " in line and "was instantiated" in line})
+    found = sorted(
+        {line.split("Backend ", 1)[1].split()[0] for line in lines if "Backend " in line and "was instantiated" in line}
+    )
     backend = "+".join(found) or "none"
     failures = sorted({marker for line in lines for marker in MEMORY_REGISTRATION_FAILURES if marker in line})
     return f"{backend}, GPU memory registration failed ({'; '.join(failures)})" if failures else backend

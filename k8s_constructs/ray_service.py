@@ -65,7 +65,14 @@ from imports.io.ray import (
 from k8s_constructs import endpoint, gcs_ft, synced_secrets
 from k8s_constructs.network_policies import NetworkPolicyProps, RayNetworkPolicies
 from k8s_constructs.ray_autoscaling import WORKER_ANNOTATIONS, autoscaler_options, autoscaler_token_volume
-from k8s_constructs.ray_facts import DASHBOARD_PORT, GCS_PORT, HEAD_CONTAINER, SERVE_PORT, WORKER_CONTAINER, worker_service_account
+from k8s_constructs.ray_facts import (
+    DASHBOARD_PORT,
+    GCS_PORT,
+    HEAD_CONTAINER,
+    SERVE_PORT,
+    WORKER_CONTAINER,
+    worker_service_account,
+)
 from k8s_constructs.serve_config import PHASE_RESOURCES, Phase, pd_application
 from k8s_constructs.synced_secrets import HfTokenProviderClass, hf_token_of
 from settings import Settings
@@ -150,7 +157,9 @@ class PdRayServiceChart(cdk8s.Chart):
                 serve_client_namespaces=s.serve_client_namespaces,
                 metrics_namespace=s.metrics_namespace,
                 collector_cidrs=s.metrics_collector_cidrs if s.observability else (),
-                load_balancer_cidrs=public_subnet_cidrs(s.vpc_cidr, len(s.availability_zones)) if s.serve_endpoint.exposed else (),
+                load_balancer_cidrs=(
+                    public_subnet_cidrs(s.vpc_cidr, len(s.availability_zones)) if s.serve_endpoint.exposed else ()
+                ),
             ),
         )
         for policy in self.network_policies.policies:
@@ -162,23 +171,38 @@ class PdRayServiceChart(cdk8s.Chart):
             # The workers' identity for EKS Pod Identity: the CSI provider reads the token with it, Ray's S3
             # downloader the weights.
             self.worker_service_account = kplus.ServiceAccount(
-                self, "WorkerServiceAccount", metadata=cdk8s.ApiObjectMetadata(name=worker_service_account(s.ray_service_name), namespace=s.namespace)
+                self,
+                "WorkerServiceAccount",
+                metadata=cdk8s.ApiObjectMetadata(
+                    name=worker_service_account(s.ray_service_name), namespace=s.namespace
+                ),
             )
             self.worker_service_account.node.add_dependency(self.namespace_object)
         if token is not None:
             self.hf_token_provider = HfTokenProviderClass(self, "HfToken", token=token, namespace=s.namespace)
             self.hf_token_provider.node.add_dependency(self.namespace_object)
-        store = (props.gcs_store or gcs_ft.GcsStoreRef(gcs_ft.PLACEHOLDER_ADDRESS, gcs_ft.PLACEHOLDER_SECRET)) if s.gcs_redis else None
+        store = (
+            (props.gcs_store or gcs_ft.GcsStoreRef(gcs_ft.PLACEHOLDER_ADDRESS, gcs_ft.PLACEHOLDER_SECRET))
+            if s.gcs_redis
+            else None
+        )
         if store is not None:
             self.gcs_store_objects = gcs_ft.GcsStoreObjects(
-                self, "GcsStore", store=store, namespace=s.namespace, region=s.region, ray_service_name=s.ray_service_name
+                self,
+                "GcsStore",
+                store=store,
+                namespace=s.namespace,
+                region=s.region,
+                ray_service_name=s.ray_service_name,
             )
             self.gcs_store_objects.node.add_dependency(self.namespace_object)
 
         if s.serve_endpoint.api_keys:
             # With the GCS store the head's ServiceAccount is among its objects; without, among the keys'.
             head_account = gcs_ft.head_service_account(s.ray_service_name) if store is None else None
-            self.api_key_objects = endpoint.ApiKeyObjects(self, "ApiKeys", settings=s, refs=props.endpoint_refs, head_account=head_account)
+            self.api_key_objects = endpoint.ApiKeyObjects(
+                self, "ApiKeys", settings=s, refs=props.endpoint_refs, head_account=head_account
+            )
             self.api_key_objects.node.add_dependency(self.namespace_object)
         if s.serve_endpoint.exposed:
             self.ingress = endpoint.ServeIngress(self, "ServeIngress", settings=s, refs=props.endpoint_refs)
@@ -197,7 +221,9 @@ class PdRayServiceChart(cdk8s.Chart):
                     # random token Secret per RayCluster, gives it to every Ray container and uses it for its
                     # own dashboard calls. Without it any pod that reaches the head's dashboard could submit
                     # a job, i.e. run code as root on the privileged GPU workers.
-                    auth_options=RayServiceSpecRayClusterConfigAuthOptions(mode=RayServiceSpecRayClusterConfigAuthOptionsMode.TOKEN),
+                    auth_options=RayServiceSpecRayClusterConfigAuthOptions(
+                        mode=RayServiceSpecRayClusterConfigAuthOptionsMode.TOKEN
+                    ),
                     head_group_spec=self._head_group(s, fault_tolerant=store is not None),
                     worker_group_specs=[
                         self._worker_group(s, "prefill", s.prefill_nodes, s.prefill_max_nodes),
@@ -225,7 +251,11 @@ class PdRayServiceChart(cdk8s.Chart):
     @staticmethod
     def _head_group(s: Settings, *, fault_tolerant: bool) -> RayServiceSpecRayClusterConfigHeadGroupSpec:
         ports = [("gcs", GCS_PORT), ("dashboard", DASHBOARD_PORT), ("serve", SERVE_PORT)]
-        volumes = [*(gcs_ft.head_volumes() if fault_tolerant else []), *endpoint.head_key_volumes(s), *([autoscaler_token_volume()] if s.autoscaling else [])]
+        volumes = [
+            *(gcs_ft.head_volumes() if fault_tolerant else []),
+            *endpoint.head_key_volumes(s),
+            *([autoscaler_token_volume()] if s.autoscaling else []),
+        ]
         return RayServiceSpecRayClusterConfigHeadGroupSpec(
             # The head runs no model and no Serve replica (as KubeRay's production samples): with no CPU or
             # GPU to offer, Ray places the engines, the ingress and the router on the GPU workers.
@@ -238,19 +268,27 @@ class PdRayServiceChart(cdk8s.Chart):
                     automount_service_account_token=False,
                     # With the GCS store: its own identity, whose Pod Identity reads the store's token (KubeRay's
                     # autoscaler Role, if any, is then bound to it).
-                    service_account_name=gcs_ft.head_service_account(s.ray_service_name) if head_identity_needed(s) else None,
+                    service_account_name=(
+                        gcs_ft.head_service_account(s.ray_service_name) if head_identity_needed(s) else None
+                    ),
                     volumes=volumes or None,
                     security_context=RayServiceSpecRayClusterConfigHeadGroupSpecTemplateSpecSecurityContext(
-                        seccomp_profile=RayServiceSpecRayClusterConfigHeadGroupSpecTemplateSpecSecurityContextSeccompProfile(type="RuntimeDefault")
+                        seccomp_profile=RayServiceSpecRayClusterConfigHeadGroupSpecTemplateSpecSecurityContextSeccompProfile(
+                            type="RuntimeDefault"
+                        )
                     ),
                     containers=[
                         RayServiceSpecRayClusterConfigHeadGroupSpecTemplateSpecContainers(
                             name=HEAD_CONTAINER,
                             image=s.dlc_image,
                             env=gcs_ft.head_env() if fault_tolerant else None,
-                            volume_mounts=(gcs_ft.head_mounts() if fault_tolerant else []) + endpoint.head_key_mounts(s) or None,
+                            volume_mounts=(gcs_ft.head_mounts() if fault_tolerant else []) + endpoint.head_key_mounts(s)
+                            or None,
                             ports=[
-                                RayServiceSpecRayClusterConfigHeadGroupSpecTemplateSpecContainersPorts(name=name, container_port=port) for name, port in ports
+                                RayServiceSpecRayClusterConfigHeadGroupSpecTemplateSpecContainersPorts(
+                                    name=name, container_port=port
+                                )
+                                for name, port in ports
                             ],
                             resources=RayServiceSpecRayClusterConfigHeadGroupSpecTemplateSpecContainersResources(
                                 requests=_quantities(
@@ -270,14 +308,18 @@ class PdRayServiceChart(cdk8s.Chart):
                             # the dashboard's py-spy profiling would need SYS_PTRACE, a debugging aid left off.
                             security_context=RayServiceSpecRayClusterConfigHeadGroupSpecTemplateSpecContainersSecurityContext(
                                 allow_privilege_escalation=False,
-                                capabilities=RayServiceSpecRayClusterConfigHeadGroupSpecTemplateSpecContainersSecurityContextCapabilities(drop=["ALL"]),
+                                capabilities=RayServiceSpecRayClusterConfigHeadGroupSpecTemplateSpecContainersSecurityContextCapabilities(
+                                    drop=["ALL"]
+                                ),
                                 seccomp_profile=RayServiceSpecRayClusterConfigHeadGroupSpecTemplateSpecContainersSecurityContextSeccompProfile(
                                     type="RuntimeDefault"
                                 ),
                             ),
                             lifecycle=RayServiceSpecRayClusterConfigHeadGroupSpecTemplateSpecContainersLifecycle(
                                 pre_stop=RayServiceSpecRayClusterConfigHeadGroupSpecTemplateSpecContainersLifecyclePreStop(
-                                    exec=RayServiceSpecRayClusterConfigHeadGroupSpecTemplateSpecContainersLifecyclePreStopExec(command=RAY_STOP)
+                                    exec=RayServiceSpecRayClusterConfigHeadGroupSpecTemplateSpecContainersLifecyclePreStopExec(
+                                        command=RAY_STOP
+                                    )
                                 )
                             ),
                         )
@@ -287,7 +329,9 @@ class PdRayServiceChart(cdk8s.Chart):
         )
 
     @staticmethod
-    def _worker_group(s: Settings, phase: Phase, nodes: int, max_nodes: int) -> RayServiceSpecRayClusterConfigWorkerGroupSpecs:
+    def _worker_group(
+        s: Settings, phase: Phase, nodes: int, max_nodes: int
+    ) -> RayServiceSpecRayClusterConfigWorkerGroupSpecs:
         """The prefill or the decode worker group: one pod per GPU node of its own, advertising the phase's
         Ray resource (one unit per GPU) that only that phase's placement bundles ask for."""
         sized = gpu_worker_resources(s.gpu_node, observability=s.observability)
@@ -336,7 +380,9 @@ class PdRayServiceChart(cdk8s.Chart):
                 RayServiceSpecRayClusterConfigWorkerGroupSpecsTemplateSpecVolumes(
                     name=synced_secrets.VOLUME_NAME,
                     csi=RayServiceSpecRayClusterConfigWorkerGroupSpecsTemplateSpecVolumesCsi(
-                        driver=synced_secrets.CSI_DRIVER, read_only=True, volume_attributes={"secretProviderClass": token.provider_class}
+                        driver=synced_secrets.CSI_DRIVER,
+                        read_only=True,
+                        volume_attributes={"secretProviderClass": token.provider_class},
                     ),
                 )
             )
@@ -350,14 +396,22 @@ class PdRayServiceChart(cdk8s.Chart):
             # count comes from the container's limit.
             resources={"GPU": gpus, PHASE_RESOURCES[phase]: gpus},
             template=RayServiceSpecRayClusterConfigWorkerGroupSpecsTemplate(
-                metadata=RayServiceSpecRayClusterConfigWorkerGroupSpecsTemplateMetadata(annotations=dict(WORKER_ANNOTATIONS)) if s.autoscaling else None,
+                metadata=(
+                    RayServiceSpecRayClusterConfigWorkerGroupSpecsTemplateMetadata(annotations=dict(WORKER_ANNOTATIONS))
+                    if s.autoscaling
+                    else None
+                ),
                 spec=RayServiceSpecRayClusterConfigWorkerGroupSpecsTemplateSpec(
                     node_selector={"role": GPU_NODE_LABELS["role"]},
                     # As the head's. With HF_TOKEN_SECRET_NAME the CSI driver asks its own token for the
                     # service account (tokenRequests); Pod Identity needs no mounted one.
                     automount_service_account_token=False,
-                    service_account_name=worker_service_account(s.ray_service_name) if worker_identity_needed(s) else None,
-                    tolerations=[RayServiceSpecRayClusterConfigWorkerGroupSpecsTemplateSpecTolerations(**gpu_toleration())],
+                    service_account_name=(
+                        worker_service_account(s.ray_service_name) if worker_identity_needed(s) else None
+                    ),
+                    tolerations=[
+                        RayServiceSpecRayClusterConfigWorkerGroupSpecsTemplateSpecTolerations(**gpu_toleration())
+                    ],
                     containers=[
                         RayServiceSpecRayClusterConfigWorkerGroupSpecsTemplateSpecContainers(
                             name=WORKER_CONTAINER,
@@ -381,9 +435,13 @@ class PdRayServiceChart(cdk8s.Chart):
                             ),
                             # CUDA VRAM is registered with the EFA NIC for the KV transfers; IPC_LOCK
                             # alone is not enough. The only privileged pod of the deployment.
-                            security_context=RayServiceSpecRayClusterConfigWorkerGroupSpecsTemplateSpecContainersSecurityContext(privileged=True),
+                            security_context=RayServiceSpecRayClusterConfigWorkerGroupSpecsTemplateSpecContainersSecurityContext(
+                                privileged=True
+                            ),
                             volume_mounts=[
-                                RayServiceSpecRayClusterConfigWorkerGroupSpecsTemplateSpecContainersVolumeMounts(name="dshm", mount_path="/dev/shm"),
+                                RayServiceSpecRayClusterConfigWorkerGroupSpecsTemplateSpecContainersVolumeMounts(
+                                    name="dshm", mount_path="/dev/shm"
+                                ),
                                 RayServiceSpecRayClusterConfigWorkerGroupSpecsTemplateSpecContainersVolumeMounts(
                                     name="model-cache", mount_path=MODEL_CACHE_MOUNT
                                 ),
@@ -392,7 +450,9 @@ class PdRayServiceChart(cdk8s.Chart):
                             ],
                             lifecycle=RayServiceSpecRayClusterConfigWorkerGroupSpecsTemplateSpecContainersLifecycle(
                                 pre_stop=RayServiceSpecRayClusterConfigWorkerGroupSpecsTemplateSpecContainersLifecyclePreStop(
-                                    exec=RayServiceSpecRayClusterConfigWorkerGroupSpecsTemplateSpecContainersLifecyclePreStopExec(command=RAY_STOP)
+                                    exec=RayServiceSpecRayClusterConfigWorkerGroupSpecsTemplateSpecContainersLifecyclePreStopExec(
+                                        command=RAY_STOP
+                                    )
                                 )
                             ),
                         )
@@ -401,7 +461,9 @@ class PdRayServiceChart(cdk8s.Chart):
                         # Ray's object store and NCCL/NIXL use shared memory; the container default is 64 MiB.
                         RayServiceSpecRayClusterConfigWorkerGroupSpecsTemplateSpecVolumes(
                             name="dshm",
-                            empty_dir=RayServiceSpecRayClusterConfigWorkerGroupSpecsTemplateSpecVolumesEmptyDir(medium="Memory"),
+                            empty_dir=RayServiceSpecRayClusterConfigWorkerGroupSpecsTemplateSpecVolumesEmptyDir(
+                                medium="Memory"
+                            ),
                         ),
                         RayServiceSpecRayClusterConfigWorkerGroupSpecsTemplateSpecVolumes(
                             name="model-cache",

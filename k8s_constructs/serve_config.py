@@ -95,7 +95,10 @@ class PlacementConfig:
     strategy: str = "STRICT_PACK"
 
     def to_dict(self) -> dict[str, Any]:
-        return {"bundle_per_worker": {"GPU": 1, "CPU": self.cpus_per_gpu, self.phase_resource: 1}, "strategy": self.strategy}
+        return {
+            "bundle_per_worker": {"GPU": 1, "CPU": self.cpus_per_gpu, self.phase_resource: 1},
+            "strategy": self.strategy,
+        }
 
 
 # Ray Serve's request-based autoscaling per phase (PREFILL/DECODE_MAX_REPLICAS). Ray Serve LLM's own default
@@ -156,7 +159,11 @@ class PhaseConfig:
     graceful_shutdown_timeout_s: int | None = None
 
     def deployment_config(self) -> dict[str, Any]:
-        config: dict[str, Any] = {"autoscaling_config": self.autoscaling.to_dict()} if self.autoscaling else {"num_replicas": self.num_replicas}
+        config: dict[str, Any] = (
+            {"autoscaling_config": self.autoscaling.to_dict()}
+            if self.autoscaling
+            else {"num_replicas": self.num_replicas}
+        )
         if self.graceful_shutdown_timeout_s is not None:
             config["graceful_shutdown_timeout_s"] = self.graceful_shutdown_timeout_s
         return config
@@ -164,7 +171,9 @@ class PhaseConfig:
     def to_dict(self) -> dict[str, Any]:
         # An S3 prefix as Ray's CloudMirrorConfig: each GPU node downloads every object under it (weights,
         # config and tokenizer) before the engine starts; a Hub id is downloaded by vLLM itself.
-        source: str | dict[str, str] = {"bucket_uri": self.model_source} if self.model_source.startswith(S3_SCHEME) else self.model_source
+        source: str | dict[str, str] = (
+            {"bucket_uri": self.model_source} if self.model_source.startswith(S3_SCHEME) else self.model_source
+        )
         config: dict[str, Any] = {"model_loading_config": {"model_id": self.model_id, "model_source": source}}
         if self.accelerator_type:
             config["accelerator_type"] = self.accelerator_type
@@ -200,7 +209,10 @@ class IngressConfig:
     def to_args(self) -> dict[str, Any]:
         args: dict[str, Any] = {}
         if self.api_keys:
-            args["ingress_cls_config"] = {"ingress_cls": AUTH_INGRESS_CLASS, "ingress_extra_kwargs": {"api_keys_dir": API_KEYS_DIR}}
+            args["ingress_cls_config"] = {
+                "ingress_cls": AUTH_INGRESS_CLASS,
+                "ingress_extra_kwargs": {"api_keys_dir": API_KEYS_DIR},
+            }
         args["ingress_deployment_config"] = {"num_replicas": self.replicas, "ray_actor_options": {"num_cpus": 0}}
         return args
 
@@ -224,7 +236,11 @@ class PdApplication:
             raise ValueError("prefill and decode must serve the same model_id")
 
     def to_serve_config(self) -> dict[str, Any]:
-        application: dict[str, Any] = {"name": self.name, "import_path": PD_APP_IMPORT_PATH, "route_prefix": self.route_prefix}
+        application: dict[str, Any] = {
+            "name": self.name,
+            "import_path": PD_APP_IMPORT_PATH,
+            "route_prefix": self.route_prefix,
+        }
         runtime_env = self.ingress.runtime_env() if self.ingress else None
         if runtime_env:
             application["runtime_env"] = runtime_env

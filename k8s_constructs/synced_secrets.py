@@ -37,7 +37,11 @@ class HfToken:
 def hf_token_of(settings: Settings) -> HfToken | None:
     if not settings.hf_token_secret_name:
         return None
-    return HfToken(secret_name=settings.hf_token_secret_name, region=settings.region, service_account=worker_service_account(settings.ray_service_name))
+    return HfToken(
+        secret_name=settings.hf_token_secret_name,
+        region=settings.region,
+        service_account=worker_service_account(settings.ray_service_name),
+    )
 
 
 class SyncedSecretProviderClass(Construct):
@@ -45,7 +49,16 @@ class SyncedSecretProviderClass(Construct):
     Secret of one key while a pod mounts it (the Hub token; the GCS store's AUTH token)."""
 
     def __init__(
-        self, scope: Construct, construct_id: str, *, name: str, namespace: str, region: str, object_name: str, kubernetes_secret: str, key: str
+        self,
+        scope: Construct,
+        construct_id: str,
+        *,
+        name: str,
+        namespace: str,
+        region: str,
+        object_name: str,
+        kubernetes_secret: str,
+        key: str,
     ) -> None:
         super().__init__(scope, construct_id)
         objects = [{"objectName": object_name, "objectType": "secretsmanager", "objectAlias": key}]
@@ -66,7 +79,9 @@ class SyncedSecretProviderClass(Construct):
                         "usePodIdentity": "true",
                         "objects": yaml.safe_dump(objects, sort_keys=False),
                     },
-                    "secretObjects": [{"secretName": kubernetes_secret, "type": "Opaque", "data": [{"objectName": key, "key": key}]}],
+                    "secretObjects": [
+                        {"secretName": kubernetes_secret, "type": "Opaque", "data": [{"objectName": key, "key": key}]}
+                    ],
                 },
             )
         )

@@ -46,7 +46,8 @@ def check_region(ctx: Context) -> CheckResult:
     return fail(
         "region",
         f"{region} is {status} for account {ctx.account}",
-        f"enable {region} for account {ctx.account} in the AWS console (Account > AWS Regions) and wait until it shows Enabled",
+        f"enable {region} for account {ctx.account} in the AWS console (Account > AWS Regions) and wait until it shows"
+        " Enabled",
     )
 
 
@@ -77,10 +78,21 @@ def check_bootstrap(ctx: Context) -> CheckResult:
 
 
 def check_admin_principals_of(ctx: Context) -> CheckResult:
-    partition = "aws-cn" if ctx.inp.region.startswith("cn-") else "aws-us-gov" if ctx.inp.region.startswith("us-gov-") else "aws"
-    execution_role = ctx.inp.execution_role_arn.replace("${AWS::AccountId}", ctx.account).replace("${AWS::Partition}", partition)
+    partition = (
+        "aws-cn"
+        if ctx.inp.region.startswith("cn-")
+        else "aws-us-gov"
+        if ctx.inp.region.startswith("us-gov-")
+        else "aws"
+    )
+    execution_role = ctx.inp.execution_role_arn.replace("${AWS::AccountId}", ctx.account).replace(
+        "${AWS::Partition}", partition
+    )
     return check_admin_principals(
-        ctx.client("iam", home_region(ctx.inp.region)), arns=ctx.inp.admin_principal_arns, account=ctx.account, execution_role_arn=execution_role
+        ctx.client("iam", home_region(ctx.inp.region)),
+        arns=ctx.inp.admin_principal_arns,
+        account=ctx.account,
+        execution_role_arn=execution_role,
     )
 
 

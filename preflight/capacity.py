@@ -25,19 +25,27 @@ RESERVATION_NAME = "gpu-capacity-reservation"
 
 def check_vpc_azs(ec2: Any, *, region: str, vpc_azs: Sequence[str]) -> CheckResult:
     """Every AZ of the VPC is one of the account's available AZs in REGION."""
-    zones = ec2.describe_availability_zones(Filters=[{"Name": "zone-type", "Values": ["availability-zone"]}])["AvailabilityZones"]
+    zones = ec2.describe_availability_zones(Filters=[{"Name": "zone-type", "Values": ["availability-zone"]}])[
+        "AvailabilityZones"
+    ]
     states = {str(z["ZoneName"]): str(z.get("State", "")) for z in zones}
     available = sorted(name for name, state in states.items() if state == "available")
     missing = [az for az in vpc_azs if az not in states]
     if missing:
         return fail(
             AZ_NAME,
-            f"{', '.join(missing)} not an AZ of {region} for this account (it has {', '.join(sorted(states)) or 'none'})",
-            "run `make lookup` (caches this account's AZs in cdk.context.json; commit it) or set GPU_AZ to one of: " + ", ".join(available),
+            f"{', '.join(missing)} not an AZ of {region} for this account (it has"
+            f" {', '.join(sorted(states)) or 'none'})",
+            "run `make lookup` (caches this account's AZs in cdk.context.json; commit it) or set GPU_AZ to one of: "
+            + ", ".join(available),
         )
     down = [f"{az} is {states[az]}" for az in vpc_azs if states[az] != "available"]
     if down:
-        return fail(AZ_NAME, "; ".join(down), "deploy when the AZ is available again, or `make lookup` after choosing another GPU_AZ")
+        return fail(
+            AZ_NAME,
+            "; ".join(down),
+            "deploy when the AZ is available again, or `make lookup` after choosing another GPU_AZ",
+        )
     return ok(AZ_NAME, f"{', '.join(vpc_azs)} available")
 
 
@@ -64,21 +72,28 @@ def check_capacity_reservation(
     try:
         found = ec2.describe_capacity_reservations(CapacityReservationIds=[reservation_id])["CapacityReservations"]
     except ClientError as err:
-        if err.response.get("Error", {}).get("Code") not in ("InvalidCapacityReservationId.NotFound", "InvalidCapacityReservationId.Malformed"):
+        if err.response.get("Error", {}).get("Code") not in (
+            "InvalidCapacityReservationId.NotFound",
+            "InvalidCapacityReservationId.Malformed",
+        ):
             raise
         found = []
     if not found:
         return fail(
             RESERVATION_NAME,
             f"{reservation_id} not found in this account and Region",
-            "set GPU_CAPACITY_RESERVATION_ID to a reservation of this account in REGION (`aws ec2 describe-capacity-reservations`)",
+            "set GPU_CAPACITY_RESERVATION_ID to a reservation of this account in REGION (`aws ec2"
+            " describe-capacity-reservations`)",
         )
     cr = found[0]
     kind = "capacity-block" if cr.get("ReservationType") == "capacity-block" else "on-demand"
     problems = []
     if str(cr["InstanceType"]) != instance_type:
         problems.append(
-            (f"it reserves {cr['InstanceType']}, not {instance_type}", f"set GPU_NODE_TYPE={cr['InstanceType']} or use a reservation of {instance_type}")
+            (
+                f"it reserves {cr['InstanceType']}, not {instance_type}",
+                f"set GPU_NODE_TYPE={cr['InstanceType']} or use a reservation of {instance_type}",
+            )
         )
     if str(cr["AvailabilityZone"]) != gpu_az:
         problems.append(
@@ -88,28 +103,64 @@ def check_capacity_reservation(
             )
         )
     if kind != reservation_type:
-        problems.append((f"it is a{'' if kind == 'on-demand' else ' Capacity Block,'} {kind} reservation", f"set GPU_CAPACITY_RESERVATION_TYPE={kind}"))
+        problems.append(
+            (
+                f"it is a{'' if kind == 'on-demand' else ' Capacity Block,'} {kind} reservation",
+                f"set GPU_CAPACITY_RESERVATION_TYPE={kind}",
+            )
+        )
     group = _placement_group_name(str(cr.get("PlacementGroupArn", "")))
     if group and placement_group != group:
-        problems.append((f"it was made in placement group {group}", f"set GPU_PLACEMENT_GROUP={group}: only instances launched into it use the reservation"))
+        problems.append(
+            (
+                f"it was made in placement group {group}",
+                f"set GPU_PLACEMENT_GROUP={group}: only instances launched into it use the reservation",
+            )
+        )
     if not group and placement_group not in ("off", ""):
-        problems.append((f"it is in no placement group, the nodes would launch into {placement_group}", "set GPU_PLACEMENT_GROUP=off"))
+        problems.append(
+            (
+                f"it is in no placement group, the nodes would launch into {placement_group}",
+                "set GPU_PLACEMENT_GROUP=off",
+            )
+        )
     state = str(cr.get("State", ""))
     if state != "active":
-        when = f" (starts {cr['StartDate']})" if cr.get("StartDate") and state in ("scheduled", "payment-pending", "pending") else ""
-        problems.append((f"it is {state}{when}", "deploy the GPU nodes once it is active (GPU_NODE_COUNT=0 until then)"))
+        when = (
+            f" (starts {cr['StartDate']})"
+            if cr.get("StartDate") and state in ("scheduled", "payment-pending", "pending")
+            else ""
+        )
+        problems.append(
+            (f"it is {state}{when}", "deploy the GPU nodes once it is active (GPU_NODE_COUNT=0 until then)")
+        )
     free, total = int(cr.get("AvailableInstanceCount", 0)), int(cr.get("TotalInstanceCount", 0))
     need = max(0, nodes - held)
     if nodes and free < need:
-        problems.append((f"{free} of {total} instances free, the deploy adds {need}", "use a larger reservation, free instances in it, or fewer replicas"))
+        problems.append(
+            (
+                f"{free} of {total} instances free, the deploy adds {need}",
+                "use a larger reservation, free instances in it, or fewer replicas",
+            )
+        )
     if problems and not nodes:
         # Parked (GPU_NODE_COUNT=0): nothing launches into it now, and a park must never be refused.
-        return warn(RESERVATION_NAME, f"{reservation_id}: " + "; ".join(p for p, _ in problems), f"parked, so not refused; before unparking: {problems[0][1]}")
+        return warn(
+            RESERVATION_NAME,
+            f"{reservation_id}: " + "; ".join(p for p, _ in problems),
+            f"parked, so not refused; before unparking: {problems[0][1]}",
+        )
     if problems:
         return fail(RESERVATION_NAME, f"{reservation_id}: " + "; ".join(p for p, _ in problems), problems[0][1])
-    detail = f"{reservation_id}: {kind}, {state}, {instance_type} in {gpu_az}, {free} of {total} free for {need} new node(s)"
+    detail = (
+        f"{reservation_id}: {kind}, {state}, {instance_type} in {gpu_az}, {free} of {total} free for {need} new node(s)"
+    )
     if kind == "capacity-block" and cr.get("EndDate"):
-        return warn(RESERVATION_NAME, detail, f"the block ends {cr['EndDate']}: EKS scales the nodegroup to 0 about 40 minutes before")
+        return warn(
+            RESERVATION_NAME,
+            detail,
+            f"the block ends {cr['EndDate']}: EKS scales the nodegroup to 0 about 40 minutes before",
+        )
     return ok(RESERVATION_NAME, detail)
 
 
@@ -156,7 +207,10 @@ def check_gpu_efa(ctx: Context) -> CheckResult:
         interfaces = network.get("EfaInfo", {}).get("MaximumEfaInterfaces")
         suffix = f" (up to {int(interfaces)} EFA interfaces)" if interfaces is not None else ""
         return ok("gpu-efa", f"{itype} supports EFA{suffix}")
-    fix = "set GPU_NODE_TYPE to a type with EFA (`aws ec2 describe-instance-types --filters Name=network-info.efa-supported,Values=true`)"
+    fix = (
+        "set GPU_NODE_TYPE to a type with EFA (`aws ec2 describe-instance-types --filters"
+        " Name=network-info.efa-supported,Values=true`)"
+    )
     if efa is False:
         return fail("gpu-efa", f"{itype} does not support EFA", fix)
     # Never assume EFA: the GPU nodegroup attaches EFA interfaces and would fail to launch.
@@ -182,22 +236,28 @@ def check_reservation(ctx: Context) -> CheckResult:
             return warn(
                 RESERVATION_NAME,
                 detail,
-                f"with PREFILL/DECODE_MAX_REPLICAS the Cluster Autoscaler adds GPU nodes one launch at a time into the cluster placement "
-                f"group ({inp.gpu_placement_group}), where InsufficientInstanceCapacity is likelier and each failure backs the nodegroup off "
-                f"5 to 30 minutes: reserve the maxima (GPU_CAPACITY_RESERVATION_ID), or GPU_PLACEMENT_GROUP=off to trade EFA locality "
-                f"for launches (docs/scaling.md)",
+                "with PREFILL/DECODE_MAX_REPLICAS the Cluster Autoscaler adds GPU nodes one launch at a time into the"
+                f" cluster placement group ({inp.gpu_placement_group}), where InsufficientInstanceCapacity is likelier"
+                " and each failure backs the nodegroup off 5 to 30 minutes: reserve the maxima"
+                " (GPU_CAPACITY_RESERVATION_ID), or GPU_PLACEMENT_GROUP=off to trade EFA locality for launches"
+                " (docs/scaling.md)",
             )
         return ok(RESERVATION_NAME, detail)
     change = planned_nodegroup_change(ctx, inp.redeploy.gpu_nodegroup_name) if inp.redeploy else None
     held = ctx.nodes_in_reservation(inp.gpu_capacity_reservation_id)
     if change is not None and change.action == day2.REPLACE:
         held = 0  # the new nodegroup starts beside the old one: its nodes are all new to the reservation
-    if inp.gpu_capacity_reservation_type == "capacity-block" and held and (day2.rolls(change) or (change is not None and change.action == day2.REPLACE)):
+    if (
+        inp.gpu_capacity_reservation_type == "capacity-block"
+        and held
+        and (day2.rolls(change) or (change is not None and change.action == day2.REPLACE))
+    ):
         # EKS updates a Capacity Block nodegroup only at desired size 0 (EKS user guide, Capacity Blocks for
         # managed node groups): the roll would stall with the nodes still in the block.
         return fail(
             RESERVATION_NAME,
-            f"{inp.gpu_capacity_reservation_id}: this deploy rolls the Capacity Block nodegroup while {held} node(s) run in it",
+            f"{inp.gpu_capacity_reservation_id}: this deploy rolls the Capacity Block nodegroup while {held} node(s)"
+            " run in it",
             "park first (`GPU_NODE_COUNT=0 make deploy`), deploy the change parked, then unpark",
         )
     return check_capacity_reservation(
@@ -209,6 +269,8 @@ def check_reservation(ctx: Context) -> CheckResult:
         gpu_az=inp.gpu_az,
         # A rolling update with the default strategy launches its surge into the reservation too: only when
         # the plan rolls the nodegroup, as the quota check counts it.
-        nodes=inp.gpu_node_count + (inp.gpu_update_surge_nodes if day2.rolls(change) else 0) if inp.gpu_node_count else 0,
+        nodes=(
+            inp.gpu_node_count + (inp.gpu_update_surge_nodes if day2.rolls(change) else 0) if inp.gpu_node_count else 0
+        ),
         held=held,
     )

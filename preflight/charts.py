@@ -37,7 +37,11 @@ def missing_charts(pins: Iterable[HelmChartPin], timeout: float = TIMEOUT_SECOND
             problems.append(index)
             continue
         entries = index.get("entries", {}) if isinstance(index, dict) else {}
-        versions = {str(e.get("version")) for e in (entries.get(pin.chart) or []) if isinstance(e, dict)} if isinstance(entries, dict) else set()
+        versions = (
+            {str(e.get("version")) for e in entries.get(pin.chart) or [] if isinstance(e, dict)}
+            if isinstance(entries, dict)
+            else set()
+        )
         if pin.version in versions:
             found.append(f"{pin.chart} {pin.version}")
         elif versions:
@@ -59,5 +63,9 @@ def check_helm_charts(pins: tuple[HelmChartPin, ...], timeout: float = TIMEOUT_S
         return ok(name, "no Helm chart to install")
     found, problems = missing_charts(pins, timeout)
     if problems:
-        return fail(name, "; ".join(problems), "pin a version that the repository lists in settings/versions.py (or wait until the repository answers)")
+        return fail(
+            name,
+            "; ".join(problems),
+            "pin a version that the repository lists in settings/versions.py (or wait until the repository answers)",
+        )
     return ok(name, f"in their repositories: {', '.join(found)}")

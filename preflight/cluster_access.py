@@ -35,7 +35,17 @@ def cluster_kubectl(region: str, cluster_name: str, *, timeout: int = 900) -> It
     with tempfile.TemporaryDirectory(prefix="kubeconfig-") as tmp:
         kubeconfig = Path(tmp) / "config"
         made = subprocess.run(
-            ["aws", "eks", "update-kubeconfig", "--region", region, "--name", cluster_name, "--kubeconfig", str(kubeconfig)],
+            [
+                "aws",
+                "eks",
+                "update-kubeconfig",
+                "--region",
+                region,
+                "--name",
+                cluster_name,
+                "--kubeconfig",
+                str(kubeconfig),
+            ],
             capture_output=True,
             text=True,
             check=False,
@@ -43,11 +53,15 @@ def cluster_kubectl(region: str, cluster_name: str, *, timeout: int = 900) -> It
         )
         if made.returncode != 0:
             raise ClusterUnreachable(
-                (made.stderr or made.stdout).strip().splitlines()[-1] if (made.stderr or made.stdout).strip() else "update-kubeconfig failed"
+                (made.stderr or made.stdout).strip().splitlines()[-1]
+                if (made.stderr or made.stdout).strip()
+                else "update-kubeconfig failed"
             )
         env = {**os.environ, "KUBECONFIG": str(kubeconfig)}
 
         def run(args: list[str], stdin: str | None = None) -> subprocess.CompletedProcess[str]:
-            return subprocess.run(["kubectl", *args], input=stdin, env=env, capture_output=True, text=True, timeout=timeout, check=False)
+            return subprocess.run(
+                ["kubectl", *args], input=stdin, env=env, capture_output=True, text=True, timeout=timeout, check=False
+            )
 
         yield run

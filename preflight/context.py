@@ -78,7 +78,9 @@ class PreflightInput:
     helm_charts: tuple[HelmChartPin, ...] = ()
     # OBSERVABILITY=on: the managed Prometheus collector and CloudWatch's OpenTelemetry metrics store.
     observability: bool = optional(False, switched_on=True)
-    metrics_collector_alias: str = optional("", switched_on="ray-llm-multinode-ray")  # ours: held, not another collector
+    metrics_collector_alias: str = optional(
+        "", switched_on="ray-llm-multinode-ray"
+    )  # ours: held, not another collector
     # This cluster's optional stacks the configuration leaves out (OBSERVABILITY=off: the observability one).
     stacks_left_out: tuple[str, ...] = optional((), switched_on=("ray-llm-multinode-observability",))
     # Cluster-admin access entries to create, and the CDK bootstrap's CloudFormation execution role (the cluster
@@ -89,13 +91,21 @@ class PreflightInput:
     gpu_capacity_reservation_id: str = optional("", switched_on="cr-0123456789abcdef0")
     gpu_capacity_reservation_type: str = "on-demand"
     gpu_placement_group: str = "on"
-    autoscaling: bool = optional(False, switched_on=True)  # PREFILL/DECODE_MAX_REPLICAS: the Cluster Autoscaler adds GPU nodes after the deploy
-    model_source: str = optional("", switched_on="s3://example-models/qwen3.5-9b")  # MODEL_SOURCE: checked on the Hub, or its S3 prefix
+    autoscaling: bool = optional(
+        False, switched_on=True
+    )  # PREFILL/DECODE_MAX_REPLICAS: the Cluster Autoscaler adds GPU nodes after the deploy
+    model_source: str = optional(
+        "", switched_on="s3://example-models/qwen3.5-9b"
+    )  # MODEL_SOURCE: checked on the Hub, or its S3 prefix
     model_source_kms_key: bool = optional(False, switched_on=True)  # MODEL_SOURCE_KMS_KEY_ARN is set
     # MODEL_NEXT_SOURCE: the prefix the mirror fills next (in MODEL_SOURCE's bucket); its state is reported
     model_next_source: str = optional("", switched_on="s3://example-models/qwen3.5-9b-next")
-    gcs_store_node_type: str = optional("", switched_on="cache.t4g.micro")  # GCS_FAULT_TOLERANCE=redis: the store's node type; "" = no store
-    hf_token_secret_name: str = optional("", switched_on="prod/hf-token")  # HF_TOKEN_SECRET_NAME: read only for a gated model
+    gcs_store_node_type: str = optional(
+        "", switched_on="cache.t4g.micro"
+    )  # GCS_FAULT_TOLERANCE=redis: the store's node type; "" = no store
+    hf_token_secret_name: str = optional(
+        "", switched_on="prod/hf-token"
+    )  # HF_TOKEN_SECRET_NAME: read only for a gated model
     dlc_image: str = ""  # the reference the pods pull
     # SERVE_EXPOSURE beyond the cluster: the load balancer's certificate ("" or "none": none) and DNS name.
     serve_exposure: str = "cluster"
@@ -132,13 +142,21 @@ def error_result(name: str, err: Exception) -> CheckResult:
         operation = str(err.operation_name)
         detail = f"{operation} failed: {code}: {message}"
         if code in _CREDENTIAL_ERROR_CODES:
-            return fail(name, detail, "refresh the AWS credentials (they are expired or invalid) and run the preflight again")
+            return fail(
+                name, detail, "refresh the AWS credentials (they are expired or invalid) and run the preflight again"
+            )
         if code in ACCESS_DENIED_CODES:
-            return fail(name, detail, f"allow {operation} for the deploying identity in IAM and run the preflight again")
+            return fail(
+                name, detail, f"allow {operation} for the deploying identity in IAM and run the preflight again"
+            )
         if code == "InvalidInstanceType":
             return fail(name, detail, "set GPU_NODE_TYPE / SYSTEM_NODE_TYPE to an instance type that exists")
         return fail(name, detail, f"resolve the {code} error from {operation} and run the preflight again")
-    return fail(name, f"AWS configuration error: {err}", "check the AWS profile, Region and network settings and run the preflight again")
+    return fail(
+        name,
+        f"AWS configuration error: {err}",
+        "check the AWS profile, Region and network settings and run the preflight again",
+    )
 
 
 class Context:
@@ -169,14 +187,20 @@ class Context:
 
     def nodes_in_reservation(self, reservation_id: str) -> int:
         """This cluster's pending/running instances that run in the capacity reservation."""
-        pages = self.client("ec2").get_paginator("describe_instances").paginate(Filters=[{"Name": "instance-state-name", "Values": ["pending", "running"]}])
+        pages = (
+            self.client("ec2")
+            .get_paginator("describe_instances")
+            .paginate(Filters=[{"Name": "instance-state-name", "Values": ["pending", "running"]}])
+        )
         return sum(
             1
             for page in pages
             for reservation in page["Reservations"]
             for instance in reservation["Instances"]
             if instance.get("CapacityReservationId") == reservation_id
-            and any(t["Key"] == "eks:cluster-name" and t["Value"] == self.inp.cluster_name for t in instance.get("Tags", []))
+            and any(
+                t["Key"] == "eks:cluster-name" and t["Value"] == self.inp.cluster_name for t in instance.get("Tags", [])
+            )
         )
 
     def running_vcpus(self, quota_code: str) -> tuple[int, int]:
@@ -185,7 +209,9 @@ class Context:
         if self._running is None:
             ec2 = self.client("ec2")
             running: Counter[tuple[str, bool]] = Counter()
-            pages = ec2.get_paginator("describe_instances").paginate(Filters=[{"Name": "instance-state-name", "Values": ["pending", "running"]}])
+            pages = ec2.get_paginator("describe_instances").paginate(
+                Filters=[{"Name": "instance-state-name", "Values": ["pending", "running"]}]
+            )
             for page in pages:
                 for reservation in page["Reservations"]:
                     for instance in reservation["Instances"]:
@@ -193,16 +219,24 @@ class Context:
                         if instance.get("InstanceLifecycle") == "spot":
                             continue
                         tags = {str(t["Key"]): str(t["Value"]) for t in instance.get("Tags", [])}
-                        running[(str(instance["InstanceType"]), tags.get("eks:cluster-name") == self.inp.cluster_name)] += 1
+                        running[
+                            (str(instance["InstanceType"]), tags.get("eks:cluster-name") == self.inp.cluster_name)
+                        ] += 1
             types = sorted({t for t, _ in running})
             # DescribeInstanceTypes takes at most 100 names per call.
             for start in range(0, len(types), 100):
-                for page in ec2.get_paginator("describe_instance_types").paginate(InstanceTypes=types[start : start + 100]):
+                for page in ec2.get_paginator("describe_instance_types").paginate(
+                    InstanceTypes=types[start : start + 100]
+                ):
                     for info in page["InstanceTypes"]:
                         self._vcpus[str(info["InstanceType"])] = int(info["VCpuInfo"]["DefaultVCpus"])
             self._running = running
-        own = sum(self._vcpus[t] * n for (t, mine), n in self._running.items() if mine and quota_code_of(t) == quota_code)
-        other = sum(self._vcpus[t] * n for (t, mine), n in self._running.items() if not mine and quota_code_of(t) == quota_code)
+        own = sum(
+            self._vcpus[t] * n for (t, mine), n in self._running.items() if mine and quota_code_of(t) == quota_code
+        )
+        other = sum(
+            self._vcpus[t] * n for (t, mine), n in self._running.items() if not mine and quota_code_of(t) == quota_code
+        )
         return own, other
 
 

@@ -88,7 +88,8 @@ def find_resources(template: Mapping[str, Any], resource_type: str, **properties
     return {
         logical_id: resource
         for logical_id, resource in template.get("Resources", {}).items()
-        if resource.get("Type") == resource_type and all(resource.get("Properties", {}).get(k) == v for k, v in properties.items())
+        if resource.get("Type") == resource_type
+        and all(resource.get("Properties", {}).get(k) == v for k, v in properties.items())
     }
 
 

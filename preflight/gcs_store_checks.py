@@ -18,8 +18,12 @@ def check_gcs_store(elasticache: Any, *, node_type: str, engine: str, engine_ver
         return ok(NAME, "GCS_FAULT_TOLERANCE=off: no store")
     try:
         # Reserved-node offerings are listed for every node type the Region offers, whatever the engine.
-        offered = elasticache.describe_reserved_cache_nodes_offerings(CacheNodeType=node_type, MaxRecords=20).get("ReservedCacheNodesOfferings", [])
-        versions = elasticache.describe_cache_engine_versions(Engine=engine, EngineVersion=engine_version).get("CacheEngineVersions", [])
+        offered = elasticache.describe_reserved_cache_nodes_offerings(CacheNodeType=node_type, MaxRecords=20).get(
+            "ReservedCacheNodesOfferings", []
+        )
+        versions = elasticache.describe_cache_engine_versions(Engine=engine, EngineVersion=engine_version).get(
+            "CacheEngineVersions", []
+        )
     except (BotoCoreError, ClientError) as error:
         return warn(NAME, "not checked", f"ElastiCache did not answer: {error}")
     if not offered:
@@ -29,5 +33,9 @@ def check_gcs_store(elasticache: Any, *, node_type: str, engine: str, engine_ver
             "set GCS_STORE_NODE_TYPE to a node type of the Region (e.g. cache.t4g.micro, cache.m7g.large)",
         )
     if not versions:
-        return fail(NAME, f"ElastiCache offers no {engine} {engine_version} in {region}", "deploy in a Region with Valkey 8.1, or keep GCS_FAULT_TOLERANCE=off")
+        return fail(
+            NAME,
+            f"ElastiCache offers no {engine} {engine_version} in {region}",
+            "deploy in a Region with Valkey 8.1, or keep GCS_FAULT_TOLERANCE=off",
+        )
     return ok(NAME, f"{node_type} and {engine} {engine_version} offered in {region}")

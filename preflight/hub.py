@@ -52,12 +52,19 @@ def hub_json(repo: str, filename: str, *, token: str = "", base: str | None = No
         # says which (RepoNotFound, GatedRepo, EntryNotFound).
         reason = str(error.headers.get("X-Error-Code", "")) if error.headers else ""
         if reason in ("RepoNotFound", "EntryNotFound") or error.code == 404:
-            raise HubError(f"{repo}: no {filename} on the Hub (a misspelt MODEL_SOURCE, a private repository, or not a model repository)", status=404) from None
+            raise HubError(
+                f"{repo}: no {filename} on the Hub (a misspelt MODEL_SOURCE, a private repository, or not a model"
+                " repository)",
+                status=404,
+            ) from None
         if error.code in (401, 403):
             fix = (
                 "the token cannot read it: accept the model's licence on the Hub with that account"
                 if token
-                else ("it is gated or private: put a Hugging Face token that may read it in Secrets Manager and set HF_TOKEN_SECRET_NAME")
+                else (
+                    "it is gated or private: put a Hugging Face token that may read it in Secrets Manager and set"
+                    " HF_TOKEN_SECRET_NAME"
+                )
             )
             raise HubError(f"{repo}: the Hub answered {error.code} for {filename}: {fix}", status=error.code) from None
         raise HubError(f"{repo}: the Hub answered {error.code} for {filename}", status=error.code) from None
@@ -70,13 +77,19 @@ def facts_from_files(repo: str, config: dict[str, Any], index: dict[str, Any]) -
     text = config.get("text_config", config)
     needed = ("num_hidden_layers", "num_attention_heads", "max_position_embeddings")
     if any(k not in text for k in needed) or not config.get("architectures"):
-        raise ShapeNotUnderstood(f"{repo}: config.json lacks {', '.join(k for k in needed if k not in text) or 'architectures'}")
+        raise ShapeNotUnderstood(
+            f"{repo}: config.json lacks {', '.join(k for k in needed if k not in text) or 'architectures'}"
+        )
     if text.get("kv_lora_rank") or (text.get("sliding_window") and text.get("use_sliding_window", True)):
-        raise ShapeNotUnderstood(f"{repo}: multi-head latent attention or sliding-window layers, which this check does not size")
+        raise ShapeNotUnderstood(
+            f"{repo}: multi-head latent attention or sliding-window layers, which this check does not size"
+        )
     layers = int(text["num_hidden_layers"])
     layer_types = list(text.get("layer_types") or [])
     if set(layer_types) - {"full_attention", "linear_attention"}:
-        raise ShapeNotUnderstood(f"{repo}: layer kinds {sorted(set(layer_types) - {'full_attention', 'linear_attention'})}")
+        raise ShapeNotUnderstood(
+            f"{repo}: layer kinds {sorted(set(layer_types) - {'full_attention', 'linear_attention'})}"
+        )
     attention_layers = sum(1 for t in layer_types if t == "full_attention") if layer_types else layers
     heads = int(text["num_attention_heads"])
     kv_heads = int(text.get("num_key_value_heads") or heads)
@@ -85,12 +98,18 @@ def facts_from_files(repo: str, config: dict[str, Any], index: dict[str, Any]) -
     scaling = text.get("rope_scaling") or {}
     if isinstance(scaling, dict) and scaling.get("rope_type", scaling.get("type")) in ("yarn", "linear", "dynamic"):
         native = int(native * float(scaling.get("factor", 1)))  # vLLM derives the longer context (config/model.py)
-    dtype = str(config.get("torch_dtype") or config.get("dtype") or text.get("torch_dtype") or text.get("dtype") or "bfloat16")
+    dtype = str(
+        config.get("torch_dtype") or config.get("dtype") or text.get("torch_dtype") or text.get("dtype") or "bfloat16"
+    )
     state = 0
     if "linear_attention" in layer_types:
         # Gated DeltaNet, as vLLM 0.26 sizes its state (mamba_utils.py), HYBRID_STATE_PAGES pages of it.
         k_heads, v_heads = int(text["linear_num_key_heads"]), int(text["linear_num_value_heads"])
-        k_dim, v_dim, kernel = int(text["linear_key_head_dim"]), int(text["linear_value_head_dim"]), int(text["linear_conv_kernel_dim"])
+        k_dim, v_dim, kernel = (
+            int(text["linear_key_head_dim"]),
+            int(text["linear_value_head_dim"]),
+            int(text["linear_conv_kernel_dim"]),
+        )
         conv = (k_dim * k_heads * 2 + v_dim * v_heads) * (kernel - 1) * DTYPE_BYTES.get(dtype, 2)
         temporal = v_heads * v_dim * k_dim * DTYPE_BYTES.get(str(text.get("mamba_ssm_dtype", "float32")), 4)
         state = HYBRID_STATE_PAGES * (conv + temporal)
@@ -158,11 +177,17 @@ def check_model_source(model_source: str, *, token: Callable[[], str] | None) ->
     except HubError as error:
         if error.status in (401, 403):
             if token is None:
-                return fail(name, str(error), "put a Hugging Face token that may read the model in Secrets Manager and set HF_TOKEN_SECRET_NAME")
+                return fail(
+                    name,
+                    str(error),
+                    "put a Hugging Face token that may read the model in Secrets Manager and set HF_TOKEN_SECRET_NAME",
+                )
             try:
                 hub_json(model_source, "config.json", token=token())
             except HubError as with_token:
-                return fail(name, str(with_token), "use a token whose account has accepted the model's licence on the Hub")
+                return fail(
+                    name, str(with_token), "use a token whose account has accepted the model's licence on the Hub"
+                )
             return ok(name, f"{model_source} is gated: readable with the token of HF_TOKEN_SECRET_NAME")
         if error.status == 404:
             return fail(name, str(error), "set MODEL_SOURCE to an existing Hugging Face repository ORG/NAME")

@@ -19,12 +19,22 @@ def check_image(ecr: Any, image: str, region: str) -> CheckResult:
     """ECR BatchGetImage (what a pull asks) for the tag or digest, in the image's registry."""
     match = _ECR.fullmatch(image)
     if not match:
-        return warn(NAME, f"{image} is not in a private ECR registry", "not checked: make sure the nodes can pull it from their private subnets")
+        return warn(
+            NAME,
+            f"{image} is not in a private ECR registry",
+            "not checked: make sure the nodes can pull it from their private subnets",
+        )
     if match["region"] != region:
-        return fail(NAME, f"{image} is in {match['region']}, not REGION {region}", "use the image of the deploy Region (DLC_IMAGE's ${REGION})")
+        return fail(
+            NAME,
+            f"{image} is in {match['region']}, not REGION {region}",
+            "use the image of the deploy Region (DLC_IMAGE's ${REGION})",
+        )
     image_id = {"imageTag": match["tag"]} if match["tag"] else {"imageDigest": match["digest"]}
     try:
-        found = ecr.batch_get_image(registryId=match["registry"], repositoryName=match["repository"], imageIds=[image_id])
+        found = ecr.batch_get_image(
+            registryId=match["registry"], repositoryName=match["repository"], imageIds=[image_id]
+        )
     except ClientError as error:
         code = str(error.response.get("Error", {}).get("Code", ""))
         if code in ("RepositoryNotFoundException", "RegistryPolicyNotFoundException"):
@@ -32,5 +42,7 @@ def check_image(ecr: Any, image: str, region: str) -> CheckResult:
         raise
     if found.get("images"):
         return ok(NAME, f"{image} exists in {region}")
-    reasons = "; ".join(f"{f.get('failureCode')}: {f.get('failureReason')}" for f in found.get("failures", [])) or "not found"
+    reasons = (
+        "; ".join(f"{f.get('failureCode')}: {f.get('failureReason')}" for f in found.get("failures", [])) or "not found"
+    )
     return fail(NAME, f"{image}: {reasons}", f"set DLC_IMAGE to an image (tag or digest) that exists in {region}")

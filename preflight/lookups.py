@@ -16,7 +16,9 @@ from settings.zones import offerings_context_key, zones_context_key
 
 def availability_zones(session: Any, region: str) -> list[str]:
     ec2 = session.client("ec2", region_name=region)
-    response = ec2.describe_availability_zones(Filters=[{"Name": "zone-type", "Values": ["availability-zone"]}, {"Name": "state", "Values": ["available"]}])
+    response = ec2.describe_availability_zones(
+        Filters=[{"Name": "zone-type", "Values": ["availability-zone"]}, {"Name": "state", "Values": ["available"]}]
+    )
     return sorted(z["ZoneName"] for z in response["AvailabilityZones"])
 
 
@@ -41,10 +43,15 @@ def default_addon_versions(session: Any, region: str, kubernetes_version: str) -
     eks = session.client("eks", region_name=region)
     found: dict[str, str] = {}
     for name in sorted(n for n, pinned in EKS_ADDON_VERSIONS.items() if pinned is None):
-        for page in eks.get_paginator("describe_addon_versions").paginate(addonName=name, kubernetesVersion=kubernetes_version):
+        for page in eks.get_paginator("describe_addon_versions").paginate(
+            addonName=name, kubernetesVersion=kubernetes_version
+        ):
             for addon in page["addons"]:
                 for info in addon["addonVersions"]:
-                    if any(c.get("defaultVersion") and c.get("clusterVersion") == kubernetes_version for c in info.get("compatibilities", [])):
+                    if any(
+                        c.get("defaultVersion") and c.get("clusterVersion") == kubernetes_version
+                        for c in info.get("compatibilities", [])
+                    ):
                         found[name] = str(info["addonVersion"])
     return found
 
@@ -55,7 +62,9 @@ def image_digest(session: Any, image: str) -> str | None:
     if parts is None:
         return None
     ecr = session.client("ecr", region_name=parts.region)
-    found = ecr.batch_get_image(registryId=parts.registry_id, repositoryName=parts.repository, imageIds=[{"imageTag": parts.tag}])
+    found = ecr.batch_get_image(
+        registryId=parts.registry_id, repositoryName=parts.repository, imageIds=[{"imageTag": parts.tag}]
+    )
     images = found.get("images", [])
     if not images:
         reasons = "; ".join(f"{f.get('failureCode')}: {f.get('failureReason')}" for f in found.get("failures", []))
@@ -63,12 +72,22 @@ def image_digest(session: Any, image: str) -> str | None:
     return str(images[0]["imageId"]["imageDigest"])
 
 
-def look_up(session: Any, *, region: str, gpu_node_type: str, system_node_type: str, kubernetes_version: str, image: str | None = None) -> dict[str, Any]:
+def look_up(
+    session: Any,
+    *,
+    region: str,
+    gpu_node_type: str,
+    system_node_type: str,
+    kubernetes_version: str,
+    image: str | None = None,
+) -> dict[str, Any]:
     """Every answer the synth may need for these settings, as cdk.context.json entries."""
     entries: dict[str, Any] = {
         zones_context_key(region): availability_zones(session, region),
         offerings_context_key(region, gpu_node_type): zones_offering(session, region, gpu_node_type),
-        addon_versions_context_key(region, kubernetes_version): default_addon_versions(session, region, kubernetes_version),
+        addon_versions_context_key(region, kubernetes_version): default_addon_versions(
+            session, region, kubernetes_version
+        ),
     }
     if image is not None and (digest := image_digest(session, image)) is not None:
         entries[image_digest_context_key(image)] = digest

@@ -58,31 +58,60 @@ def _check_served(s3: Any, source: S3Prefix, *, region: str, gpu_nodes: int, kms
         location = {"EU": "eu-west-1"}.get(location, location)  # S3's legacy name of eu-west-1
     except ClientError as error:
         if _code(error) == "NoSuchBucket":
-            return fail(NAME, f"bucket {source.bucket} does not exist", "create it in REGION (or fix MODEL_SOURCE), then `make mirror-model`")
-        return warn(NAME, "not checked", f"the deployer cannot read bucket {source.bucket} ({_code(error)}); the workers' own role is what reads it")
+            return fail(
+                NAME,
+                f"bucket {source.bucket} does not exist",
+                "create it in REGION (or fix MODEL_SOURCE), then `make mirror-model`",
+            )
+        return warn(
+            NAME,
+            "not checked",
+            f"the deployer cannot read bucket {source.bucket} ({_code(error)}); the workers' own role is what reads it",
+        )
     notes = []
     if location != region and kms_key:
         # The workers may decrypt only through S3 of this Region (kms:ViaService): Ray would log the refusals and
         # start vLLM without weights.
-        return fail(NAME, f"bucket {source.bucket} is in {location}, not {region}, and MODEL_SOURCE_KMS_KEY_ARN is set", "copy the model to a bucket in REGION")
+        return fail(
+            NAME,
+            f"bucket {source.bucket} is in {location}, not {region}, and MODEL_SOURCE_KMS_KEY_ARN is set",
+            "copy the model to a bucket in REGION",
+        )
     if location != region:
-        notes.append(f"the bucket is in {location}, not {region}: the VPC's S3 endpoint does not carry it, so every node's download crosses the NAT gateway")
+        notes.append(
+            f"the bucket is in {location}, not {region}: the VPC's S3 endpoint does not carry it, so every node's"
+            " download crosses the NAT gateway"
+        )
     try:
-        commit = s3.get_object(Bucket=source.bucket, Key=f"{source.key_prefix}{COMPLETION_OBJECT}")["Body"].read().decode().strip()
+        commit = (
+            s3.get_object(Bucket=source.bucket, Key=f"{source.key_prefix}{COMPLETION_OBJECT}")["Body"]
+            .read()
+            .decode()
+            .strip()
+        )
     except ClientError as error:
         if _code(error) not in ("NoSuchKey", "404"):
-            return warn(NAME, "not checked", f"the deployer cannot read {source.uri} ({_code(error)}); the workers' own role is what reads it")
+            return warn(
+                NAME,
+                "not checked",
+                f"the deployer cannot read {source.uri} ({_code(error)}); the workers' own role is what reads it",
+            )
         listed = s3.list_objects_v2(Bucket=source.bucket, Prefix=source.key_prefix, MaxKeys=1000).get("Contents", [])
         if any(o["Key"] == f"{source.key_prefix}config.json" for o in listed):
             return warn(
                 NAME,
                 f"{source.uri} holds a model",
-                f"no `{COMPLETION_OBJECT}` under it: not made, or not finished, by `make mirror-model` (run it to copy and verify)",
+                f"no `{COMPLETION_OBJECT}` under it: not made, or not finished, by `make mirror-model` (run it to copy"
+                " and verify)",
             )
         what = f"{source.uri} is empty (no config.json, no `{COMPLETION_OBJECT}`)"
         fix = "deploy parked first (`make park`), then `make mirror-model HF_MODEL=ORG/NAME`, then `make deploy`"
         if gpu_nodes == 0:
-            return warn(NAME, f"{what}; parked, no engine loads it yet", "fill it before unparking: `make mirror-model HF_MODEL=ORG/NAME`")
+            return warn(
+                NAME,
+                f"{what}; parked, no engine loads it yet",
+                "fill it before unparking: `make mirror-model HF_MODEL=ORG/NAME`",
+            )
         return fail(NAME, f"{what}: the engines would find no weights", fix)
     summary = f"{source.uri}: a finished mirror (commit {commit[:12]})"
     return warn(NAME, summary, notes[0]) if notes else ok(NAME, summary)
@@ -94,7 +123,9 @@ def s3_model_facts(s3: Any, source: S3Prefix) -> ModelFacts:
 
     def read(name: str) -> dict[str, Any] | None:
         try:
-            data: dict[str, Any] = json.loads(s3.get_object(Bucket=source.bucket, Key=f"{source.key_prefix}{name}")["Body"].read())
+            data: dict[str, Any] = json.loads(
+                s3.get_object(Bucket=source.bucket, Key=f"{source.key_prefix}{name}")["Body"].read()
+            )
             return data
         except ClientError as error:
             if _code(error) in ("NoSuchKey", "404"):
@@ -107,14 +138,22 @@ def s3_model_facts(s3: Any, source: S3Prefix) -> ModelFacts:
     index = read("model.safetensors.index.json")
     if index is None:
         try:
-            size = int(s3.head_object(Bucket=source.bucket, Key=f"{source.key_prefix}model.safetensors")["ContentLength"])
+            size = int(
+                s3.head_object(Bucket=source.bucket, Key=f"{source.key_prefix}model.safetensors")["ContentLength"]
+            )
         except ClientError:
-            raise HubError(f"{source.uri}: neither model.safetensors.index.json nor model.safetensors", status=404) from None
+            raise HubError(
+                f"{source.uri}: neither model.safetensors.index.json nor model.safetensors", status=404
+            ) from None
         index = {"metadata": {"total_size": size}}
     facts = facts_from_files(source.uri, config, index)
     where = f"config.json and model.safetensors.index.json under {source.uri} (make lookup)"
     try:
-        repo = s3.head_object(Bucket=source.bucket, Key=f"{source.key_prefix}{COMPLETION_OBJECT}").get("Metadata", {}).get(MIRRORED_FROM, "")
+        repo = (
+            s3.head_object(Bucket=source.bucket, Key=f"{source.key_prefix}{COMPLETION_OBJECT}")
+            .get("Metadata", {})
+            .get(MIRRORED_FROM, "")
+        )
     except ClientError:
         repo = ""
     if repo in BUILT_IN_MODELS:

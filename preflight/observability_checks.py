@@ -15,8 +15,27 @@ SCRAPER_DEFAULT_QUOTA = 10
 # collectors (What's New, 2026-07-31). Read in 2026-11: a Region outside it is warned about, not refused.
 METRICS_COLLECTOR_REGIONS = frozenset(
     {
-        *("us-east-1", "us-east-2", "us-west-1", "us-west-2", "ca-central-1", "ca-west-1", "mx-central-1", "sa-east-1", "af-south-1"),
-        *("eu-west-1", "eu-west-2", "eu-west-3", "eu-central-1", "eu-central-2", "eu-north-1", "eu-south-1", "eu-south-2"),
+        *(
+            "us-east-1",
+            "us-east-2",
+            "us-west-1",
+            "us-west-2",
+            "ca-central-1",
+            "ca-west-1",
+            "mx-central-1",
+            "sa-east-1",
+            "af-south-1",
+        ),
+        *(
+            "eu-west-1",
+            "eu-west-2",
+            "eu-west-3",
+            "eu-central-1",
+            "eu-central-2",
+            "eu-north-1",
+            "eu-south-1",
+            "eu-south-2",
+        ),
         *("ap-northeast-1", "ap-northeast-2", "ap-northeast-3", "ap-south-1", "ap-south-2", "ap-east-1", "ap-east-2"),
         *("ap-southeast-1", "ap-southeast-2", "ap-southeast-3", "ap-southeast-4", "ap-southeast-5", "ap-southeast-7"),
     }
@@ -37,7 +56,11 @@ def check_metrics_destination(ctx: Context) -> CheckResult:
         if code in ACCESS_DENIED_CODES:
             raise
         if code in TRANSIENT_CODES or err.response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0) >= 500:
-            return warn(name, f"CloudWatch answered {code} for the default dataset in {inp.region}", "not checked: run the preflight again")
+            return warn(
+                name,
+                f"CloudWatch answered {code} for the default dataset in {inp.region}",
+                "not checked: run the preflight again",
+            )
         return fail(
             name,
             f"CloudWatch's OpenTelemetry metrics (PromQL) answer {code or 'an error'} in {inp.region}",
@@ -56,14 +79,15 @@ def check_metrics_destination(ctx: Context) -> CheckResult:
         return warn(
             name,
             detail,
-            f"the default quota is {SCRAPER_DEFAULT_QUOTA} collectors per Region: unless it was raised, the observability stack will fail",
+            f"the default quota is {SCRAPER_DEFAULT_QUOTA} collectors per Region: unless it was raised, the"
+            " observability stack will fail",
         )
     if inp.region not in METRICS_COLLECTOR_REGIONS:
         return warn(
             name,
             detail,
-            f"{inp.region} is not among the Regions AWS documented (2026-11) for managed Prometheus collectors writing to CloudWatch: "
-            "if the observability stack fails on its collector, set OBSERVABILITY=off",
+            f"{inp.region} is not among the Regions AWS documented (2026-11) for managed Prometheus collectors writing"
+            " to CloudWatch: if the observability stack fails on its collector, set OBSERVABILITY=off",
         )
     return ok(name, detail)
 
@@ -78,6 +102,7 @@ def check_stacks_left_out(ctx: Context) -> CheckResult:
         return ok(name, "none deployed" if ctx.inp.stacks_left_out else "this configuration contains every stack")
     return fail(
         name,
-        f"{', '.join(found)} deployed but not in this configuration (OBSERVABILITY=off): its collector would run on, scraping nothing",
+        f"{', '.join(found)} deployed but not in this configuration (OBSERVABILITY=off): its collector would run on,"
+        " scraping nothing",
         f"OBSERVABILITY=on make destroy STACKS={found[0]} first (or keep OBSERVABILITY=on)",
     )

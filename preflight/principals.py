@@ -31,10 +31,13 @@ def check_admin_principals(iam: Any, *, arns: Sequence[str], account: str, execu
     unchecked: list[str] = []
     for arn in arns:
         principal_account, kind, name = _kind_and_name(arn)
-        if arn == execution_role_arn or (kind == "role" and execution_role_arn.endswith(f":role/{name}") and principal_account == account):
+        if arn == execution_role_arn or (
+            kind == "role" and execution_role_arn.endswith(f":role/{name}") and principal_account == account
+        ):
             return fail(
                 NAME,
-                f"{arn} is the CDK bootstrap's CloudFormation execution role, which creates the cluster and already gets its access entry",
+                f"{arn} is the CDK bootstrap's CloudFormation execution role, which creates the cluster and already"
+                " gets its access entry",
                 "remove it from ADMIN_PRINCIPAL_ARNS (a second access entry for it fails the cluster stack)",
             )
         if principal_account != account:
@@ -47,11 +50,16 @@ def check_admin_principals(iam: Any, *, arns: Sequence[str], account: str, execu
                 raise
             return fail(
                 NAME,
-                f"{arn}: no such IAM {kind} in account {account} (a typo, or deleted): EKS refuses its access entry ~12 minutes into the cluster stack",
+                f"{arn}: no such IAM {kind} in account {account} (a typo, or deleted): EKS refuses its access entry ~12"
+                " minutes into the cluster stack",
                 f"correct or remove it in ADMIN_PRINCIPAL_ARNS (`aws iam get-{kind} --{kind}-name {name}`)",
             )
         if str(found["Arn"]) != arn:
-            return fail(NAME, f"{arn}: IAM has this {kind} as {found['Arn']}", "use the ARN exactly as IAM reports it, path included")
+            return fail(
+                NAME,
+                f"{arn}: IAM has this {kind} as {found['Arn']}",
+                "use the ARN exactly as IAM reports it, path included",
+            )
     detail = f"{len(arns) - len(unchecked)} principal(s) exist in account {account}"
     if unchecked:
         return warn(NAME, detail, f"not checked, in another account: {', '.join(unchecked)} (they must exist there)")

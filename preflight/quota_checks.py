@@ -70,15 +70,17 @@ def _check_quota(
         peak, how = max(held, target), "no node replaced"
     need = others + peak
     detail = (
-        f"need {need} vCPU: {node_count} x {node_vcpus} after the deploy, at most {peak} during it ({how}); "
-        f"this cluster holds {held}, other workloads {others}; quota {_number(value)}{' (AWS default)' if is_default else ''}"
+        f"need {need} vCPU: {node_count} x {node_vcpus} after the deploy, at most {peak} during it ({how}); this"
+        f" cluster holds {held}, other workloads {others}; quota"
+        f" {_number(value)}{' (AWS default)' if is_default else ''}"
     )
     if value >= need:
         return ok(name, detail)
     return fail(
         name,
         detail,
-        f"request an increase of {quota_name} ({code}) in {ctx.inp.region} to at least {need} in the Service Quotas console",
+        f"request an increase of {quota_name} ({code}) in {ctx.inp.region} to at least {need} in the Service Quotas"
+        " console",
     )
 
 

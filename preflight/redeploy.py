@@ -14,7 +14,17 @@ from typing import Any
 
 from botocore.exceptions import ClientError
 
-from preflight.template_plan import ADD, MODIFY, REMOVE, REPLACE, ResourceChange, clashes_across_stacks, helm_namespace_moves, identity_of, plan
+from preflight.template_plan import (
+    ADD,
+    MODIFY,
+    REMOVE,
+    REPLACE,
+    ResourceChange,
+    clashes_across_stacks,
+    helm_namespace_moves,
+    identity_of,
+    plan,
+)
 
 __all__ = ["MODIFY", "REPLACE", "Redeploy", "ResourceChange"]
 from preflight.cluster_access import ClusterUnreachable, Kubectl, cluster_kubectl
@@ -60,7 +70,11 @@ class Redeploy:
 
 def stack_plans(redeploy: Redeploy, deployed: Deployed) -> dict[str, list[ResourceChange]]:
     """For each deployed stack, what deploying the synthesized template would do to its resources."""
-    return {name: plan(deployed.stacks[name].template, template) for name, template in redeploy.templates.items() if name in deployed.stacks}
+    return {
+        name: plan(deployed.stacks[name].template, template)
+        for name, template in redeploy.templates.items()
+        if name in deployed.stacks
+    }
 
 
 def nodegroup_change(redeploy: Redeploy, deployed: Deployed, nodegroup_name: str) -> ResourceChange | None:
@@ -82,22 +96,38 @@ def check_stack_states(redeploy: Redeploy, deployed: Deployed) -> CheckResult:
     name = "stack-states"
     if not deployed.stacks and deployed.cluster_version is None:
         return ok(name, "no stack deployed yet: a first deploy")
-    states = ", ".join(f"{s.name.removeprefix(redeploy.stack_prefix + '-')}={s.status}" for s in deployed.stacks.values())
+    states = ", ".join(
+        f"{s.name.removeprefix(redeploy.stack_prefix + '-')}={s.status}" for s in deployed.stacks.values()
+    )
     if deployed.cluster_version is not None and f"{redeploy.stack_prefix}-cluster" not in deployed.stacks:
         return fail(
             name,
-            f"an EKS cluster named {redeploy.cluster_name} exists, but not the stack {redeploy.stack_prefix}-cluster that would own it",
+            f"an EKS cluster named {redeploy.cluster_name} exists, but not the stack {redeploy.stack_prefix}-cluster"
+            " that would own it",
             "it was made by another tool (eksctl?): delete it, or choose another CLUSTER_NAME",
         )
     for stack in deployed.stacks.values():
         if stack.status.endswith(_BUSY):
-            return fail(name, states, f"wait until {stack.name} leaves {stack.status} (another deploy or destroy is running), then run the preflight again")
+            return fail(
+                name,
+                states,
+                f"wait until {stack.name} leaves {stack.status} (another deploy or destroy is running), then run the"
+                " preflight again",
+            )
         if stack.status == "UPDATE_ROLLBACK_FAILED":
             return fail(
-                name, states, f"finish the rollback of {stack.name} first: `npx cdk rollback {stack.name}` (or continue-update-rollback in the console)"
+                name,
+                states,
+                f"finish the rollback of {stack.name} first: `npx cdk rollback {stack.name}` (or"
+                " continue-update-rollback in the console)",
             )
         if stack.status in ("ROLLBACK_COMPLETE", "ROLLBACK_FAILED", "CREATE_FAILED", "DELETE_FAILED"):
-            return fail(name, states, f"{stack.name} cannot be updated from {stack.status}: delete it (`make destroy STACKS={stack.name}`) and deploy again")
+            return fail(
+                name,
+                states,
+                f"{stack.name} cannot be updated from {stack.status}: delete it (`make destroy STACKS={stack.name}`)"
+                " and deploy again",
+            )
     return ok(name, states)
 
 
@@ -115,19 +145,25 @@ def check_kubernetes_version(redeploy: Redeploy, deployed: Deployed) -> CheckRes
     if current == target:
         lagging = [f"{n.name}={n.version}" for n in deployed.nodegroups.values() if n.version and n.version != target]
         if lagging:
-            return ok(name, f"control plane at {target}; nodegroups brought to it by this deploy: {', '.join(sorted(lagging))}")
+            return ok(
+                name,
+                f"control plane at {target}; nodegroups brought to it by this deploy: {', '.join(sorted(lagging))}",
+            )
         return ok(name, f"control plane and nodegroups at {target}")
     (cur_major, cur_minor), (new_major, new_minor) = _minor(current), _minor(target)
     if (new_major, new_minor) < (cur_major, cur_minor):
         return fail(
-            name, f"the cluster runs {current}; K8S_VERSION={target}", f"EKS cannot downgrade: set K8S_VERSION={current} (or destroy and redeploy at {target})"
+            name,
+            f"the cluster runs {current}; K8S_VERSION={target}",
+            f"EKS cannot downgrade: set K8S_VERSION={current} (or destroy and redeploy at {target})",
         )
     if new_major != cur_major or new_minor - cur_minor > 1:
         step = f"{cur_major}.{cur_minor + 1}"
         return fail(
             name,
             f"the cluster runs {current}; K8S_VERSION={target} skips a minor version",
-            f"EKS upgrades one minor version at a time: deploy K8S_VERSION={step} first (`make lookup` then `make deploy`), then each next version",
+            f"EKS upgrades one minor version at a time: deploy K8S_VERSION={step} first (`make lookup` then `make"
+            " deploy`), then each next version",
         )
     unversioned = sorted(
         str(resource["Properties"].get("AddonName"))
@@ -138,8 +174,10 @@ def check_kubernetes_version(redeploy: Redeploy, deployed: Deployed) -> CheckRes
     if unversioned:
         return fail(
             name,
-            f"upgrade {current} -> {target}, but the add-ons {', '.join(unversioned)} have no version for {target} and would stay where they are",
-            f"run `make lookup` (caches EKS's default add-on versions for K8S_VERSION={target}), commit cdk.context.json, then deploy",
+            f"upgrade {current} -> {target}, but the add-ons {', '.join(unversioned)} have no version for {target} and"
+            " would stay where they are",
+            f"run `make lookup` (caches EKS's default add-on versions for K8S_VERSION={target}), commit"
+            " cdk.context.json, then deploy",
         )
     return ok(name, f"upgrade {current} -> {target}: the control plane first, then the add-ons and each nodegroup roll")
 
@@ -153,34 +191,48 @@ def _procedure(change: ResourceChange, redeploy: Redeploy, deployed: Deployed) -
         name_before, name_after = before.get("NodegroupName"), after.get("NodegroupName")
         if name_before == name_after:
             return (
-                f"nodegroup {name_after} would be replaced ({', '.join(sorted(props))}) under the same name, which EKS refuses "
-                f"('already exists'): change GPU_NODEGROUP_NAME/SYSTEM_NODEGROUP_NAME in the same deploy (the new group is created "
-                f"beside the old one), or destroy the stack that holds it first"
+                f"nodegroup {name_after} would be replaced ({', '.join(sorted(props))}) under the same name, which EKS"
+                " refuses ('already exists'): change GPU_NODEGROUP_NAME/SYSTEM_NODEGROUP_NAME in the same deploy (the"
+                " new group is created beside the old one), or destroy the stack that holds it first"
             )
-        parked = redeploy.gpu_node_count == 0 and all(n.desired_size == 0 for n in deployed.nodegroups.values() if n.name == name_before)
+        parked = redeploy.gpu_node_count == 0 and all(
+            n.desired_size == 0 for n in deployed.nodegroups.values() if n.name == name_before
+        )
         if name_after == redeploy.gpu_nodegroup_name and not parked:
             return (
-                f"GPU nodegroup {name_before} -> {name_after}: the new group would need GPUs of its own (quota and placement-group "
-                f"room) while the old one holds the RayService's: park first (`GPU_NODE_COUNT=0 make deploy`), deploy the change "
-                f"with GPU_NODE_COUNT=0, then unpark"
+                f"GPU nodegroup {name_before} -> {name_after}: the new group would need GPUs of its own (quota and"
+                " placement-group room) while the old one holds the RayService's: park first (`GPU_NODE_COUNT=0 make"
+                " deploy`), deploy the change with GPU_NODE_COUNT=0, then unpark"
             )
         return None  # a renamed system nodegroup, or a parked GPU one: the new group starts beside the old one
     if change.action == REPLACE and change.resource_type in ("AWS::EC2::VPC", "AWS::EC2::Subnet"):
         return (
-            f"{change.resource_type} {change.logical_id} would be replaced ({', '.join(sorted(props))}: VPC_CIDR or the AZs, which follow "
-            f"GPU_AZ and the cached look-up) while the cluster uses it: keep the deployed value, or `make destroy` and deploy again"
+            f"{change.resource_type} {change.logical_id} would be replaced ({', '.join(sorted(props))}: VPC_CIDR or the"
+            " AZs, which follow GPU_AZ and the cached look-up) while the cluster uses it: keep the deployed value, or"
+            " `make destroy` and deploy again"
         )
     if change.action == REPLACE and change.resource_type == "AWS::EKS::Cluster":
-        return f"the EKS cluster would be replaced ({', '.join(sorted(props))}): keep the deployed value, or `make destroy` and deploy again"
+        return (
+            f"the EKS cluster would be replaced ({', '.join(sorted(props))}): keep the deployed value, or `make"
+            " destroy` and deploy again"
+        )
     if change.protected:
-        return f"{change.describe()}: keep the deployed value, or destroy the stack that holds it (`make destroy STACKS=...`) and deploy again"
+        return (
+            f"{change.describe()}: keep the deployed value, or destroy the stack that holds it (`make destroy"
+            " STACKS=...`) and deploy again"
+        )
     return None
 
 
 def _desired_size_reset(change: ResourceChange, redeploy: Redeploy, deployed: Deployed) -> str | None:
     """A ScalingConfig change makes CloudFormation send the template's DesiredSize: with PREFILL/DECODE_MAX_REPLICAS
     the Cluster Autoscaler may hold the GPU nodegroup above it, and the update would drain busy GPU nodes."""
-    if change.resource_type != NODEGROUP or change.action != MODIFY or "ScalingConfig" not in change.properties or redeploy.gpu_node_count == 0:
+    if (
+        change.resource_type != NODEGROUP
+        or change.action != MODIFY
+        or "ScalingConfig" not in change.properties
+        or redeploy.gpu_node_count == 0
+    ):
         return None
     name = str(change.after.get("Properties", {}).get("NodegroupName"))
     running = next((n for n in deployed.nodegroups.values() if n.name == name), None)
@@ -190,9 +242,10 @@ def _desired_size_reset(change: ResourceChange, redeploy: Redeploy, deployed: De
     if running is None or running.desired_size <= max(desired, deployed_minimum):
         return None
     return (
-        f"nodegroup {name} runs {running.desired_size} nodes (the Cluster Autoscaler grew it) and this deploy changes its scaling, "
-        f"so CloudFormation would set it back to {desired} and drain busy GPU nodes: deploy once it is back at "
-        f"{max(desired, deployed_minimum)} (idle nodes go ~12 min after the load: `make status`), or park first"
+        f"nodegroup {name} runs {running.desired_size} nodes (the Cluster Autoscaler grew it) and this deploy changes"
+        f" its scaling, so CloudFormation would set it back to {desired} and drain busy GPU nodes: deploy once it is"
+        f" back at {max(desired, deployed_minimum)} (idle nodes go ~12 min after the load: `make status`), or park"
+        " first"
     )
 
 
@@ -202,36 +255,59 @@ def check_stack_changes(redeploy: Redeploy, deployed: Deployed) -> CheckResult:
     if not plans:
         return ok(name, "nothing deployed to change")
     refused: list[str] = []
-    ordered = [(s, plan(deployed.stacks[s].template if s in deployed.stacks else None, t)) for s, t in redeploy.templates.items()]
+    ordered = [
+        (s, plan(deployed.stacks[s].template if s in deployed.stacks else None, t))
+        for s, t in redeploy.templates.items()
+    ]
     names = [s for s, _ in ordered]
     for stack, changes in plans.items():
         # A resource that moves to a later stack (the same identity added there) is deleted by this stack's
         # update before the later stack creates it again: a move, not a loss.
-        added_later = {i for _, later in ordered[names.index(stack) + 1 :] for c in later if c.action in (ADD, REPLACE) and (i := identity_of(c.after))}
+        added_later = {
+            i
+            for _, later in ordered[names.index(stack) + 1 :]
+            for c in later
+            if c.action in (ADD, REPLACE) and (i := identity_of(c.after))
+        }
         for change in changes:
             if change.action == REMOVE and identity_of(change.before) in added_later:
                 continue
             procedure = _procedure(change, redeploy, deployed)
             if procedure:
                 refused.append(f"{stack}: {procedure}")
-            if change.resource_type == NODEGROUP and change.action == MODIFY and "Version" in change.properties and len(change.properties) > 1:
+            if (
+                change.resource_type == NODEGROUP
+                and change.action == MODIFY
+                and "Version" in change.properties
+                and len(change.properties) > 1
+            ):
                 others = ", ".join(p for p in change.properties if p != "Version")
                 refused.append(
-                    f"{stack}: nodegroup {change.after.get('Properties', {}).get('NodegroupName')} would change its Kubernetes version "
-                    f"together with {others}, which EKS refuses in one update: deploy the K8S_VERSION change alone first, then the rest"
+                    f"{stack}: nodegroup {change.after.get('Properties', {}).get('NodegroupName')} would change its"
+                    f" Kubernetes version together with {others}, which EKS refuses in one update: deploy the"
+                    " K8S_VERSION change alone first, then the rest"
                 )
             reset = _desired_size_reset(change, redeploy, deployed)
             if reset:
                 refused.append(f"{stack}: {reset}")
         for move in helm_namespace_moves(changes):
-            refused.append(f"{stack}: {move}: destroy the stack first (`make destroy STACKS={stack}`), then deploy with the new namespace")
+            refused.append(
+                f"{stack}: {move}: destroy the stack first (`make destroy STACKS={stack}`), then deploy with the new"
+                " namespace"
+            )
     for clash in clashes_across_stacks(ordered):
-        refused.append(f"{clash}: remove the old one first — destroy the stack that holds it (`make destroy STACKS=...`) or deploy without it — then deploy")
+        refused.append(
+            f"{clash}: remove the old one first — destroy the stack that holds it (`make destroy STACKS=...`) or deploy"
+            " without it — then deploy"
+        )
     summary = "; ".join(f"{s.removeprefix(redeploy.stack_prefix + '-')}: {len(c)} change(s)" for s, c in plans.items())
     if refused:
         return fail(name, f"{len(refused)} change(s) cannot be deployed as they are ({summary})", " | ".join(refused))
     rolling = [
-        str(c.after.get("Properties", {}).get("NodegroupName")) for changes in plans.values() for c in changes if c.resource_type == NODEGROUP and rolls(c)
+        str(c.after.get("Properties", {}).get("NodegroupName"))
+        for changes in plans.values()
+        for c in changes
+        if c.resource_type == NODEGROUP and rolls(c)
     ]
     suffix = f"; rolling update of {', '.join(rolling)}" if rolling else ""
     return ok(name, f"every change applies in place ({summary}){suffix}")
@@ -256,7 +332,11 @@ def removed_exports(redeploy: Redeploy, deployed: Deployed) -> dict[str, str]:
 def importing_stacks(cloudformation: Any, export: str) -> list[str]:
     """The stacks that import an export now (ListImports); CloudFormation answers an error when none does."""
     try:
-        return [str(name) for page in cloudformation.get_paginator("list_imports").paginate(ExportName=export) for name in page.get("Imports", [])]
+        return [
+            str(name)
+            for page in cloudformation.get_paginator("list_imports").paginate(ExportName=export)
+            for name in page.get("Imports", [])
+        ]
     except ClientError as error:
         if "is not imported by any stack" in str(error):
             return []
@@ -271,17 +351,31 @@ def check_removed_exports(redeploy: Redeploy, deployed: Deployed, cloudformation
     removed = removed_exports(redeploy, deployed)
     if not removed:
         return ok(name, "this deploy removes no export")
-    blocked = {export: (stack, importers) for export, stack in removed.items() if (importers := importing_stacks(cloudformation, export))}
+    blocked = {
+        export: (stack, importers)
+        for export, stack in removed.items()
+        if (importers := importing_stacks(cloudformation, export))
+    }
     if not blocked:
         return ok(name, f"{len(removed)} export(s) removed, none imported by a deployed stack")
     importers = sorted({i for _, found in blocked.values() for i in found})
-    detail = "; ".join(f"{stack} would delete export {export}, which {', '.join(found)} import(s)" for export, (stack, found) in blocked.items())
-    return fail(name, detail, f're-create the importing stack(s) without the import: `make destroy STACKS="{" ".join(importers)}"`, then `make deploy`')
+    detail = "; ".join(
+        f"{stack} would delete export {export}, which {', '.join(found)} import(s)"
+        for export, (stack, found) in blocked.items()
+    )
+    return fail(
+        name,
+        detail,
+        f're-create the importing stack(s) without the import: `make destroy STACKS="{" ".join(importers)}"`, then'
+        " `make deploy`",
+    )
 
 
 def deployed_kuberay_version(deployed: Deployed) -> str | None:
     for stack in deployed.stacks.values():
-        for resource in find_resources(stack.template, "Custom::AWSCDK-EKS-HelmChart", Chart=versions.KUBERAY_OPERATOR.chart).values():
+        for resource in find_resources(
+            stack.template, "Custom::AWSCDK-EKS-HelmChart", Chart=versions.KUBERAY_OPERATOR.chart
+        ).values():
             return str(resource["Properties"].get("Version"))
     return None
 
@@ -304,14 +398,29 @@ def check_kuberay_crds(redeploy: Redeploy, deployed: Deployed, kubectl: Kubectl 
         return ok(name, f"KubeRay {target}: {'installed with its CRDs by Helm' if current is None else 'unchanged'}")
     label = KUBERAY_CRD_LABEL.replace(".", "\\.")
     run = kubectl or (lambda args: run_kubectl(redeploy, args))
-    result = run(["get", "crd", "rayservices.ray.io", "rayclusters.ray.io", "-o", f"jsonpath={{.items[*].metadata.labels.{label}}}"])
+    result = run(
+        [
+            "get",
+            "crd",
+            "rayservices.ray.io",
+            "rayclusters.ray.io",
+            "-o",
+            f"jsonpath={{.items[*].metadata.labels.{label}}}",
+        ]
+    )
     found = result.stdout.split() if result.returncode == 0 else []
     fix = f"apply the KubeRay {target} CRDs first: `make kuberay-crds`, then `make deploy`"
     if result.returncode != 0:
-        return fail(name, f"KubeRay {current} -> {target}; cannot read the cluster's CRDs: {result.stderr.strip()[:200]}", fix)
+        return fail(
+            name, f"KubeRay {current} -> {target}; cannot read the cluster's CRDs: {result.stderr.strip()[:200]}", fix
+        )
     if found == [target, target]:
         return ok(name, f"KubeRay {current} -> {target}; the {target} CRDs are applied")
-    return fail(name, f"KubeRay {current} -> {target}; the cluster's CRDs are not those of {target} (Helm never upgrades them)", fix)
+    return fail(
+        name,
+        f"KubeRay {current} -> {target}; the cluster's CRDs are not those of {target} (Helm never upgrades them)",
+        fix,
+    )
 
 
 def check_control_plane_log_group(redeploy: Redeploy, deployed: Deployed, logs: Any) -> CheckResult:
@@ -320,7 +429,9 @@ def check_control_plane_log_group(redeploy: Redeploy, deployed: Deployed, logs: 
     group): the create of our log group of the same name then fails."""
     name = "control-plane-log-group"
     group = f"/aws/eks/{redeploy.cluster_name}/cluster"
-    owned = any(find_resources(stack.template, "AWS::Logs::LogGroup", LogGroupName=group) for stack in deployed.stacks.values())
+    owned = any(
+        find_resources(stack.template, "AWS::Logs::LogGroup", LogGroupName=group) for stack in deployed.stacks.values()
+    )
     if owned:
         return ok(name, f"{group} belongs to a deployed stack")
     found = [g for g in logs.describe_log_groups(logGroupNamePrefix=group)["logGroups"] if g["logGroupName"] == group]
@@ -328,6 +439,8 @@ def check_control_plane_log_group(redeploy: Redeploy, deployed: Deployed, logs: 
         return ok(name, f"{group} does not exist yet")
     return fail(
         name,
-        f"{group} already exists outside the stacks (EKS created it for an earlier cluster of this name, or before the stack owned it)",
-        f"remove it (`aws logs delete-log-group --region {redeploy.region} --log-group-name {group}`; export its logs first if you need them), then deploy",
+        f"{group} already exists outside the stacks (EKS created it for an earlier cluster of this name, or before the"
+        " stack owned it)",
+        f"remove it (`aws logs delete-log-group --region {redeploy.region} --log-group-name {group}`; export its logs"
+        " first if you need them), then deploy",
     )

@@ -82,7 +82,13 @@ def _hub_token(ctx: Context) -> Callable[[], str] | None:
 
 
 # What reading the deployed stacks costs (preflight.deployed.read_deployed, once per run).
-_DEPLOYED = ("cloudformation:DescribeStacks", "cloudformation:GetTemplate", "eks:DescribeCluster", "eks:ListNodegroups", "eks:DescribeNodegroup")
+_DEPLOYED = (
+    "cloudformation:DescribeStacks",
+    "cloudformation:GetTemplate",
+    "eks:DescribeCluster",
+    "eks:ListNodegroups",
+    "eks:DescribeNodegroup",
+)
 
 CHECKS: tuple[Check, ...] = (
     Check("credentials", account.check_credentials, "no or expired credentials", ("sts:GetCallerIdentity",)),
@@ -97,40 +103,44 @@ CHECKS: tuple[Check, ...] = (
     Check(
         "vpc-azs",
         capacity.check_availability_zones,
-        "an AZ of the VPC is not one of this account's available AZs in REGION (without a cached look-up the VPC takes REGION + a, b, c, "
-        "which us-west-1 and some ap-northeast-1 accounts do not have): the network stack would fail in minute 1; fix: `make lookup`",
+        "an AZ of the VPC is not one of this account's available AZs in REGION (without a cached look-up the VPC takes"
+        " REGION + a, b, c, which us-west-1 and some ap-northeast-1 accounts do not have): the network stack would fail"
+        " in minute 1; fix: `make lookup`",
         ("ec2:DescribeAvailabilityZones",),
     ),
     Check(
         "gpu-capacity-reservation",
         capacity.check_reservation,
-        "with `GPU_CAPACITY_RESERVATION_ID`: the reservation is not found, not `active`, of another instance type, in another AZ than GPU_AZ, "
-        "of the other kind (`GPU_CAPACITY_RESERVATION_TYPE`), in another placement group than `GPU_PLACEMENT_GROUP`, or has fewer free "
-        "instances than the nodes this deploy adds to it (this cluster's nodes already in it count as held); with `GPU_NODE_COUNT=0` (parked) "
-        "only warned about; warns when a Capacity Block ends, and when autoscaling (`PREFILL/DECODE_MAX_REPLICAS`) adds nodes into a "
-        "cluster placement group without a reservation",
+        "with `GPU_CAPACITY_RESERVATION_ID`: the reservation is not found, not `active`, of another instance type, in"
+        " another AZ than GPU_AZ, of the other kind (`GPU_CAPACITY_RESERVATION_TYPE`), in another placement group than"
+        " `GPU_PLACEMENT_GROUP`, or has fewer free instances than the nodes this deploy adds to it (this cluster's"
+        " nodes already in it count as held); with `GPU_NODE_COUNT=0` (parked) only warned about; warns when a Capacity"
+        " Block ends, and when autoscaling (`PREFILL/DECODE_MAX_REPLICAS`) adds nodes into a cluster placement group"
+        " without a reservation",
         ("ec2:DescribeCapacityReservations", "ec2:DescribeInstances"),
     ),
     Check(
         "stack-states",
         _redeploy_check(day2.check_stack_states, "stack-states"),
-        "a stack is busy (`*_IN_PROGRESS`), stuck in `UPDATE_ROLLBACK_FAILED` (fix: `npx cdk rollback`) or in a state it cannot be updated "
-        "from; an EKS cluster of the name exists that no stack of ours owns (made by eksctl?)",
+        "a stack is busy (`*_IN_PROGRESS`), stuck in `UPDATE_ROLLBACK_FAILED` (fix: `npx cdk rollback`) or in a state"
+        " it cannot be updated from; an EKS cluster of the name exists that no stack of ours owns (made by eksctl?)",
         _DEPLOYED,
     ),
     Check(
         "kubernetes-version",
         _redeploy_check(day2.check_kubernetes_version, "kubernetes-version"),
-        "K8S_VERSION skips a minor version or goes down (DescribeCluster); an upgrade whose add-on versions were not looked up",
+        "K8S_VERSION skips a minor version or goes down (DescribeCluster); an upgrade whose add-on versions were not"
+        " looked up",
         _DEPLOYED,
     ),
     Check(
         "stack-changes",
         _redeploy_check(day2.check_stack_changes, "stack-changes"),
-        "the deployed templates (GetTemplate) against the synthesized ones: a protected resource replaced, a nodegroup replaced under its "
-        "fixed name, a GPU nodegroup replaced while it runs, a Kubernetes version change mixed with other nodegroup changes, Kubernetes "
-        "objects that would be applied and then deleted with an old resource, a resource created while the old one of the same identity "
-        "still exists (an access entry, a Pod Identity association), a Helm release moving namespace; each with its procedure (the change table)",
+        "the deployed templates (GetTemplate) against the synthesized ones: a protected resource replaced, a nodegroup"
+        " replaced under its fixed name, a GPU nodegroup replaced while it runs, a Kubernetes version change mixed with"
+        " other nodegroup changes, Kubernetes objects that would be applied and then deleted with an old resource, a"
+        " resource created while the old one of the same identity still exists (an access entry, a Pod Identity"
+        " association), a Helm release moving namespace; each with its procedure (the change table)",
         _DEPLOYED,
     ),
     Check(
@@ -140,91 +150,126 @@ CHECKS: tuple[Check, ...] = (
             if ctx.inp.redeploy is not None
             else ok("removed-exports", "no synthesized assembly to compare (first deploy checks only)")
         ),
-        "the deploy would delete a stack's export that a deployed stack still imports (CloudFormation refuses, e.g. "
-        "`GCS_FAULT_TOLERANCE` `redis` -> `off`: the system stack's store exports, imported by the serving stack); fix: destroy the "
-        "importing stack, then deploy",
+        "the deploy would delete a stack's export that a deployed stack still imports (CloudFormation refuses, e.g."
+        " `GCS_FAULT_TOLERANCE` `redis` -> `off`: the system stack's store exports, imported by the serving stack);"
+        " fix: destroy the importing stack, then deploy",
         (*_DEPLOYED, "cloudformation:ListImports"),
     ),
     Check(
         "kuberay-crds",
         _redeploy_check(day2.check_kuberay_crds, "kuberay-crds"),
-        "KUBERAY_VERSION differs from the deployed release and the cluster's CRDs are not the new ones (fix: `make kuberay-crds`)",
+        "KUBERAY_VERSION differs from the deployed release and the cluster's CRDs are not the new ones (fix: `make"
+        " kuberay-crds`)",
         _DEPLOYED,
     ),
     Check(
         "control-plane-log-group",
         _check_log_group,
-        "`/aws/eks/CLUSTER_NAME/cluster` exists but no deployed stack owns it (EKS made it for an earlier cluster of the name — EKS never "
-        "deletes it — or before the cluster stack owned it); fix: delete it (export its logs first if you need them)",
+        "`/aws/eks/CLUSTER_NAME/cluster` exists but no deployed stack owns it (EKS made it for an earlier cluster of"
+        " the name — EKS never deletes it — or before the cluster stack owned it); fix: delete it (export its logs"
+        " first if you need them)",
         ("logs:DescribeLogGroups",),
     ),
     Check(
         "gpu-vcpu-quota",
         quotas.check_gpu_quota,
-        "other workloads + the most this deploy holds at once exceed the GPU family's On-Demand vCPU quota: the larger of what this cluster "
-        "holds and the new count, plus the surge when the plan rolls the nodegroup (`default` strategy), or old + new when it is replaced "
-        "beside the old one",
-        ("servicequotas:GetServiceQuota", "servicequotas:GetAWSDefaultServiceQuota", "ec2:DescribeInstances", "ec2:DescribeInstanceTypes"),
+        "other workloads + the most this deploy holds at once exceed the GPU family's On-Demand vCPU quota: the larger"
+        " of what this cluster holds and the new count, plus the surge when the plan rolls the nodegroup (`default`"
+        " strategy), or old + new when it is replaced beside the old one",
+        (
+            "servicequotas:GetServiceQuota",
+            "servicequotas:GetAWSDefaultServiceQuota",
+            "ec2:DescribeInstances",
+            "ec2:DescribeInstanceTypes",
+        ),
     ),
     Check(
         "standard-vcpu-quota",
         quotas.check_standard_quota,
         "the same for the system nodes and the Standard On-Demand vCPU quota",
-        ("servicequotas:GetServiceQuota", "servicequotas:GetAWSDefaultServiceQuota", "ec2:DescribeInstances", "ec2:DescribeInstanceTypes"),
+        (
+            "servicequotas:GetServiceQuota",
+            "servicequotas:GetAWSDefaultServiceQuota",
+            "ec2:DescribeInstances",
+            "ec2:DescribeInstanceTypes",
+        ),
     ),
-    Check("cdk-bootstrap", account.check_bootstrap, "no usable CDK bootstrap stack", ("cloudformation:DescribeStacks",)),
+    Check(
+        "cdk-bootstrap", account.check_bootstrap, "no usable CDK bootstrap stack", ("cloudformation:DescribeStacks",)
+    ),
     Check(
         "admin-principals",
         account.check_admin_principals_of,
-        "an `ADMIN_PRINCIPAL_ARNS` entry is no IAM role or user of the account (IAM GetRole / GetUser: a typo, a deleted role, a path left "
-        "out), or is the CDK bootstrap's CloudFormation execution role, which creates the cluster and already has its access entry: EKS would "
-        "refuse the access entry about 12 minutes into the cluster stack and roll the control plane back (duplicates are refused at synth); "
-        "another account's principals are warned about, not read",
+        "an `ADMIN_PRINCIPAL_ARNS` entry is no IAM role or user of the account (IAM GetRole / GetUser: a typo, a"
+        " deleted role, a path left out), or is the CDK bootstrap's CloudFormation execution role, which creates the"
+        " cluster and already has its access entry: EKS would refuse the access entry about 12 minutes into the cluster"
+        " stack and roll the control plane back (duplicates are refused at synth); another account's principals are"
+        " warned about, not read",
         ("iam:GetRole", "iam:GetUser"),
     ),
     Check(
         "api-endpoint",
         account.check_api_endpoint_of,
-        "`ENDPOINT_ACCESS=private` on a GitHub-hosted runner (`RUNNER_ENVIRONMENT=github-hosted`): the deploy would work, then `make "
-        "kubeconfig`, `wait-ready`, `verify` and the teardown could not reach the API (fix: a self-hosted runner in the VPC); warns for "
-        "`private` elsewhere (run the post-deploy tools from inside the VPC) and for a public endpoint open to 0.0.0.0/0",
+        "`ENDPOINT_ACCESS=private` on a GitHub-hosted runner (`RUNNER_ENVIRONMENT=github-hosted`): the deploy would"
+        " work, then `make kubeconfig`, `wait-ready`, `verify` and the teardown could not reach the API (fix: a"
+        " self-hosted runner in the VPC); warns for `private` elsewhere (run the post-deploy tools from inside the VPC)"
+        " and for a public endpoint open to 0.0.0.0/0",
     ),
     Check(
         "model-source",
         _check_model_source,
-        "MODEL_SOURCE is not a repository of the Hugging Face Hub (404), or it is gated (401/403) and no HF_TOKEN_SECRET_NAME is set or "
-        "its token cannot read it; warns when the Hub does not answer. An s3:// source: the bucket does not exist, or the prefix is empty "
-        "(no `make mirror-model` yet) while GPU nodes are deployed; warns for a bucket in another Region. "
-        "MODEL_NEXT_SOURCE (same bucket) is reported: a finished mirror to switch to, or not yet",
+        "MODEL_SOURCE is not a repository of the Hugging Face Hub (404), or it is gated (401/403) and no"
+        " HF_TOKEN_SECRET_NAME is set or its token cannot read it; warns when the Hub does not answer. An s3:// source:"
+        " the bucket does not exist, or the prefix is empty (no `make mirror-model` yet) while GPU nodes are deployed;"
+        " warns for a bucket in another Region. MODEL_NEXT_SOURCE (same bucket) is reported: a finished mirror to"
+        " switch to, or not yet",
         ("secretsmanager:GetSecretValue", "s3:GetBucketLocation", "s3:GetObject", "s3:ListBucket"),
     ),
     Check(
         "gcs-store",
         lambda ctx: check_gcs_store(
-            ctx.client("elasticache"), node_type=ctx.inp.gcs_store_node_type, engine=GCS_ENGINE, engine_version=GCS_ENGINE_VERSION, region=ctx.inp.region
+            ctx.client("elasticache"),
+            node_type=ctx.inp.gcs_store_node_type,
+            engine=GCS_ENGINE,
+            engine_version=GCS_ENGINE_VERSION,
+            region=ctx.inp.region,
         ),
         "GCS_FAULT_TOLERANCE=redis and ElastiCache does not offer GCS_STORE_NODE_TYPE or Valkey 8.1 in the Region",
         ("elasticache:DescribeReservedCacheNodesOfferings", "elasticache:DescribeCacheEngineVersions"),
     ),
     Check(
         "dlc-image",
-        lambda ctx: check_image(ctx.client("ecr"), ctx.inp.dlc_image, ctx.inp.region) if ctx.inp.dlc_image else ok("dlc-image", "not set"),
-        "DLC_IMAGE (its tag, or its digest once `make lookup` pinned it) does not exist in the Region's registry, or is another Region's",
+        lambda ctx: (
+            check_image(ctx.client("ecr"), ctx.inp.dlc_image, ctx.inp.region)
+            if ctx.inp.dlc_image
+            else ok("dlc-image", "not set")
+        ),
+        "DLC_IMAGE (its tag, or its digest once `make lookup` pinned it) does not exist in the Region's registry, or is"
+        " another Region's",
         ("ecr:BatchGetImage",),
     ),
     Check(
         "endpoint-certificate",
-        lambda ctx: check_certificate(ctx.client("acm"), certificate_arn=ctx.inp.serve_certificate_arn, hostname=ctx.inp.serve_hostname, region=ctx.inp.region),
-        "SERVE_CERTIFICATE_ARN does not exist in REGION, is not ISSUED, or does not cover SERVE_HOSTNAME (the load balancer controller "
-        "would fail to make the HTTPS listener after the deploy); warns without SERVE_HOSTNAME",
+        lambda ctx: check_certificate(
+            ctx.client("acm"),
+            certificate_arn=ctx.inp.serve_certificate_arn,
+            hostname=ctx.inp.serve_hostname,
+            region=ctx.inp.region,
+        ),
+        "SERVE_CERTIFICATE_ARN does not exist in REGION, is not ISSUED, or does not cover SERVE_HOSTNAME (the load"
+        " balancer controller would fail to make the HTTPS listener after the deploy); warns without SERVE_HOSTNAME",
         ("acm:DescribeCertificate",),
     ),
     Check(
         "endpoint-hosted-zone",
         lambda ctx: check_hosted_zone(
-            ctx.client("route53"), hosted_zone_id=ctx.inp.serve_hosted_zone_id, hostname=ctx.inp.serve_hostname, exposure=ctx.inp.serve_exposure
+            ctx.client("route53"),
+            hosted_zone_id=ctx.inp.serve_hosted_zone_id,
+            hostname=ctx.inp.serve_hostname,
+            exposure=ctx.inp.serve_exposure,
         ),
-        "SERVE_HOSTED_ZONE_ID does not exist or SERVE_HOSTNAME is not a name in it; warns for a private zone with an internet-facing endpoint",
+        "SERVE_HOSTED_ZONE_ID does not exist or SERVE_HOSTNAME is not a name in it; warns for a private zone with an"
+        " internet-facing endpoint",
         ("route53:GetHostedZone",),
     ),
     Check(
@@ -235,16 +280,18 @@ CHECKS: tuple[Check, ...] = (
     Check(
         "metrics-destination",
         observability.check_metrics_destination,
-        "with `OBSERVABILITY=on`: CloudWatch's OpenTelemetry metrics (the `default` dataset) not answering in the Region; warns at 10 other "
-        "managed collectors (the default quota), and for a Region outside those AWS documented (2026-11) for managed collectors writing to CloudWatch",
+        "with `OBSERVABILITY=on`: CloudWatch's OpenTelemetry metrics (the `default` dataset) not answering in the"
+        " Region; warns at 10 other managed collectors (the default quota), and for a Region outside those AWS"
+        " documented (2026-11) for managed collectors writing to CloudWatch",
         ("cloudwatch:GetDataset", "aps:ListScrapers"),
     ),
     Check(
         "stacks-left-out",
         observability.check_stacks_left_out,
-        "`CLUSTER_NAME-observability` is deployed but the configuration has `OBSERVABILITY=off`: a deploy never deletes a stack its app leaves "
-        "out, so its collector would keep running (and billing) while the deploy takes its NetworkPolicy rule away — scraping nothing, the NIXL "
-        "alarm reading OK (fix: `OBSERVABILITY=on make destroy STACKS=…` first)",
+        "`CLUSTER_NAME-observability` is deployed but the configuration has `OBSERVABILITY=off`: a deploy never deletes"
+        " a stack its app leaves out, so its collector would keep running (and billing) while the deploy takes its"
+        " NetworkPolicy rule away — scraping nothing, the NIXL alarm reading OK (fix: `OBSERVABILITY=on make destroy"
+        " STACKS=…` first)",
         ("cloudformation:DescribeStacks",),
     ),
 )

@@ -68,7 +68,9 @@ def run_checks(inp: PreflightInput, session: boto3.session.Session) -> list[Chec
     results = [credentials, _guarded(region_check.name, region_check.run, ctx)]
     if not ctx.region_usable:
         # A disabled or unknown Region answers every call with an auth or connection error.
-        return results + _skipped([c.name for c in others], f"skipped: region {inp.region} not usable", "fix the region check first")
+        return results + _skipped(
+            [c.name for c in others], f"skipped: region {inp.region} not usable", "fix the region check first"
+        )
     results.extend(_guarded(check.name, check.run, ctx) for check in others)
     return results
 
@@ -80,7 +82,9 @@ def format_table(results: list[CheckResult]) -> str:
     result_width = max(len(row[1]) for row in rows)
     lines = [f"{a:<{name_width}}  {b:<{result_width}}  {c}".rstrip() for a, b, c in rows]
     lines.insert(1, f"{'-' * name_width}  {'-' * result_width}  {'-' * 6}")
-    fixes = [f"fix: {r.name}: {r.fix}" for r in results if not r.ok and r.fix] + [f"warning: {r.name}: {r.warning}" for r in results if r.warning]
+    fixes = [f"fix: {r.name}: {r.fix}" for r in results if not r.ok and r.fix] + [
+        f"warning: {r.name}: {r.warning}" for r in results if r.warning
+    ]
     if fixes:
         lines += ["", *fixes]
     return "\n".join(lines)

@@ -51,7 +51,10 @@ class ResourceChange:
 
     def describe(self) -> str:
         if self.action == REPLACE:
-            return f"{self.resource_type} {self.logical_id} is replaced: {', '.join(self.replaced_by)} cannot change in place"
+            return (
+                f"{self.resource_type} {self.logical_id} is replaced: {', '.join(self.replaced_by)} cannot change in"
+                " place"
+            )
         if self.action == REMOVE:
             return f"{self.resource_type} {self.logical_id} is destroyed"
         if self.action == ADD:
@@ -118,7 +121,9 @@ def plan(before: Mapping[str, Any] | None, after: Mapping[str, Any] | None) -> l
     while True:
         for logical_id in sorted(set(old) | set(new)):
             if logical_id not in new:
-                changes[logical_id] = ResourceChange(logical_id, _entry(old[logical_id])[0], REMOVE, before=old[logical_id])
+                changes[logical_id] = ResourceChange(
+                    logical_id, _entry(old[logical_id])[0], REMOVE, before=old[logical_id]
+                )
                 continue
             if logical_id not in old:
                 changes[logical_id] = ResourceChange(logical_id, _entry(new[logical_id])[0], ADD, after=new[logical_id])
@@ -132,11 +137,15 @@ def plan(before: Mapping[str, Any] | None, after: Mapping[str, Any] | None) -> l
                 or _references(new_props.get(name), attributes_only=True) & modified
             )
             if old_type != new_type:
-                changes[logical_id] = ResourceChange(logical_id, new_type, REPLACE, tuple(differing), ("Type",), old[logical_id], new[logical_id])
+                changes[logical_id] = ResourceChange(
+                    logical_id, new_type, REPLACE, tuple(differing), ("Type",), old[logical_id], new[logical_id]
+                )
             elif differing:
                 forcing = tuple(name for name in differing if name in create_only_properties(new_type))
                 action = REPLACE if forcing else MODIFY
-                changes[logical_id] = ResourceChange(logical_id, new_type, action, tuple(differing), forcing, old[logical_id], new[logical_id])
+                changes[logical_id] = ResourceChange(
+                    logical_id, new_type, action, tuple(differing), forcing, old[logical_id], new[logical_id]
+                )
         now_replaced = {k for k, c in changes.items() if c.action == REPLACE}
         now_modified = {k for k, c in changes.items() if c.action == MODIFY}
         if (now_replaced, now_modified) == (replaced, modified):
@@ -168,7 +177,11 @@ def _kubernetes_objects(resource: Mapping[str, Any]) -> set[str]:
         objects = json.loads(manifest)
     except json.JSONDecodeError:
         return set()
-    return {f"{o.get('kind')} {o.get('metadata', {}).get('namespace', '-')}/{o.get('metadata', {}).get('name')}" for o in objects if isinstance(o, dict)}
+    return {
+        f"{o.get('kind')} {o.get('metadata', {}).get('namespace', '-')}/{o.get('metadata', {}).get('name')}"
+        for o in objects
+        if isinstance(o, dict)
+    }
 
 
 # What identifies a resource to its service, beyond CloudFormation's logical id: two resources with the
@@ -206,7 +219,8 @@ def helm_namespace_moves(changes: list[ResourceChange]) -> list[str]:
         old = before.get((props.get("Chart"), props.get("Release")))
         if old is not None and old.before.get("Properties", {}).get("Namespace") != props.get("Namespace"):
             moves.append(
-                f"Helm release {props.get('Release')} would move from namespace {old.before['Properties'].get('Namespace')} to {props.get('Namespace')}"
+                f"Helm release {props.get('Release')} would move from namespace"
+                f" {old.before['Properties'].get('Namespace')} to {props.get('Namespace')}"
             )
     return moves
 
@@ -219,16 +233,25 @@ def clashes_across_stacks(stacks: list[tuple[str, list[ResourceChange]]]) -> lis
     found: list[str] = []
     for index, (stack, changes) in enumerate(stacks):
         for later_stack, later_changes in stacks[index:]:
-            removed_objects = set().union(*(_kubernetes_objects(c.before) for c in later_changes if c.action in (REMOVE, REPLACE)))
+            removed_objects = set().union(
+                *(_kubernetes_objects(c.before) for c in later_changes if c.action in (REMOVE, REPLACE))
+            )
             removed_ids = {i for c in later_changes if c.action in (REMOVE, REPLACE) and (i := identity_of(c.before))}
             for change in changes:
                 if change.action not in (ADD, REPLACE):
                     continue
                 for obj in sorted(_kubernetes_objects(change.after) & removed_objects):
-                    found.append(f"{stack}: {obj} would be applied and then deleted with an old resource of {later_stack}")
-                identity = identity_of(change.after)
-                if identity and identity in removed_ids and not (change.resource_type == "AWS::EKS::Nodegroup" and later_stack == stack):
                     found.append(
-                        f"{stack}: {change.resource_type} {change.logical_id} would be created while the one of the same identity in {later_stack} still exists"
+                        f"{stack}: {obj} would be applied and then deleted with an old resource of {later_stack}"
+                    )
+                identity = identity_of(change.after)
+                if (
+                    identity
+                    and identity in removed_ids
+                    and not (change.resource_type == "AWS::EKS::Nodegroup" and later_stack == stack)
+                ):
+                    found.append(
+                        f"{stack}: {change.resource_type} {change.logical_id} would be created while the one of the"
+                        f" same identity in {later_stack} still exists"
                     )
     return found

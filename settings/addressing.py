@@ -27,8 +27,12 @@ def collector_subnet_cidrs(vpc_cidr: str, az_count: int) -> tuple[str, ...]:
     first_private = -(-public_end // private_size) * private_size  # the next /19 boundary
     size = 2 ** (32 - COLLECTOR_SUBNET_MASK)
     if first_private - az_count * size < public_end:
-        raise ValueError(f"no room for {az_count} /{COLLECTOR_SUBNET_MASK} between the public and private subnets of {vpc_cidr}")
-    return tuple(str(ipaddress.ip_network((first_private - (i + 1) * size, COLLECTOR_SUBNET_MASK))) for i in range(az_count))
+        raise ValueError(
+            f"no room for {az_count} /{COLLECTOR_SUBNET_MASK} between the public and private subnets of {vpc_cidr}"
+        )
+    return tuple(
+        str(ipaddress.ip_network((first_private - (i + 1) * size, COLLECTOR_SUBNET_MASK))) for i in range(az_count)
+    )
 
 
 def public_subnet_cidrs(vpc_cidr: str, az_count: int) -> tuple[str, ...]:
@@ -36,4 +40,6 @@ def public_subnet_cidrs(vpc_cidr: str, az_count: int) -> tuple[str, ...]:
     network stack): only the NAT gateway and the Serve endpoint's load balancer have addresses there."""
     vpc = ipaddress.ip_network(vpc_cidr)
     size = 2 ** (32 - PUBLIC_SUBNET_MASK)
-    return tuple(str(ipaddress.ip_network((int(vpc.network_address) + i * size, PUBLIC_SUBNET_MASK))) for i in range(az_count))
+    return tuple(
+        str(ipaddress.ip_network((int(vpc.network_address) + i * size, PUBLIC_SUBNET_MASK))) for i in range(az_count)
+    )

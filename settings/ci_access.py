@@ -34,7 +34,12 @@ _QUALIFIER = re.compile(r"[a-z0-9]{1,10}")
 _MAIN_SPECS = {spec.env: spec for spec in SPECS}
 
 CI_SPECS: tuple[SettingSpec, ...] = (
-    SettingSpec("GITHUB_REPOSITORY", "", "GitHub repository whose workflows may assume the CI roles (required)", "OWNER/NAME, e.g. octo-org/ray-llm"),
+    SettingSpec(
+        "GITHUB_REPOSITORY",
+        "",
+        "GitHub repository whose workflows may assume the CI roles (required)",
+        "OWNER/NAME, e.g. octo-org/ray-llm",
+    ),
     _MAIN_SPECS["REGION"],
     _MAIN_SPECS["CLUSTER_NAME"],
     _MAIN_SPECS["HF_TOKEN_SECRET_NAME"],
@@ -42,16 +47,23 @@ CI_SPECS: tuple[SettingSpec, ...] = (
     SettingSpec(
         "GITHUB_OIDC_PROVIDER_ARN",
         "",
-        "Existing GitHub OIDC provider of the account to reuse (empty = the stack creates one; an account holds only one)",
+        "Existing GitHub OIDC provider of the account to reuse (empty = the stack creates one; an account holds only"
+        " one)",
         f"arn:aws:iam::ACCOUNT:oidc-provider/{GITHUB_OIDC_HOST}",
     ),
     SettingSpec(
         "CDK_QUALIFIER",
         DEFAULT_CDK_QUALIFIER,
-        f"Qualifier of the CDK bootstrap the service stacks deploy with (default: cdk.json's {BOOTSTRAP_QUALIFIER_CONTEXT_KEY}, else {DEFAULT_CDK_QUALIFIER})",
+        "Qualifier of the CDK bootstrap the service stacks deploy with (default: cdk.json's"
+        f" {BOOTSTRAP_QUALIFIER_CONTEXT_KEY}, else {DEFAULT_CDK_QUALIFIER})",
         "lowercase letters and digits, at most 10 characters",
     ),
-    SettingSpec("CI_SESSION_HOURS", "2", "MaxSessionDuration of the deploy role (role-duration-seconds up to this)", parser=Integer(1, 12)),
+    SettingSpec(
+        "CI_SESSION_HOURS",
+        "2",
+        "MaxSessionDuration of the deploy role (role-duration-seconds up to this)",
+        parser=Integer(1, 12),
+    ),
 )
 
 
@@ -112,32 +124,50 @@ class CiAccessSettings:
     @property
     def deploy_subjects(self) -> tuple[str, str]:
         """The OIDC `sub` of jobs that run in the GitHub environments `deploy` and `destroy`."""
-        return (f"repo:{self.github_repository}:environment:deploy", f"repo:{self.github_repository}:environment:destroy")
+        return (
+            f"repo:{self.github_repository}:environment:deploy",
+            f"repo:{self.github_repository}:environment:destroy",
+        )
 
 
 def _github_repository(raw: str) -> str:
     if not raw:
-        raise SettingError("GITHUB_REPOSITORY", raw, "required: OWNER/NAME of the GitHub repository whose workflows may assume the CI roles")
+        raise SettingError(
+            "GITHUB_REPOSITORY",
+            raw,
+            "required: OWNER/NAME of the GitHub repository whose workflows may assume the CI roles",
+        )
     if not _GITHUB_REPOSITORY.fullmatch(raw):
         raise SettingError(
-            "GITHUB_REPOSITORY", raw, "OWNER/NAME as GitHub spells it: the owner 1-39 letters, digits and '-', the name letters, digits, '.', '_' and '-'"
+            "GITHUB_REPOSITORY",
+            raw,
+            "OWNER/NAME as GitHub spells it: the owner 1-39 letters, digits and '-', the name letters, digits, '.', '_'"
+            " and '-'",
         )
     return raw
 
 
 def _oidc_provider_arn(raw: str) -> str:
     if raw and not _OIDC_PROVIDER_ARN.fullmatch(raw):
-        raise SettingError("GITHUB_OIDC_PROVIDER_ARN", raw, f"empty (create one) or arn:aws:iam::123456789012:oidc-provider/{GITHUB_OIDC_HOST}")
+        raise SettingError(
+            "GITHUB_OIDC_PROVIDER_ARN",
+            raw,
+            f"empty (create one) or arn:aws:iam::123456789012:oidc-provider/{GITHUB_OIDC_HOST}",
+        )
     return raw
 
 
 def _qualifier(raw: str) -> str:
     if not _QUALIFIER.fullmatch(raw):
-        raise SettingError("CDK_QUALIFIER", raw, "the `cdk bootstrap --qualifier`: lowercase letters and digits, at most 10 characters")
+        raise SettingError(
+            "CDK_QUALIFIER", raw, "the `cdk bootstrap --qualifier`: lowercase letters and digits, at most 10 characters"
+        )
     return raw
 
 
-def load_ci_access_settings(environ: Mapping[str, str], context: Mapping[str, Any], defaults: Mapping[str, str] | None = None) -> CiAccessSettings:
+def load_ci_access_settings(
+    environ: Mapping[str, str], context: Mapping[str, Any], defaults: Mapping[str, str] | None = None
+) -> CiAccessSettings:
     """Parse and check the CI access settings; raise SettingError on the first bad one.
 
     CLUSTER_NAME, REGION, HF_TOKEN_SECRET_NAME, MODEL_SOURCE and MODEL_NEXT_SOURCE come from where the main app
@@ -166,7 +196,8 @@ def load_ci_access_settings(environ: Mapping[str, str], context: Mapping[str, An
         raise SettingError(
             "CLUSTER_NAME",
             cluster_name,
-            f"at most {IAM_ROLE_NAME_MAX - len(longest) + len(cluster_name)} characters in {region}: the CI role name {longest} must fit IAM's {IAM_ROLE_NAME_MAX}",
+            f"at most {IAM_ROLE_NAME_MAX - len(longest) + len(cluster_name)} characters in {region}: the CI role name"
+            f" {longest} must fit IAM's {IAM_ROLE_NAME_MAX}",
         )
     return settings
 
@@ -177,6 +208,10 @@ def ci_settings_table_markdown() -> str:
     for spec in CI_SPECS:
         shared = spec.env in _MAIN_SPECS
         default = "as the main app" if shared else f"`{spec.default}`" if spec.default else "(empty)"
-        meaning = f"{spec.meaning}; read as the main app reads it (environment, `-c`, cdk.json), so both apps agree" if shared else spec.meaning
+        meaning = (
+            f"{spec.meaning}; read as the main app reads it (environment, `-c`, cdk.json), so both apps agree"
+            if shared
+            else spec.meaning
+        )
         rows.append(f"| `{spec.env}` | {default} | {meaning} | {spec.allowed_text} |")
     return "\n".join(rows)

@@ -74,12 +74,20 @@ class Settings:
     gcs_store_node_type: str = "cache.t4g.micro"
     prefill_max_replicas: int | None = None  # None: fixed at prefill_replicas; else Serve autoscales up to it
     decode_max_replicas: int | None = None
-    serve_endpoint: ServeEndpoint = field(default_factory=ServeEndpoint)  # SERVE_EXPOSURE and its companions (settings/endpoint.py)
+    serve_endpoint: ServeEndpoint = field(
+        default_factory=ServeEndpoint
+    )  # SERVE_EXPOSURE and its companions (settings/endpoint.py)
 
     def eager(self, phase: str) -> bool:
         """enforce_eager of the prefill or decode engine (ENFORCE_EAGER; settings/model_fit.py decides auto)."""
         return phase_eager(
-            self.enforce_eager, phase, self.model_facts, self.gpu_node, self.tensor_parallel_size, self.max_model_len, text_only=self.text_only_multimodal
+            self.enforce_eager,
+            phase,
+            self.model_facts,
+            self.gpu_node,
+            self.tensor_parallel_size,
+            self.max_model_len,
+            text_only=self.text_only_multimodal,
         )
 
     @property

@@ -84,7 +84,9 @@ def _cidrs(raw: str) -> tuple[str, ...]:
         try:
             cidrs.append(str(ipaddress.IPv4Network(part, strict=True)))
         except ValueError:
-            raise SettingError("SERVE_ALLOWED_CIDRS", raw, f"comma-separated IPv4 CIDRs such as 10.0.0.0/16 ({part!r} is not one)") from None
+            raise SettingError(
+                "SERVE_ALLOWED_CIDRS", raw, f"comma-separated IPv4 CIDRs such as 10.0.0.0/16 ({part!r} is not one)"
+            ) from None
     return tuple(cidrs)
 
 
@@ -98,7 +100,9 @@ def parse_endpoint(raw: Mapping[str, str], *, region: str, vpc_cidr: str) -> Ser
     cidrs = _cidrs(raw["SERVE_ALLOWED_CIDRS"])
     keys_raw = raw["SERVE_API_KEYS"].strip()
     if keys_raw not in ("", "on", "off"):
-        raise SettingError("SERVE_API_KEYS", raw["SERVE_API_KEYS"], "on, off, or empty (on whenever SERVE_EXPOSURE leaves the cluster)")
+        raise SettingError(
+            "SERVE_API_KEYS", raw["SERVE_API_KEYS"], "on, off, or empty (on whenever SERVE_EXPOSURE leaves the cluster)"
+        )
     api_keys = keys_raw == "on" or (keys_raw == "" and exposure != "cluster")
     logs_raw = raw["SERVE_ACCESS_LOGS"].strip()
     if logs_raw not in ("on", "off"):
@@ -107,40 +111,67 @@ def parse_endpoint(raw: Mapping[str, str], *, region: str, vpc_cidr: str) -> Ser
 
     if exposure == "cluster":
         if access_logs:
-            raise SettingError("SERVE_ACCESS_LOGS", logs_raw, "off while SERVE_EXPOSURE=cluster (no load balancer to log)")
-        for env, value in (("SERVE_CERTIFICATE_ARN", certificate), ("SERVE_HOSTNAME", hostname), ("SERVE_HOSTED_ZONE_ID", zone)):
+            raise SettingError(
+                "SERVE_ACCESS_LOGS", logs_raw, "off while SERVE_EXPOSURE=cluster (no load balancer to log)"
+            )
+        for env, value in (
+            ("SERVE_CERTIFICATE_ARN", certificate),
+            ("SERVE_HOSTNAME", hostname),
+            ("SERVE_HOSTED_ZONE_ID", zone),
+        ):
             if value:
                 raise SettingError(env, value, "empty while SERVE_EXPOSURE=cluster (no load balancer to put it on)")
         if cidrs:
             raise SettingError(
-                "SERVE_ALLOWED_CIDRS", raw["SERVE_ALLOWED_CIDRS"], "empty while SERVE_EXPOSURE=cluster (SERVE_CLIENT_NAMESPACES says who may call)"
+                "SERVE_ALLOWED_CIDRS",
+                raw["SERVE_ALLOWED_CIDRS"],
+                "empty while SERVE_EXPOSURE=cluster (SERVE_CLIENT_NAMESPACES says who may call)",
             )
         return ServeEndpoint(api_keys=api_keys)
 
     if keys_raw == "off":
-        raise SettingError("SERVE_API_KEYS", keys_raw, f"on (or empty) while SERVE_EXPOSURE={exposure}: an endpoint beyond the cluster takes keys")
+        raise SettingError(
+            "SERVE_API_KEYS",
+            keys_raw,
+            f"on (or empty) while SERVE_EXPOSURE={exposure}: an endpoint beyond the cluster takes keys",
+        )
     if not certificate:
         plain = " or none (plain HTTP inside the VPC)" if exposure == "internal" else ""
-        raise SettingError("SERVE_CERTIFICATE_ARN", certificate, f"an ACM certificate ARN in {region}{plain} while SERVE_EXPOSURE={exposure}")
+        raise SettingError(
+            "SERVE_CERTIFICATE_ARN",
+            certificate,
+            f"an ACM certificate ARN in {region}{plain} while SERVE_EXPOSURE={exposure}",
+        )
     if certificate == NO_CERTIFICATE:
         if exposure != "internal":
             raise SettingError(
                 "SERVE_CERTIFICATE_ARN",
                 certificate,
-                f"an ACM certificate ARN in {region} while SERVE_EXPOSURE=internet-facing (keys never cross the internet in clear text)",
+                f"an ACM certificate ARN in {region} while SERVE_EXPOSURE=internet-facing (keys never cross the"
+                " internet in clear text)",
             )
     else:
         match = _CERTIFICATE_ARN.fullmatch(certificate)
         if not match:
-            raise SettingError("SERVE_CERTIFICATE_ARN", certificate, f"an ACM certificate ARN, arn:aws:acm:{region}:ACCOUNT:certificate/ID")
+            raise SettingError(
+                "SERVE_CERTIFICATE_ARN",
+                certificate,
+                f"an ACM certificate ARN, arn:aws:acm:{region}:ACCOUNT:certificate/ID",
+            )
         if match[2] != region:
             raise SettingError(
-                "SERVE_CERTIFICATE_ARN", certificate, f"a certificate in REGION={region} (a load balancer takes certificates of its own Region only)"
+                "SERVE_CERTIFICATE_ARN",
+                certificate,
+                f"a certificate in REGION={region} (a load balancer takes certificates of its own Region only)",
             )
     if hostname and not _HOSTNAME.fullmatch(hostname):
-        raise SettingError("SERVE_HOSTNAME", raw["SERVE_HOSTNAME"], "empty or a fully qualified domain name such as llm.example.com")
+        raise SettingError(
+            "SERVE_HOSTNAME", raw["SERVE_HOSTNAME"], "empty or a fully qualified domain name such as llm.example.com"
+        )
     if zone and not _HOSTED_ZONE.fullmatch(zone):
-        raise SettingError("SERVE_HOSTED_ZONE_ID", zone, "empty or a Route 53 hosted zone ID such as Z0123456789ABCDEFGHIJ")
+        raise SettingError(
+            "SERVE_HOSTED_ZONE_ID", zone, "empty or a Route 53 hosted zone ID such as Z0123456789ABCDEFGHIJ"
+        )
     if zone and not hostname:
         raise SettingError("SERVE_HOSTED_ZONE_ID", zone, "empty unless SERVE_HOSTNAME names the record to create in it")
     if zone and application_load_balancer_zone(region) is None:
@@ -153,7 +184,10 @@ def parse_endpoint(raw: Mapping[str, str], *, region: str, vpc_cidr: str) -> Ser
     if not cidrs:
         if exposure == "internet-facing":
             raise SettingError(
-                "SERVE_ALLOWED_CIDRS", "", "the CIDRs that may reach an internet-facing endpoint (an allow-list is required; 0.0.0.0/0 only if you mean it)"
+                "SERVE_ALLOWED_CIDRS",
+                "",
+                "the CIDRs that may reach an internet-facing endpoint (an allow-list is required; 0.0.0.0/0 only if you"
+                " mean it)",
             )
         cidrs = (vpc_cidr,)
     return ServeEndpoint(

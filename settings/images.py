@@ -13,7 +13,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-_ECR = re.compile(r"^(?P<registry>\d{12})\.dkr\.ecr\.(?P<region>[a-z0-9-]+)\.amazonaws\.com/(?P<repository>[a-z0-9._/-]+):(?P<tag>[\w][\w.-]{0,127})$")
+_ECR = re.compile(
+    r"^(?P<registry>\d{12})\.dkr\.ecr\.(?P<region>[a-z0-9-]+)\.amazonaws\.com/(?P<repository>[a-z0-9._/-]+):(?P<tag>[\w][\w.-]{0,127})$"
+)
 DIGEST = re.compile(r"^sha256:[a-f0-9]{64}$")
 
 

@@ -91,7 +91,9 @@ class InstanceFacts:
             gpu_memory_mib=int(gpu_info[0].get("MemoryInfo", {}).get("SizeInMiB", 0)) if gpu_info else 0,
             network_cards=int(network.get("MaximumNetworkCards", 1)),
             efa_supported=bool(network.get("EfaSupported", False)),
-            local_nvme_gb=int(storage.get("TotalSizeInGB", 0)) if storage.get("NvmeSupport") in ("required", "supported") else 0,
+            local_nvme_gb=(
+                int(storage.get("TotalSizeInGB", 0)) if storage.get("NvmeSupport") in ("required", "supported") else 0
+            ),
             architecture="x86_64" if "x86_64" in archs else str(archs[0]),
         )
 
@@ -101,7 +103,9 @@ def instance_type_context_key(name: str) -> str:
     return f"ray-llm:instance-type:{name}"
 
 
-def _gpu(name: str, vcpus: int, memory_gib: int, gpus: int, model: str, gpu_gib: int, cards: int, nvme_gb: int) -> InstanceFacts:
+def _gpu(
+    name: str, vcpus: int, memory_gib: int, gpus: int, model: str, gpu_gib: int, cards: int, nvme_gb: int
+) -> InstanceFacts:
     return InstanceFacts(
         name=name,
         vcpus=vcpus,
@@ -143,7 +147,15 @@ _CPU_FAMILIES: dict[str, int] = {
     "c5": 2, "c6i": 2, "c6a": 2, "c7i": 2, "c7a": 2,
     "r5": 8, "r6i": 8, "r6a": 8, "r7i": 8, "r7a": 8,
 }  # fmt: skip
-_CPU_SIZES: dict[str, int] = {"large": 2, "xlarge": 4, "2xlarge": 8, "4xlarge": 16, "8xlarge": 32, "12xlarge": 48, "16xlarge": 64}
+_CPU_SIZES: dict[str, int] = {
+    "large": 2,
+    "xlarge": 4,
+    "2xlarge": 8,
+    "4xlarge": 16,
+    "8xlarge": 32,
+    "12xlarge": 48,
+    "16xlarge": 64,
+}
 
 
 def _cpu_types() -> tuple[InstanceFacts, ...]:

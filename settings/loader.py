@@ -67,11 +67,15 @@ def near_misses(environ: Mapping[str, str]) -> list[str]:
             continue
         match = difflib.get_close_matches(name, known, n=1, cutoff=0.88)
         if match:
-            warnings.append(f"warning: {name} is not a setting and is ignored (did you mean {match[0]}?); see docs/settings.md")
+            warnings.append(
+                f"warning: {name} is not a setting and is ignored (did you mean {match[0]}?); see docs/settings.md"
+            )
     return warnings
 
 
-def raw_values(environ: Mapping[str, str], context: Mapping[str, Any], defaults: Mapping[str, str] | None = None) -> dict[str, str]:
+def raw_values(
+    environ: Mapping[str, str], context: Mapping[str, Any], defaults: Mapping[str, str] | None = None
+) -> dict[str, str]:
     """Each setting's text by precedence: environment, then context (-c, cdk.json), then default: `defaults`
     (by environment name) where it has one, else the spec's (the tests pass the configuration they pin)."""
     values: dict[str, str] = {}
@@ -104,7 +108,11 @@ def _gpu_facts(name: str, context: Mapping[str, Any]) -> InstanceFacts:
     if facts.vcpus == 0:
         if not facts.family.startswith(("g", "p")):
             raise SettingError("GPU_NODE_TYPE", name, f"a GPU type with EFA ({name} has no GPU): {supported}")
-        raise SettingError("GPU_NODE_TYPE", name, f"a built-in GPU type ({supported}), or run `make lookup` with AWS credentials to cache {name}'s facts")
+        raise SettingError(
+            "GPU_NODE_TYPE",
+            name,
+            f"a built-in GPU type ({supported}), or run `make lookup` with AWS credentials to cache {name}'s facts",
+        )
     if facts.gpus == 0:
         raise SettingError("GPU_NODE_TYPE", name, f"a GPU type with EFA ({name} has no GPU): {supported}")
     if not facts.efa_supported:
@@ -115,7 +123,11 @@ def _gpu_facts(name: str, context: Mapping[str, Any]) -> InstanceFacts:
 
 
 # The built-in types SYSTEM_NODE_TYPE takes: x86_64, no GPU, at least 4 vCPU and 16 GiB (see _system_facts).
-BUILT_IN_SYSTEM_TYPES = tuple(n for n, f in BUILT_IN.items() if f.gpus == 0 and f.architecture == "x86_64" and f.vcpus >= 4 and f.memory_mib >= 16 * 1024)
+BUILT_IN_SYSTEM_TYPES = tuple(
+    n
+    for n, f in BUILT_IN.items()
+    if f.gpus == 0 and f.architecture == "x86_64" and f.vcpus >= 4 and f.memory_mib >= 16 * 1024
+)
 
 
 def _system_facts(name: str, context: Mapping[str, Any]) -> InstanceFacts:
@@ -124,19 +136,28 @@ def _system_facts(name: str, context: Mapping[str, Any]) -> InstanceFacts:
         raise SettingError(
             "SYSTEM_NODE_TYPE",
             name,
-            "a built-in x86_64 type (m5-m7i, c5-c7i, r5-r7i, large to 16xlarge), or run `make lookup` with AWS credentials to cache its facts",
+            "a built-in x86_64 type (m5-m7i, c5-c7i, r5-r7i, large to 16xlarge), or run `make lookup` with AWS"
+            " credentials to cache its facts",
         )
     if facts.architecture != "x86_64":
-        raise SettingError("SYSTEM_NODE_TYPE", name, "an x86_64 instance type (the nodegroup uses the AL2023 x86_64 AMI)")
+        raise SettingError(
+            "SYSTEM_NODE_TYPE", name, "an x86_64 instance type (the nodegroup uses the AL2023 x86_64 AMI)"
+        )
     # The Ray head (2 vCPU / 8 GiB requested, 3 / 12 GiB limit) must fit beside the operator and CoreDNS.
     if facts.vcpus < 4 or facts.memory_mib < 16 * 1024:
-        raise SettingError("SYSTEM_NODE_TYPE", name, f"a type with at least 4 vCPU and 16 GiB ({name} has {facts.vcpus} vCPU, {facts.memory_mib // 1024} GiB)")
+        raise SettingError(
+            "SYSTEM_NODE_TYPE",
+            name,
+            f"a type with at least 4 vCPU and 16 GiB ({name} has {facts.vcpus} vCPU, {facts.memory_mib // 1024} GiB)",
+        )
     return facts
 
 
 def _principal_arn(raw: str) -> str:
     if not re.fullmatch(r"arn:aws[a-z-]*:iam::\d{12}:(role|user)/[\w+=,.@/-]+", raw):
-        raise SettingError("ADMIN_PRINCIPAL_ARNS", raw, "IAM role or user ARNs such as arn:aws:iam::123456789012:role/ci-deploy")
+        raise SettingError(
+            "ADMIN_PRINCIPAL_ARNS", raw, "IAM role or user ARNs such as arn:aws:iam::123456789012:role/ci-deploy"
+        )
     return raw
 
 
@@ -145,7 +166,11 @@ def _principal_arns(raw: str) -> tuple[str, ...]:
     # EKS allows one access entry per principal: a second one fails the cluster stack about 12 minutes in.
     duplicates = sorted({a for a in arns if arns.count(a) > 1})
     if duplicates:
-        raise SettingError("ADMIN_PRINCIPAL_ARNS", raw, f"each ARN once (EKS allows one access entry per principal; {duplicates[0]} is listed twice)")
+        raise SettingError(
+            "ADMIN_PRINCIPAL_ARNS",
+            raw,
+            f"each ARN once (EKS allows one access entry per principal; {duplicates[0]} is listed twice)",
+        )
     return arns
 
 
@@ -153,9 +178,17 @@ def _capacity(raw: Mapping[str, str], kind: str) -> tuple[str, str]:
     """(placement group, reservation ID) of the GPU nodes, with the reservation's type."""
     reservation = raw["GPU_CAPACITY_RESERVATION_ID"].strip()
     if reservation and not re.fullmatch(r"cr-[0-9a-f]{17}", reservation):
-        raise SettingError("GPU_CAPACITY_RESERVATION_ID", reservation, "empty or a capacity reservation ID: cr- and 17 hexadecimal digits")
+        raise SettingError(
+            "GPU_CAPACITY_RESERVATION_ID",
+            reservation,
+            "empty or a capacity reservation ID: cr- and 17 hexadecimal digits",
+        )
     if kind == "capacity-block" and not reservation:
-        raise SettingError("GPU_CAPACITY_RESERVATION_TYPE", kind, "on-demand unless GPU_CAPACITY_RESERVATION_ID names the Capacity Block")
+        raise SettingError(
+            "GPU_CAPACITY_RESERVATION_TYPE",
+            kind,
+            "on-demand unless GPU_CAPACITY_RESERVATION_ID names the Capacity Block",
+        )
     group = raw["GPU_PLACEMENT_GROUP"].strip()
     if group not in ("on", "off") and not re.fullmatch(r"[A-Za-z0-9][\w.+=@-]{0,254}", group):
         raise SettingError("GPU_PLACEMENT_GROUP", group, "on, off, or the name of an existing cluster placement group")
@@ -165,8 +198,8 @@ def _capacity(raw: Mapping[str, str], kind: str) -> tuple[str, str]:
         raise SettingError(
             "GPU_PLACEMENT_GROUP",
             group,
-            "off, or the name of the cluster placement group the reservation was created in, while GPU_CAPACITY_RESERVATION_ID is set "
-            "(a new placement group holds no reservation)",
+            "off, or the name of the cluster placement group the reservation was created in, while"
+            " GPU_CAPACITY_RESERVATION_ID is set (a new placement group holds no reservation)",
         )
     return group, reservation
 
@@ -180,8 +213,12 @@ def _image(raw: str, region: str) -> str:
             f"763104351884 (or use the public copy {versions.DLC_PUBLIC_IMAGE})",
         )
     image = raw.replace("${REGION}", region)
-    if not re.fullmatch(r"[a-z0-9.-]+(:\d+)?(/[a-z0-9._-]+)+(:[\w][\w.-]{0,127}|@sha256:[a-f0-9]{64})", image) or image.endswith(":latest"):
-        raise SettingError("DLC_IMAGE", raw, "REGISTRY/REPOSITORY:TAG or @sha256:DIGEST, not :latest (the image must be reproducible)")
+    if not re.fullmatch(
+        r"[a-z0-9.-]+(:\d+)?(/[a-z0-9._-]+)+(:[\w][\w.-]{0,127}|@sha256:[a-f0-9]{64})", image
+    ) or image.endswith(":latest"):
+        raise SettingError(
+            "DLC_IMAGE", raw, "REGISTRY/REPOSITORY:TAG or @sha256:DIGEST, not :latest (the image must be reproducible)"
+        )
     return image
 
 
@@ -190,7 +227,10 @@ def _tensor_parallel_size(raw: str, gpu_node: InstanceFacts) -> int:
     if size not in (1, 2, 4, 8) or size > gpu_node.gpus:
         allowed = ", ".join(str(n) for n in (1, 2, 4, 8) if n <= gpu_node.gpus)
         raise SettingError(
-            "TENSOR_PARALLEL_SIZE", raw, f"{allowed}: a tensor-parallel engine stays inside one node, and {gpu_node.name} has {gpu_node.gpus} GPU(s)"
+            "TENSOR_PARALLEL_SIZE",
+            raw,
+            f"{allowed}: a tensor-parallel engine stays inside one node, and {gpu_node.name} has {gpu_node.gpus}"
+            " GPU(s)",
         )
     return size
 
@@ -204,15 +244,21 @@ def _kuberay_version(raw: str) -> str:
         raise SettingError(
             "KUBERAY_VERSION",
             raw,
-            f"{pinned}, the version of the CRDs in schemas/kuberay/ (to move to another release: `make vendor-kuberay VERSION=X.Y.Z`)",
+            f"{pinned}, the version of the CRDs in schemas/kuberay/ (to move to another release: `make vendor-kuberay"
+            " VERSION=X.Y.Z`)",
         )
     return raw
 
 
-def _addon_versions(region: str, kubernetes_version: str, context: Mapping[str, Any]) -> tuple[tuple[str, str | None], ...]:
+def _addon_versions(
+    region: str, kubernetes_version: str, context: Mapping[str, Any]
+) -> tuple[tuple[str, str | None], ...]:
     cached = context.get(versions.addon_versions_context_key(region, kubernetes_version))
     resolved = cached if isinstance(cached, Mapping) else {}
-    return tuple((name, pinned or (str(resolved[name]) if name in resolved else None)) for name, pinned in versions.EKS_ADDON_VERSIONS.items())
+    return tuple(
+        (name, pinned or (str(resolved[name]) if name in resolved else None))
+        for name, pinned in versions.EKS_ADDON_VERSIONS.items()
+    )
 
 
 def _check_model(settings: Settings, raw: Mapping[str, str]) -> None:
@@ -224,17 +270,35 @@ def _check_model(settings: Settings, raw: Mapping[str, str]) -> None:
     served = [a for a in facts.architectures if a in vllm_architectures()]
     if not served:
         raise SettingError(
-            "MODEL_SOURCE", settings.model_source, f"a model whose architecture vLLM 0.26 serves ({', '.join(facts.architectures)} is not in its registry)"
+            "MODEL_SOURCE",
+            settings.model_source,
+            f"a model whose architecture vLLM 0.26 serves ({', '.join(facts.architectures)} is not in its registry)",
         )
     if settings.max_model_len > facts.native_context:
-        raise SettingError("MAX_MODEL_LEN", raw["MAX_MODEL_LEN"], f"at most {facts.native_context}, {settings.model_source}'s native context")
+        raise SettingError(
+            "MAX_MODEL_LEN",
+            raw["MAX_MODEL_LEN"],
+            f"at most {facts.native_context}, {settings.model_source}'s native context",
+        )
     text_only = settings.text_only_multimodal
     # Every phase must start: a compiled one (ENFORCE_EAGER) needs its graphs' memory too.
     eager = settings.eager("prefill") and settings.eager("decode")
-    why = misfit(facts, settings.gpu_node, settings.tensor_parallel_size, settings.max_model_len, text_only=text_only, eager=eager)
+    why = misfit(
+        facts,
+        settings.gpu_node,
+        settings.tensor_parallel_size,
+        settings.max_model_len,
+        text_only=text_only,
+        eager=eager,
+    )
     if why:
         # A shorter context that fits is the fix the user most likely wants: name that setting then.
-        shorter = fit(facts, settings.gpu_node, settings.tensor_parallel_size, text_only=text_only, eager=eager).largest_context >= 256
+        shorter = (
+            fit(
+                facts, settings.gpu_node, settings.tensor_parallel_size, text_only=text_only, eager=eager
+            ).largest_context
+            >= 256
+        )
         env, value = ("MAX_MODEL_LEN", raw["MAX_MODEL_LEN"]) if shorter else ("MODEL_SOURCE", settings.model_source)
         raise SettingError(env, value, f"a model, context and GPUs that fit: {why}")
 
@@ -249,19 +313,24 @@ def _check_maxima(settings: Settings, raw: Mapping[str, str]) -> None:
         ("DECODE_MAX_REPLICAS", "DECODE_REPLICAS", settings.decode_max_replicas, settings.decode_replicas),
     ):
         if maximum is not None and maximum < minimum:
-            raise SettingError(env, raw[env], f"empty (fixed) or at least {minimum_env} ({minimum}): the phase scales between the two")
+            raise SettingError(
+                env, raw[env], f"empty (fixed) or at least {minimum_env} ({minimum}): the phase scales between the two"
+            )
     most = settings.prefill_max_nodes + settings.decode_max_nodes
     if settings.autoscaling and most > MAX_GPU_NODES:
         env = "PREFILL_MAX_REPLICAS" if settings.prefill_max_replicas is not None else "DECODE_MAX_REPLICAS"
         raise SettingError(
             env,
             raw[env],
-            f"maxima whose nodes fit the GPU nodegroup's {MAX_GPU_NODES}: {settings.prefill_max_nodes} prefill + {settings.decode_max_nodes} decode "
-            f"node(s) of {settings.gpu_node.name} ({settings.engines_per_node} engine(s) per node)",
+            f"maxima whose nodes fit the GPU nodegroup's {MAX_GPU_NODES}: {settings.prefill_max_nodes} prefill +"
+            f" {settings.decode_max_nodes} decode node(s) of {settings.gpu_node.name} ({settings.engines_per_node}"
+            " engine(s) per node)",
         )
 
 
-def load_settings(environ: Mapping[str, str], context: Mapping[str, Any], defaults: Mapping[str, str] | None = None) -> Settings:
+def load_settings(
+    environ: Mapping[str, str], context: Mapping[str, Any], defaults: Mapping[str, str] | None = None
+) -> Settings:
     """Parse and check every setting; raise SettingError on the first bad one. `defaults` replaces the specs'
     defaults (by environment name): the tests pin the configuration they were written for (tests/pinned.py)."""
     check_context_keys(context)
@@ -275,18 +344,27 @@ def load_settings(environ: Mapping[str, str], context: Mapping[str, Any], defaul
         raise SettingError(
             "K8S_VERSION",
             raw["K8S_VERSION"],
-            ", ".join(versions.SUPPORTED_KUBERNETES_VERSIONS) + f" (the kubectl {versions.KUBECTL_LAYER_KUBERNETES_MINOR} layer's skew)",
+            ", ".join(versions.SUPPORTED_KUBERNETES_VERSIONS)
+            + f" (the kubectl {versions.KUBECTL_LAYER_KUBERNETES_MINOR} layer's skew)",
         )
     endpoint_access = parsed["endpoint_access"]
-    public_cidrs = tuple(cidr("PUBLIC_ACCESS_CIDRS", c, private=False, prefix=(0, 32)) for c in csv(raw["PUBLIC_ACCESS_CIDRS"]))
+    public_cidrs = tuple(
+        cidr("PUBLIC_ACCESS_CIDRS", c, private=False, prefix=(0, 32)) for c in csv(raw["PUBLIC_ACCESS_CIDRS"])
+    )
     if public_cidrs and endpoint_access != "public-and-private":
         # EKS keeps a private endpoint for the nodes whenever the public one is restricted.
-        raise SettingError("PUBLIC_ACCESS_CIDRS", raw["PUBLIC_ACCESS_CIDRS"], f"empty unless ENDPOINT_ACCESS=public-and-private (it is {endpoint_access})")
+        raise SettingError(
+            "PUBLIC_ACCESS_CIDRS",
+            raw["PUBLIC_ACCESS_CIDRS"],
+            f"empty unless ENDPOINT_ACCESS=public-and-private (it is {endpoint_access})",
+        )
 
     observability = parsed["observability"]
     if observability and endpoint_access == "public":
         # The managed Prometheus collector reads the pod list from inside the VPC.
-        raise SettingError("OBSERVABILITY", "on", "off while ENDPOINT_ACCESS=public (the metrics collector needs the private endpoint)")
+        raise SettingError(
+            "OBSERVABILITY", "on", "off while ENDPOINT_ACCESS=public (the metrics collector needs the private endpoint)"
+        )
 
     gpu_node = _gpu_facts(raw["GPU_NODE_TYPE"], context)
     placement_group, reservation = _capacity(raw, parsed["gpu_capacity_reservation_type"])
@@ -304,7 +382,9 @@ def load_settings(environ: Mapping[str, str], context: Mapping[str, Any], defaul
         admin_principal_arns=_principal_arns(raw["ADMIN_PRINCIPAL_ARNS"]),
         system_node=_system_facts(raw["SYSTEM_NODE_TYPE"], context),
         gpu_node=gpu_node,
-        gpu_node_count=-1 if not raw["GPU_NODE_COUNT"].strip() else integer("GPU_NODE_COUNT", raw["GPU_NODE_COUNT"], 0, 64),
+        gpu_node_count=(
+            -1 if not raw["GPU_NODE_COUNT"].strip() else integer("GPU_NODE_COUNT", raw["GPU_NODE_COUNT"], 0, 64)
+        ),
         gpu_az=zones.gpu_az,
         gpu_az_source=zones.source,
         dlc_image=pinned_image(_image(raw["DLC_IMAGE"], region), context)[0],
@@ -312,12 +392,15 @@ def load_settings(environ: Mapping[str, str], context: Mapping[str, Any], defaul
         kuberay_version=_kuberay_version(raw["KUBERAY_VERSION"]),
         model_source=model_source,
         tensor_parallel_size=_tensor_parallel_size(raw["TENSOR_PARALLEL_SIZE"], gpu_node),
-        serve_client_namespaces=namespaces("SERVE_CLIENT_NAMESPACES", raw["SERVE_CLIENT_NAMESPACES"]) or (raw["NAMESPACE"],),
+        serve_client_namespaces=namespaces("SERVE_CLIENT_NAMESPACES", raw["SERVE_CLIENT_NAMESPACES"])
+        or (raw["NAMESPACE"],),
         eks_addon_versions=_addon_versions(region, raw["K8S_VERSION"], context),
         gpu_placement_group=placement_group,
         gpu_capacity_reservation_id=reservation,
         serve_endpoint=parse_endpoint(raw, region=region, vpc_cidr=raw["VPC_CIDR"]),
-        model_source_kms_key_arn=parse_kms_key_arn("MODEL_SOURCE_KMS_KEY_ARN", raw["MODEL_SOURCE_KMS_KEY_ARN"].strip(), model_source),
+        model_source_kms_key_arn=parse_kms_key_arn(
+            "MODEL_SOURCE_KMS_KEY_ARN", raw["MODEL_SOURCE_KMS_KEY_ARN"].strip(), model_source
+        ),
         model_next_source=parse_next_source("MODEL_NEXT_SOURCE", raw["MODEL_NEXT_SOURCE"].strip(), model_source),
     )
     facts, facts_source = model_facts(model_source, context)
@@ -328,13 +411,19 @@ def load_settings(environ: Mapping[str, str], context: Mapping[str, Any], defaul
         raise SettingError(
             "GPU_NODE_COUNT",
             raw["GPU_NODE_COUNT"],
-            f"empty or {settings.gpu_nodes_needed} (what the replicas need), or 0 (parked): {settings.prefill_nodes} prefill + "
-            f"{settings.decode_nodes} decode node(s) of {gpu_node.name} ({gpu_node.gpus} GPU(s) each, {settings.engines_per_node} "
-            f"engine(s) of TENSOR_PARALLEL_SIZE={settings.tensor_parallel_size} per node; the phases never share a node)",
+            f"empty or {settings.gpu_nodes_needed} (what the replicas need), or 0 (parked): {settings.prefill_nodes}"
+            f" prefill + {settings.decode_nodes} decode node(s) of {gpu_node.name} ({gpu_node.gpus} GPU(s) each,"
+            f" {settings.engines_per_node} engine(s) of TENSOR_PARALLEL_SIZE={settings.tensor_parallel_size} per node;"
+            " the phases never share a node)",
         )
     _check_maxima(settings, raw)
     _check_model(settings, raw)
     check_head_fits(settings.system_node, observability=settings.observability, autoscaling=settings.autoscaling)
     gpu_worker_resources(settings.gpu_node, observability=settings.observability)
-    check_engine_cpus(settings.gpu_node, settings.engines_per_node, settings.tensor_parallel_size, observability=settings.observability)
+    check_engine_cpus(
+        settings.gpu_node,
+        settings.engines_per_node,
+        settings.tensor_parallel_size,
+        observability=settings.observability,
+    )
     return settings

@@ -88,7 +88,10 @@ BUILT_IN_MODELS: Mapping[str, ModelFacts] = {
             linear_state_bytes_per_layer=_QWEN35_STATE,
             # The vision tower (~0.45B parameters) with language_model_only, and the MTP head (~0.24B), in bf16.
             text_only_skipped_bytes=2 * (450_000_000 + 240_000_000),
-            where="config.json and model.safetensors.index.json of Qwen/Qwen3.5-9B at c2022362 (copies quoted in public tests and logs)",
+            where=(
+                "config.json and model.safetensors.index.json of Qwen/Qwen3.5-9B at c2022362 (copies quoted in public"
+                " tests and logs)"
+            ),
         ),
         ModelFacts(
             source="Qwen/Qwen3-32B",
@@ -101,7 +104,10 @@ BUILT_IN_MODELS: Mapping[str, ModelFacts] = {
             head_dim=128,
             native_context=40_960,
             multimodal=False,
-            where="config.json of Qwen/Qwen3-32B at 9216db57; total_size 65524246528 (17 shards, 32,762,123,264 BF16 parameters)",
+            where=(
+                "config.json of Qwen/Qwen3-32B at 9216db57; total_size 65524246528 (17 shards, 32,762,123,264 BF16"
+                " parameters)"
+            ),
         ),
         ModelFacts(
             source="meta-llama/Llama-3.1-8B-Instruct",
@@ -127,7 +133,10 @@ BUILT_IN_MODELS: Mapping[str, ModelFacts] = {
             head_dim=128,
             native_context=131_072,
             multimodal=False,
-            where="meta-llama/Llama-3.3-70B-Instruct at 6f6073b4: 70,553,706,496 BF16 parameters (the Hub's count) x 2 bytes",
+            where=(
+                "meta-llama/Llama-3.3-70B-Instruct at 6f6073b4: 70,553,706,496 BF16 parameters (the Hub's count) x 2"
+                " bytes"
+            ),
         ),
     )
 }

@@ -92,7 +92,9 @@ def overhead_bytes(weights: int, *, eager: bool) -> int:
     return OVERHEAD_BASE_BYTES + int(OVERHEAD_PER_WEIGHT_BYTE * weights) + (0 if eager else GRAPHS_OVERHEAD_BYTES)
 
 
-def fit(model: ModelFacts, gpu: InstanceFacts, tensor_parallel_size: int, *, text_only: bool, eager: bool = True) -> Fit:
+def fit(
+    model: ModelFacts, gpu: InstanceFacts, tensor_parallel_size: int, *, text_only: bool, eager: bool = True
+) -> Fit:
     checkpoint = model.weight_bytes - (model.text_only_skipped_bytes if text_only else 0)
     # Loaded as bfloat16 (the serve config's dtype): a float32 checkpoint takes half its size on the GPU.
     loaded = checkpoint * ENGINE_DTYPE_BYTES // DTYPE_BYTES.get(model.dtype, ENGINE_DTYPE_BYTES)
@@ -108,14 +110,23 @@ def fit(model: ModelFacts, gpu: InstanceFacts, tensor_parallel_size: int, *, tex
     )
 
 
-def graphs_fit(model: ModelFacts, gpu: InstanceFacts, tensor_parallel_size: int, max_model_len: int, *, text_only: bool) -> bool:
+def graphs_fit(
+    model: ModelFacts, gpu: InstanceFacts, tensor_parallel_size: int, max_model_len: int, *, text_only: bool
+) -> bool:
     """Compilation and CUDA graphs leave the KV cache MIN_SEQUENCES_WITH_GRAPHS sequences of max_model_len."""
     compiled = fit(model, gpu, tensor_parallel_size, text_only=text_only, eager=False)
     return compiled.sequences(max_model_len) >= MIN_SEQUENCES_WITH_GRAPHS
 
 
 def phase_eager(
-    setting: str, phase: str, model: ModelFacts | None, gpu: InstanceFacts, tensor_parallel_size: int, max_model_len: int, *, text_only: bool
+    setting: str,
+    phase: str,
+    model: ModelFacts | None,
+    gpu: InstanceFacts,
+    tensor_parallel_size: int,
+    max_model_len: int,
+    *,
+    text_only: bool,
 ) -> bool:
     """enforce_eager of one phase's engine. ENFORCE_EAGER true/false forces both phases; auto compiles a phase where
     graphs_fit leaves it room on its GPU (both phases run the same model on one GPU type today, so they agree;
@@ -132,7 +143,15 @@ def _gib(value: int) -> str:
     return f"{value / GIB:.1f} GiB"
 
 
-def misfit(model: ModelFacts, gpu: InstanceFacts, tensor_parallel_size: int, max_model_len: int, *, text_only: bool, eager: bool = True) -> str:
+def misfit(
+    model: ModelFacts,
+    gpu: InstanceFacts,
+    tensor_parallel_size: int,
+    max_model_len: int,
+    *,
+    text_only: bool,
+    eager: bool = True,
+) -> str:
     """ "" when one sequence of max_model_len fits each GPU; else one line: the model, the GPU, needed and
     available, and what would fit (the largest context, the smallest tensor-parallel size, other GPU types)."""
     this = fit(model, gpu, tensor_parallel_size, text_only=text_only, eager=eager)
@@ -141,16 +160,28 @@ def misfit(model: ModelFacts, gpu: InstanceFacts, tensor_parallel_size: int, max
     ways = []
     if this.largest_context >= 256:
         ways.append(f"MAX_MODEL_LEN up to {min(this.largest_context, model.native_context)}")
-    tp = next((t for t in TENSOR_PARALLEL_SIZES if t <= gpu.gpus and fit(model, gpu, t, text_only=text_only).fits(max_model_len)), None)
+    tp = next(
+        (
+            t
+            for t in TENSOR_PARALLEL_SIZES
+            if t <= gpu.gpus and fit(model, gpu, t, text_only=text_only).fits(max_model_len)
+        ),
+        None,
+    )
     if tp is not None and tp != tensor_parallel_size:
         ways.append(f"TENSOR_PARALLEL_SIZE={tp}")
-    others = sorted(_fitting_types(model, max_model_len, text_only=text_only), key=lambda found: (found[1], BUILT_IN[found[0]].gpus, found[0]))
+    others = sorted(
+        _fitting_types(model, max_model_len, text_only=text_only),
+        key=lambda found: (found[1], BUILT_IN[found[0]].gpus, found[0]),
+    )
     if others:
         ways.append("GPU_NODE_TYPE " + ", ".join(f"{name} (TP {t})" for name, t in others[:4]))
     return (
-        f"{model.source} on {gpu.name} ({gpu.gpu_model}, TP {tensor_parallel_size}) needs {_gib(this.needed(max_model_len))} per GPU "
-        f"(weights {_gib(this.weights)}, KV cache of one {max_model_len}-token sequence {_gib(this.kv_per_token * max_model_len)}"
-        f"{f', hybrid state {_gib(this.state)}' if this.state else ''}, vLLM's overhead {_gib(this.overhead)}) of {_gib(this.budget)} available; "
+        f"{model.source} on {gpu.name} ({gpu.gpu_model}, TP {tensor_parallel_size}) needs"
+        f" {_gib(this.needed(max_model_len))} per GPU (weights {_gib(this.weights)}, KV cache of one"
+        f" {max_model_len}-token sequence"
+        f" {_gib(this.kv_per_token * max_model_len)}{f', hybrid state {_gib(this.state)}' if this.state else ''},"
+        f" vLLM's overhead {_gib(this.overhead)}) of {_gib(this.budget)} available; "
         + ("fits with: " + "; ".join(ways) if ways else "no built-in GPU type fits it")
     )
 
@@ -168,7 +199,11 @@ def fit_table_markdown(models: Iterable[ModelFacts]) -> str:
             gpu = BUILT_IN[name]
             cells = []
             for tp in TENSOR_PARALLEL_SIZES:
-                largest = min(fit(model, gpu, tp, text_only=True).largest_context, model.native_context) if tp <= gpu.gpus else -1
+                largest = (
+                    min(fit(model, gpu, tp, text_only=True).largest_context, model.native_context)
+                    if tp <= gpu.gpus
+                    else -1
+                )
                 cells.append("—" if largest < 0 else "no fit" if largest < 256 else f"{largest:,}")
             rows.append(f"| `{model.source}` | {name} ({gpu.gpus} × {gpu.gpu_model}) | " + " | ".join(cells) + " |")
     return "\n".join(rows)
@@ -177,6 +212,13 @@ def fit_table_markdown(models: Iterable[ModelFacts]) -> str:
 def _fitting_types(model: ModelFacts, max_model_len: int, *, text_only: bool) -> Iterable[tuple[str, int]]:
     for name in BUILT_IN_GPU_TYPES:
         gpu = BUILT_IN[name]
-        tp = next((t for t in TENSOR_PARALLEL_SIZES if t <= gpu.gpus and fit(model, gpu, t, text_only=text_only).fits(max_model_len)), None)
+        tp = next(
+            (
+                t
+                for t in TENSOR_PARALLEL_SIZES
+                if t <= gpu.gpus and fit(model, gpu, t, text_only=text_only).fits(max_model_len)
+            ),
+            None,
+        )
         if tp is not None:
             yield name, tp

@@ -28,8 +28,13 @@ _BUCKET_RESERVED_PREFIXES = ("xn--", "sthree-", "amzn-s3-demo-")
 _BUCKET_RESERVED_SUFFIXES = ("-s3alias", "--ol-s3", ".mrap", "--x-s3", "--table-s3")
 # S3's "safe" key characters without "*" (IAM's wildcard), one or more per segment; "." and ".." segments refused.
 _PREFIX_SEGMENT = re.compile(r"[A-Za-z0-9!_.'()-]+")
-BUCKET_ALLOWED = "3-63 lowercase letters, digits, '.' and '-', starting and ending with a letter or digit (S3's bucket naming rules)"
-PREFIX_ALLOWED = "a key prefix of at most 768 bytes, segments of letters, digits and !_.'()- separated by '/' (no '*', '?', '$' or empty segment)"
+BUCKET_ALLOWED = (
+    "3-63 lowercase letters, digits, '.' and '-', starting and ending with a letter or digit (S3's bucket naming rules)"
+)
+PREFIX_ALLOWED = (
+    "a key prefix of at most 768 bytes, segments of letters, digits and !_.'()- separated by '/' (no '*', '?', '$' or"
+    " empty segment)"
+)
 # A key ID is a UUID, or mrk- and 32 hex digits for a multi-Region key.
 KMS_KEY_ARN = re.compile(
     r"arn:aws(-[a-z]+)*:kms:[a-z]{2}(-[a-z]+)+-\d:\d{12}:key/([0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}|mrk-[0-9a-f]{32})"
@@ -71,7 +76,10 @@ def _bucket_problem(bucket: str) -> str | None:
     except ValueError:
         pass
     if bucket.startswith(_BUCKET_RESERVED_PREFIXES) or bucket.endswith(_BUCKET_RESERVED_SUFFIXES):
-        return f"{BUCKET_ALLOWED}, not starting with {', '.join(_BUCKET_RESERVED_PREFIXES)} nor ending with {', '.join(_BUCKET_RESERVED_SUFFIXES)}"
+        return (
+            f"{BUCKET_ALLOWED}, not starting with {', '.join(_BUCKET_RESERVED_PREFIXES)} nor ending with"
+            f" {', '.join(_BUCKET_RESERVED_SUFFIXES)}"
+        )
     return None
 
 
@@ -85,7 +93,11 @@ def parse_s3_prefix(env: str, value: str, grant: str = "the workers may read exa
         raise SettingError(env, value, f"s3://BUCKET/PREFIX with BUCKET {problem}")
     prefix = prefix.removesuffix("/")
     segments = prefix.split("/") if prefix else []
-    if not segments or len(prefix.encode()) > MAX_PREFIX_BYTES or any(not _PREFIX_SEGMENT.fullmatch(s) or s in (".", "..") for s in segments):
+    if (
+        not segments
+        or len(prefix.encode()) > MAX_PREFIX_BYTES
+        or any(not _PREFIX_SEGMENT.fullmatch(s) or s in (".", "..") for s in segments)
+    ):
         raise SettingError(env, value, f"s3://BUCKET/PREFIX with PREFIX {PREFIX_ALLOWED}: {grant}")
     return S3Prefix(bucket=bucket, prefix=prefix)
 
@@ -102,7 +114,11 @@ def parse_model_source(value: str) -> str:
     if value.startswith(S3_SCHEME):
         return parse_s3_prefix("MODEL_SOURCE", value).uri
     if not HUB_REPOSITORY.fullmatch(value):
-        raise SettingError("MODEL_SOURCE", value, "a Hugging Face repository ORG/NAME, or s3://BUCKET/PREFIX (a copy made by `make mirror-model`)")
+        raise SettingError(
+            "MODEL_SOURCE",
+            value,
+            "a Hugging Face repository ORG/NAME, or s3://BUCKET/PREFIX (a copy made by `make mirror-model`)",
+        )
     return value
 
 
@@ -139,5 +155,7 @@ def parse_kms_key_arn(env: str, value: str, model_source: str) -> str:
     if not model_source.startswith(S3_SCHEME):
         raise SettingError(env, value, "empty unless MODEL_SOURCE is s3://BUCKET/PREFIX (the key of that bucket)")
     if not KMS_KEY_ARN.fullmatch(value):
-        raise SettingError(env, value, "a KMS key ARN, arn:aws:kms:REGION:ACCOUNT:key/KEY-ID (not an alias: IAM matches the key's ARN)")
+        raise SettingError(
+            env, value, "a KMS key ARN, arn:aws:kms:REGION:ACCOUNT:key/KEY-ID (not an alias: IAM matches the key's ARN)"
+        )
     return value

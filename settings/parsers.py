@@ -55,14 +55,20 @@ def integer(env: str, raw: str, low: int, high: int) -> int:
 
 def dns_label(env: str, raw: str, max_len: int = 63) -> str:
     if not DNS_LABEL.fullmatch(raw) or len(raw) > max_len:
-        raise SettingError(env, raw, f"a DNS label: lowercase letters, digits and '-', starting with a letter, at most {max_len} characters")
+        raise SettingError(
+            env,
+            raw,
+            f"a DNS label: lowercase letters, digits and '-', starting with a letter, at most {max_len} characters",
+        )
     return raw
 
 
 def namespaces(env: str, raw: str) -> tuple[str, ...]:
     names = csv(raw)
     if any(not DNS_LABEL.fullmatch(n) or len(n) > 63 for n in names):
-        raise SettingError(env, raw, "comma-separated namespace names (each a DNS label: lowercase letters, digits and '-')")
+        raise SettingError(
+            env, raw, "comma-separated namespace names (each a DNS label: lowercase letters, digits and '-')"
+        )
     return names
 
 
@@ -72,9 +78,16 @@ def csv(raw: str) -> tuple[str, ...]:
 
 def region_name(raw: str) -> str:
     if raw not in known_regions():
-        raise SettingError("REGION", raw, f"an AWS Region{closest(raw, known_regions())}, one of {', '.join(known_regions())}")
+        raise SettingError(
+            "REGION", raw, f"an AWS Region{closest(raw, known_regions())}, one of {', '.join(known_regions())}"
+        )
     if eks_addon_registry(raw) is None:
-        raise SettingError("REGION", raw, "a Region whose EKS add-on image registry settings/registries.py lists (add its row from the EKS user guide)")
+        raise SettingError(
+            "REGION",
+            raw,
+            "a Region whose EKS add-on image registry settings/registries.py lists (add its row from the EKS user"
+            " guide)",
+        )
     return raw
 
 
@@ -82,7 +95,9 @@ def cidr(env: str, raw: str, *, private: bool, prefix: tuple[int, int]) -> str:
     try:
         network = ipaddress.IPv4Network(raw, strict=True)
     except ValueError:
-        raise SettingError(env, raw, f"an IPv4 CIDR such as 10.0.0.0/16 (prefix /{prefix[0]} to /{prefix[1]})") from None
+        raise SettingError(
+            env, raw, f"an IPv4 CIDR such as 10.0.0.0/16 (prefix /{prefix[0]} to /{prefix[1]})"
+        ) from None
     if not prefix[0] <= network.prefixlen <= prefix[1] or (private and not network.is_private):
         kind = "a private " if private else "an "
         raise SettingError(env, raw, f"{kind}IPv4 CIDR with a prefix from /{prefix[0]} to /{prefix[1]}")
@@ -113,7 +128,9 @@ class DnsLabel:
 
     @property
     def allowed(self) -> str:
-        return f"DNS label: lowercase letters, digits and '-', starting with a letter, at most {self.max_len} characters"
+        return (
+            f"DNS label: lowercase letters, digits and '-', starting with a letter, at most {self.max_len} characters"
+        )
 
     def __call__(self, env: str, raw: str) -> str:
         return dns_label(env, raw, self.max_len)

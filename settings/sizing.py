@@ -108,12 +108,16 @@ def check_head_fits(instance: InstanceFacts, *, observability: bool, autoscaling
         raise SettingError(
             "SYSTEM_NODE_TYPE",
             instance.name,
-            f"a type with room for the Ray head ({HEAD_REQUEST_CPU_MILLI // 1000} vCPU, {HEAD_REQUEST_MEMORY_MIB // 1024} GiB) "
-            f"beside the operator and CoreDNS{' and the observability add-on' if observability else ''}{' and the autoscalers' if autoscaling else ''}; {instance.name} leaves {free_cpu}m CPU, {free_memory} MiB",
+            f"a type with room for the Ray head ({HEAD_REQUEST_CPU_MILLI // 1000} vCPU,"
+            f" {HEAD_REQUEST_MEMORY_MIB // 1024} GiB) beside the operator and"
+            f" CoreDNS{' and the observability add-on' if observability else ''}{' and the autoscalers' if autoscaling else ''};"
+            f" {instance.name} leaves {free_cpu}m CPU, {free_memory} MiB",
         )
 
 
-def check_engine_cpus(instance: InstanceFacts, engines_per_node: int, tensor_parallel_size: int, *, observability: bool) -> None:
+def check_engine_cpus(
+    instance: InstanceFacts, engines_per_node: int, tensor_parallel_size: int, *, observability: bool
+) -> None:
     """The engines' bundles of a full GPU node must leave the ingress and router room on its worker."""
     worker_cpus = gpu_worker_resources(instance, observability=observability).cpu_milli // 1000
     bundles = engines_per_node * (tensor_parallel_size * CPUS_PER_GPU_BUNDLE + REPLICA_ACTOR_CPUS)
@@ -121,6 +125,6 @@ def check_engine_cpus(instance: InstanceFacts, engines_per_node: int, tensor_par
         raise SettingError(
             "GPU_NODE_TYPE",
             instance.name,
-            f"a type whose Ray worker keeps {SERVE_CPU_HEADROOM} CPUs for Ray Serve's ingress and router beside the engines' "
-            f"{bundles} ({worker_cpus} CPUs in all)",
+            f"a type whose Ray worker keeps {SERVE_CPU_HEADROOM} CPUs for Ray Serve's ingress and router beside the"
+            f" engines' {bundles} ({worker_cpus} CPUs in all)",
         )

@@ -17,7 +17,10 @@ REFUSED = "refused"
 NEW = "new deployment"
 # Read by the preflight (or a tool) only: no stack or manifest reads it (tests/test_settings.py checks that).
 PREFLIGHT_ONLY = "no effect on deployed stacks"
-_RECREATE_HOW = "`make diff` shows `RayClusterConfigFingerprint` changing; `make destroy STACKS=CLUSTER_NAME-serving && make deploy` (GPU nodes stay)"
+_RECREATE_HOW = (
+    "`make diff` shows `RayClusterConfigFingerprint` changing; `make destroy STACKS=CLUSTER_NAME-serving && make"
+    " deploy` (GPU nodes stay)"
+)
 
 
 @dataclass(frozen=True)

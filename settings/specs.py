@@ -11,7 +11,17 @@ from typing import Final
 
 from settings import versions
 from settings.parsers import Choice, DnsLabel, Flag, Integer, OptionalInteger, Pattern, Semver
-from settings.spec_base import _RECREATE_HOW, IN_PLACE, NEW, PREFLIGHT_ONLY, RECREATE, REFUSED, REPLACEMENT, ROLLING, SettingSpec
+from settings.spec_base import (
+    _RECREATE_HOW,
+    IN_PLACE,
+    NEW,
+    PREFLIGHT_ONLY,
+    RECREATE,
+    REFUSED,
+    REPLACEMENT,
+    ROLLING,
+    SettingSpec,
+)
 from settings.specs_infra import INFRA_SPECS
 
 __all__ = ["IN_PLACE", "NEW", "PREFLIGHT_ONLY", "RECREATE", "REFUSED", "REPLACEMENT", "ROLLING", "SPECS", "SettingSpec"]
@@ -29,11 +39,14 @@ SPECS: tuple[SettingSpec, ...] = (
         "KUBERAY_VERSION",
         versions.KUBERAY_OPERATOR.version,
         "KubeRay operator chart version",
-        f"{versions.KUBERAY_OPERATOR.version} (the version of the CRDs in schemas/kuberay/, which the RayService is validated against)",
+        f"{versions.KUBERAY_OPERATOR.version} (the version of the CRDs in schemas/kuberay/, which the RayService is"
+        " validated against)",
         change=(
             IN_PLACE,
-            "pinned to the CRDs in schemas/kuberay/; when a commit moves it, preflight refuses the deploy until `make kuberay-crds` "
-            "has applied the new CRDs (Helm never upgrades them)",
+            (
+                "pinned to the CRDs in schemas/kuberay/; when a commit moves it, preflight refuses the deploy until"
+                " `make kuberay-crds` has applied the new CRDs (Helm never upgrades them)"
+            ),
         ),
     ),
     SettingSpec(
@@ -44,8 +57,11 @@ SPECS: tuple[SettingSpec, ...] = (
         parser=DnsLabel(),
         change=(
             REFUSED,
-            "the chart's cluster-scoped objects have fixed names, so two releases cannot coexist: `make destroy STACKS=CLUSTER_NAME-system` "
-            "(takes the serving stack, and with OBSERVABILITY=on the observability stack, with it; the GPU nodes stay), then deploy",
+            (
+                "the chart's cluster-scoped objects have fixed names, so two releases cannot coexist: `make destroy"
+                " STACKS=CLUSTER_NAME-system` (takes the serving stack, and with OBSERVABILITY=on the observability"
+                " stack, with it; the GPU nodes stay), then deploy"
+            ),
         ),
     ),
     SettingSpec(
@@ -63,35 +79,46 @@ SPECS: tuple[SettingSpec, ...] = (
         parser=DnsLabel(53),
         change=(
             REPLACEMENT,
-            "new RayService applied, then the old one deleted (it would otherwise keep the GPU nodes). With HF_TOKEN_SECRET_NAME set the "
-            "token's SecretProviderClass keeps its name, so the preflight refuses it: `make destroy STACKS=CLUSTER_NAME-serving` first",
+            (
+                "new RayService applied, then the old one deleted (it would otherwise keep the GPU nodes). With"
+                " HF_TOKEN_SECRET_NAME set the token's SecretProviderClass keeps its name, so the preflight refuses it:"
+                " `make destroy STACKS=CLUSTER_NAME-serving` first"
+            ),
         ),
     ),
     SettingSpec(
         "MODEL_ID",
         "qwen3.5-9b",
         "Model name clients send in requests",
-        parser=Pattern(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}", "letters, digits, '.', '_' and '-', at most 128 characters"),
+        parser=Pattern(
+            r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}", "letters, digits, '.', '_' and '-', at most 128 characters"
+        ),
         change=(IN_PLACE, "serveConfigV2: Ray Serve redeploys the application"),
     ),
     SettingSpec(
         "MODEL_SOURCE",
         "Qwen/Qwen3.5-9B",
-        "Where the weights come from: a Hugging Face repository, or an S3 prefix holding a copy (`make mirror-model`) that the GPU workers read with their own EKS Pod Identity",
-        "ORG/NAME, or s3://BUCKET/PREFIX (a bucket in REGION; no wildcard); an architecture vLLM 0.26 serves, fitting the GPUs (checked at synth when its facts are known: built in, or `make lookup`)",
+        "Where the weights come from: a Hugging Face repository, or an S3 prefix holding a copy (`make mirror-model`)"
+        " that the GPU workers read with their own EKS Pod Identity",
+        "ORG/NAME, or s3://BUCKET/PREFIX (a bucket in REGION; no wildcard); an architecture vLLM 0.26 serves, fitting"
+        " the GPUs (checked at synth when its facts are known: built in, or `make lookup`)",
         change=(
             RECREATE,
-            "from one Hub id to another, or one S3 prefix to another: in place (serveConfigV2, Ray Serve redeploys the application and the "
-            "engines download the new weights; a new prefix also moves the workers' read permission). Between a Hub id and an S3 prefix the "
-            f"workers gain or lose their service account and Region: {_RECREATE_HOW}. Fill the prefix first "
-            "(`make mirror-model`; a new revision's beside the served one, through MODEL_NEXT_SOURCE): the "
-            "preflight refuses an unparked deploy from a prefix without the mirror's `hash`",
+            (
+                "from one Hub id to another, or one S3 prefix to another: in place (serveConfigV2, Ray Serve redeploys"
+                " the application and the engines download the new weights; a new prefix also moves the workers' read"
+                " permission). Between a Hub id and an S3 prefix the workers gain or lose their service account and"
+                f" Region: {_RECREATE_HOW}. Fill the prefix first (`make mirror-model`; a new revision's beside the"
+                " served one, through MODEL_NEXT_SOURCE): the preflight refuses an unparked deploy from a prefix"
+                " without the mirror's `hash`"
+            ),
         ),
     ),
     SettingSpec(
         "MODEL_SOURCE_KMS_KEY_ARN",
         "",
-        "KMS key of the S3 model bucket when it is encrypted with SSE-KMS: the workers may kms:Decrypt with it through S3 (empty = SSE-S3)",
+        "KMS key of the S3 model bucket when it is encrypted with SSE-KMS: the workers may kms:Decrypt with it through"
+        " S3 (empty = SSE-S3)",
         "a KMS key ARN, only with an s3:// MODEL_SOURCE",
         change=(IN_PLACE, "the workers' Pod Identity role"),
     ),
@@ -104,8 +131,10 @@ SPECS: tuple[SettingSpec, ...] = (
         "prefix and neither inside the other; a prefix of letters, digits and !_.'()- segments, as MODEL_SOURCE's",
         change=(
             IN_PLACE,
-            "IAM only: the mirror Job's Pod Identity role moves to this prefix; serveConfigV2, the RayCluster and the "
-            "workers' role are unchanged. The switch to it without parking: docs/weights.md (A new revision)",
+            (
+                "IAM only: the mirror Job's Pod Identity role moves to this prefix; serveConfigV2, the RayCluster and"
+                " the workers' role are unchanged. The switch to it without parking: docs/weights.md (A new revision)"
+            ),
         ),
     ),
     SettingSpec(
@@ -116,7 +145,10 @@ SPECS: tuple[SettingSpec, ...] = (
         parser=Integer(1, 64),
         change=(
             RECREATE,
-            f"serveConfigV2, the GPU nodegroup (when GPU_NODE_COUNT is empty) and the prefill worker group's size, which KubeRay 1.7 does not apply to a running cluster: {_RECREATE_HOW}",
+            (
+                "serveConfigV2, the GPU nodegroup (when GPU_NODE_COUNT is empty) and the prefill worker group's size,"
+                f" which KubeRay 1.7 does not apply to a running cluster: {_RECREATE_HOW}"
+            ),
         ),
     ),
     SettingSpec(
@@ -127,26 +159,34 @@ SPECS: tuple[SettingSpec, ...] = (
         parser=Integer(1, 64),
         change=(
             RECREATE,
-            f"serveConfigV2, the GPU nodegroup (when GPU_NODE_COUNT is empty) and the decode worker group's size, which KubeRay 1.7 does not apply to a running cluster: {_RECREATE_HOW}",
+            (
+                "serveConfigV2, the GPU nodegroup (when GPU_NODE_COUNT is empty) and the decode worker group's size,"
+                f" which KubeRay 1.7 does not apply to a running cluster: {_RECREATE_HOW}"
+            ),
         ),
     ),
     SettingSpec(
         "PREFILL_MAX_REPLICAS",
         "",
-        "Most prefill replicas: with a value the prefill phase autoscales on its own load between PREFILL_REPLICAS and this (empty = fixed)",
+        "Most prefill replicas: with a value the prefill phase autoscales on its own load between PREFILL_REPLICAS and"
+        " this (empty = fixed)",
         "at least PREFILL_REPLICAS; the nodes of both maxima at most 64",
         parser=OptionalInteger(1, 64),
         change=(
             RECREATE,
-            "the RayCluster's in-tree autoscaler (on or off) and the worker group's maxReplicas, which KubeRay 1.7 does not apply to a "
-            f"running cluster: {_RECREATE_HOW}; serveConfigV2 and the GPU nodegroup's maximum in place. The preflight refuses a nodegroup "
-            "scaling change while the node autoscaler holds it above its minimum (CloudFormation would reset the desired size)",
+            (
+                "the RayCluster's in-tree autoscaler (on or off) and the worker group's maxReplicas, which KubeRay 1.7"
+                f" does not apply to a running cluster: {_RECREATE_HOW}; serveConfigV2 and the GPU nodegroup's maximum"
+                " in place. The preflight refuses a nodegroup scaling change while the node autoscaler holds it above"
+                " its minimum (CloudFormation would reset the desired size)"
+            ),
         ),
     ),
     SettingSpec(
         "DECODE_MAX_REPLICAS",
         "",
-        "Most decode replicas: with a value the decode phase autoscales on its own load between DECODE_REPLICAS and this (empty = fixed)",
+        "Most decode replicas: with a value the decode phase autoscales on its own load between DECODE_REPLICAS and"
+        " this (empty = fixed)",
         "at least DECODE_REPLICAS; the nodes of both maxima at most 64",
         parser=OptionalInteger(1, 64),
         change=(RECREATE, "as PREFILL_MAX_REPLICAS"),
@@ -154,35 +194,40 @@ SPECS: tuple[SettingSpec, ...] = (
     SettingSpec(
         "TENSOR_PARALLEL_SIZE",
         "1",
-        "GPUs of one vLLM engine (tensor parallelism), inside one node; one value for both phases (NIXL cannot mix TP sizes for Qwen3.5's hybrid layers)",
+        "GPUs of one vLLM engine (tensor parallelism), inside one node; one value for both phases (NIXL cannot mix TP"
+        " sizes for Qwen3.5's hybrid layers)",
         "1, 2, 4 or 8, at most the GPUs of GPU_NODE_TYPE",
         change=(
             RECREATE,
-            "serveConfigV2 (the engines' bundles) in place; when the node counts change, the worker groups' sizes, which KubeRay 1.7 does "
-            f"not apply to a running cluster: {_RECREATE_HOW}",
+            (
+                "serveConfigV2 (the engines' bundles) in place; when the node counts change, the worker groups' sizes,"
+                f" which KubeRay 1.7 does not apply to a running cluster: {_RECREATE_HOW}"
+            ),
         ),
     ),
     SettingSpec(
         "MAX_MODEL_LEN",
         "4096",
         "vLLM max_model_len: sized to the KV cache that fits on the GPU",
-        "at most the model's native context, and one sequence of it must fit the GPU (checked at synth; docs/models.md)",
+        "at most the model's native context, and one sequence of it must fit the GPU (checked at synth;"
+        " docs/models.md)",
         parser=Integer(256, 1048576),
         change=(IN_PLACE, "serveConfigV2: Ray Serve redeploys the application"),
     ),
     SettingSpec(
         "MODEL_IMAGES",
         "off",
-        "off: a multimodal model (Qwen3.5) serves text only and vLLM loads no vision tower (language_model_only), which leaves more of an L4 to the KV cache; on: it keeps it",
+        "off: a multimodal model (Qwen3.5) serves text only and vLLM loads no vision tower (language_model_only), which"
+        " leaves more of an L4 to the KV cache; on: it keeps it",
         parser=Flag(),
         change=(IN_PLACE, "serveConfigV2: Ray Serve redeploys the application"),
     ),
     SettingSpec(
         "ENFORCE_EAGER",
         "auto",
-        "auto: each phase's engine compiles and captures CUDA graphs where the fit check leaves room for their memory and "
-        "8 sequences of MAX_MODEL_LEN (eager on the L4 of g6.8xlarge, compiled on L40S, A100, H100); true: eager; "
-        "false: compiled with CUDA graphs (docs/models.md)",
+        "auto: each phase's engine compiles and captures CUDA graphs where the fit check leaves room for their memory"
+        " and 8 sequences of MAX_MODEL_LEN (eager on the L4 of g6.8xlarge, compiled on L40S, A100, H100); true: eager;"
+        " false: compiled with CUDA graphs (docs/models.md)",
         "",
         parser=Choice(("auto", "true", "false")),
         change=(IN_PLACE, "serveConfigV2: Ray Serve redeploys the application (both engines restart)"),
@@ -190,23 +235,29 @@ SPECS: tuple[SettingSpec, ...] = (
     SettingSpec(
         "SERVE_CLIENT_NAMESPACES",
         "",
-        "Namespaces whose pods may call the OpenAI endpoint (port 8000; Ray's token does not cover it); empty = NAMESPACE only",
+        "Namespaces whose pods may call the OpenAI endpoint (port 8000; Ray's token does not cover it); empty ="
+        " NAMESPACE only",
         "comma-separated namespace names",
         change=(IN_PLACE, "the NetworkPolicy of the Serve port"),
     ),
     SettingSpec(
         "SERVE_EXPOSURE",
         "cluster",
-        "Where the OpenAI endpoint is reachable from: `cluster` (pods of SERVE_CLIENT_NAMESPACES, `kubectl port-forward`), `internal` (an Application "
-        "Load Balancer in the private subnets, for the VPC and networks routed to it) or `internet-facing` (public subnets); docs/endpoint.md",
+        "Where the OpenAI endpoint is reachable from: `cluster` (pods of SERVE_CLIENT_NAMESPACES, `kubectl"
+        " port-forward`), `internal` (an Application Load Balancer in the private subnets, for the VPC and networks"
+        " routed to it) or `internet-facing` (public subnets); docs/endpoint.md",
         "cluster, internal or internet-facing; internet-facing needs SERVE_CERTIFICATE_ARN and SERVE_ALLOWED_CIDRS",
         change=(
             RECREATE,
-            "the load balancer controller (system stack) and the Ingress (serving stack) come in place; between internal and internet-facing "
-            "a new Ingress (RAY_SERVICE_NAME-serve-SCHEME) gets a new load balancer (a new DNS name, which the alias record follows) and "
-            "the old one is deleted. Back to `cluster`: first `kubectl delete ingress -n NAMESPACE RAY_SERVICE_NAME-serve-SCHEME` (the controller, still running, deletes the load balancer; the system stack would otherwise uninstall it "
-            "before the serving stack deletes the Ingress, whose finalizer would then never clear). Turning API keys on or off with it mounts "
-            f"their volume on the Ray pods: {_RECREATE_HOW}",
+            (
+                "the load balancer controller (system stack) and the Ingress (serving stack) come in place; between"
+                " internal and internet-facing a new Ingress (RAY_SERVICE_NAME-serve-SCHEME) gets a new load balancer"
+                " (a new DNS name, which the alias record follows) and the old one is deleted. Back to `cluster`:"
+                " first `kubectl delete ingress -n NAMESPACE RAY_SERVICE_NAME-serve-SCHEME` (the controller, still"
+                " running, deletes the load balancer; the system stack would otherwise uninstall it before the serving"
+                " stack deletes the Ingress, whose finalizer would then never clear). Turning API keys on or off with"
+                f" it mounts their volume on the Ray pods: {_RECREATE_HOW}"
+            ),
         ),
         ci_variable=True,
     ),
@@ -214,15 +265,16 @@ SPECS: tuple[SettingSpec, ...] = (
         "SERVE_CERTIFICATE_ARN",
         "",
         "ACM certificate of the load balancer's HTTPS listener (the only listener); `none`: plain HTTP, internal only",
-        "an ACM certificate ARN in REGION (the preflight checks it is ISSUED and covers SERVE_HOSTNAME), `none` with SERVE_EXPOSURE=internal, "
-        "empty with SERVE_EXPOSURE=cluster",
+        "an ACM certificate ARN in REGION (the preflight checks it is ISSUED and covers SERVE_HOSTNAME), `none` with"
+        " SERVE_EXPOSURE=internal, empty with SERVE_EXPOSURE=cluster",
         change=(IN_PLACE, "the listener's certificate"),
         ci_variable=True,
     ),
     SettingSpec(
         "SERVE_HOSTNAME",
         "",
-        "DNS name clients use for the endpoint (the Ingress's host; with SERVE_HOSTED_ZONE_ID an alias record of the load balancer, the zone's apex too)",
+        "DNS name clients use for the endpoint (the Ingress's host; with SERVE_HOSTED_ZONE_ID an alias record of the"
+        " load balancer, the zone's apex too)",
         "empty or a fully qualified domain name",
         change=(IN_PLACE, "the Ingress's host rule and the alias record"),
         ci_variable=True,
@@ -230,16 +282,18 @@ SPECS: tuple[SettingSpec, ...] = (
     SettingSpec(
         "SERVE_HOSTED_ZONE_ID",
         "",
-        "Route 53 hosted zone in which to create SERVE_HOSTNAME's alias record (empty: you point the name at the load balancer yourself)",
-        "empty or a hosted zone ID (Z...), only with SERVE_HOSTNAME (the preflight checks the name is in the zone), in a Region "
-        "settings/load_balancer_zones.py lists",
+        "Route 53 hosted zone in which to create SERVE_HOSTNAME's alias record (empty: you point the name at the load"
+        " balancer yourself)",
+        "empty or a hosted zone ID (Z...), only with SERVE_HOSTNAME (the preflight checks the name is in the zone), in"
+        " a Region settings/load_balancer_zones.py lists",
         change=(IN_PLACE, "the alias record"),
         ci_variable=True,
     ),
     SettingSpec(
         "SERVE_ALLOWED_CIDRS",
         "",
-        "Sources the load balancer's security group admits (empty: the VPC's CIDR for internal; required for internet-facing)",
+        "Sources the load balancer's security group admits (empty: the VPC's CIDR for internal; required for"
+        " internet-facing)",
         "comma-separated IPv4 CIDRs, empty with SERVE_EXPOSURE=cluster",
         change=(IN_PLACE, "the load balancer's security group rules"),
         ci_variable=True,
@@ -247,27 +301,37 @@ SPECS: tuple[SettingSpec, ...] = (
     SettingSpec(
         "SERVE_API_KEYS",
         "",
-        "The Serve ingress requires `Authorization: Bearer KEY` with a key from Secrets Manager (generated at deploy; `make api-key`); empty: on "
-        "whenever SERVE_EXPOSURE leaves the cluster, off for cluster",
+        "The Serve ingress requires `Authorization: Bearer KEY` with a key from Secrets Manager (generated at deploy;"
+        " `make api-key`); empty: on whenever SERVE_EXPOSURE leaves the cluster, off for cluster",
         "on, off or empty; off is refused with SERVE_EXPOSURE internal or internet-facing",
-        change=(RECREATE, f"the serve config's ingress in place; the keys' volume on the Ray pods is a RayCluster change: {_RECREATE_HOW}"),
+        change=(
+            RECREATE,
+            (
+                "the serve config's ingress in place; the keys' volume on the Ray pods is a RayCluster change:"
+                f" {_RECREATE_HOW}"
+            ),
+        ),
     ),
     SettingSpec(
         "SERVE_ACCESS_LOGS",
         "off",
-        "The load balancer's access logs, into an S3 bucket of the serving stack (SSE-S3, TLS only, expiring after 30 days; "
-        "deleted with the stack); docs/endpoint.md",
+        "The load balancer's access logs, into an S3 bucket of the serving stack (SSE-S3, TLS only, expiring after 30"
+        " days; deleted with the stack); docs/endpoint.md",
         "on or off; on needs SERVE_EXPOSURE internal or internet-facing",
         change=(
             IN_PLACE,
-            "the bucket and the load balancer's attributes; back to off deletes the bucket and the logs in it (copy them first)",
+            (
+                "the bucket and the load balancer's attributes; back to off deletes the bucket and the logs in it (copy"
+                " them first)"
+            ),
         ),
         ci_variable=True,
     ),
     SettingSpec(
         "METRICS_NAMESPACE",
         "monitoring",
-        "Namespace of an in-cluster metrics collector (your Prometheus) allowed to scrape the Ray pods' port 8080; OBSERVABILITY's managed collector is let in by address",
+        "Namespace of an in-cluster metrics collector (your Prometheus) allowed to scrape the Ray pods' port 8080;"
+        " OBSERVABILITY's managed collector is let in by address",
         "",
         parser=DnsLabel(),
         change=(IN_PLACE, "the NetworkPolicy of the metrics port"),
@@ -275,25 +339,35 @@ SPECS: tuple[SettingSpec, ...] = (
     SettingSpec(
         "OBSERVABILITY",
         "off",
-        "CloudWatch metrics (Container Insights with GPU and EFA; the Ray pods' Prometheus metrics through a managed collector, queried with PromQL), a dashboard and alarms; costs money while idle",
+        "CloudWatch metrics (Container Insights with GPU and EFA; the Ray pods' Prometheus metrics through a managed"
+        " collector, queried with PromQL), a dashboard and alarms; costs money while idle",
         parser=Flag(),
         ci_variable=True,
         change=(
             RECREATE,
-            "`on` adds the CLUSTER_NAME-observability stack and lets the managed collector's subnets reach the Ray pods' metrics port (NetworkPolicy); "
-            f"the Ray workers give up a core and a GiB to the add-on's pods (and take them back with `off`): {_RECREATE_HOW}. Back to `off`: first `OBSERVABILITY=on make destroy STACKS=CLUSTER_NAME-observability` (a stack left out of the app is neither deleted by a deploy nor found by `cdk destroy`)",
+            (
+                "`on` adds the CLUSTER_NAME-observability stack and lets the managed collector's subnets reach the Ray"
+                " pods' metrics port (NetworkPolicy); the Ray workers give up a core and a GiB to the add-on's pods"
+                f" (and take them back with `off`): {_RECREATE_HOW}. Back to `off`: first `OBSERVABILITY=on make"
+                " destroy STACKS=CLUSTER_NAME-observability` (a stack left out of the app is neither deleted by a"
+                " deploy nor found by `cdk destroy`)"
+            ),
         ),
     ),
     SettingSpec(
         "GCS_FAULT_TOLERANCE",
         "off",
-        "`redis`: the Ray head's control state (GCS) in an ElastiCache (Valkey) store, so the workers keep their engines and Serve keeps answering while the head restarts; costs money while idle",
+        "`redis`: the Ray head's control state (GCS) in an ElastiCache (Valkey) store, so the workers keep their"
+        " engines and Serve keeps answering while the head restarts; costs money while idle",
         "",
         parser=Choice(("off", "redis")),
         change=(
             RECREATE,
-            "the store and its secret come (or go) with the system stack in place; the RayCluster's gcsFaultToleranceOptions and the head's "
-            f"secret volume are a RayCluster change: {_RECREATE_HOW}. Back to `off`: the same, then the store is deleted with its data",
+            (
+                "the store and its secret come (or go) with the system stack in place; the RayCluster's"
+                f" gcsFaultToleranceOptions and the head's secret volume are a RayCluster change: {_RECREATE_HOW}. Back"
+                " to `off`: the same, then the store is deleted with its data"
+            ),
         ),
     ),
     SettingSpec(
@@ -301,18 +375,29 @@ SPECS: tuple[SettingSpec, ...] = (
         "cache.t4g.micro",
         "ElastiCache node type of the GCS store (GCS_FAULT_TOLERANCE=redis): a primary and a replica in another AZ",
         "the preflight checks that the Region offers it",
-        parser=Pattern(r"cache\.[a-z][a-z0-9]*\.[a-z0-9]+", "an ElastiCache node type, cache.FAMILY.SIZE (e.g. cache.t4g.micro, cache.m7g.large)", strip=True),
+        parser=Pattern(
+            r"cache\.[a-z][a-z0-9]*\.[a-z0-9]+",
+            "an ElastiCache node type, cache.FAMILY.SIZE (e.g. cache.t4g.micro, cache.m7g.large)",
+            strip=True,
+        ),
         change=(IN_PLACE, "ElastiCache modifies the nodes (the replica first, then a failover)"),
     ),
     SettingSpec(
         "HF_TOKEN_SECRET_NAME",
         "",
         "Secrets Manager secret holding a Hugging Face token (empty = none)",
-        parser=Pattern(r"[A-Za-z0-9/_+=.@-]{1,512}", "empty, or a Secrets Manager secret name (letters, digits and /_+=.@-)", empty_ok=True),
+        parser=Pattern(
+            r"[A-Za-z0-9/_+=.@-]{1,512}",
+            "empty, or a Secrets Manager secret name (letters, digits and /_+=.@-)",
+            empty_ok=True,
+        ),
         ci_variable=True,
         change=(
             RECREATE,
-            f"the CSI driver and Pod Identity are added in place; the workers' token volume is a RayCluster change: {_RECREATE_HOW}",
+            (
+                "the CSI driver and Pod Identity are added in place; the workers' token volume is a RayCluster change:"
+                f" {_RECREATE_HOW}"
+            ),
         ),
     ),
 )

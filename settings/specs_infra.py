@@ -16,7 +16,13 @@ INFRA_SPECS: tuple[SettingSpec, ...] = (
         "",
         parser=DnsLabel(40),
         ci_variable=True,
-        change=(NEW, "new stack names: a second deployment beside the first. `make destroy` the old one (with the old name) first"),
+        change=(
+            NEW,
+            (
+                "new stack names: a second deployment beside the first. `make destroy` the old one (with the old name)"
+                " first"
+            ),
+        ),
     ),
     SettingSpec(
         "REGION",
@@ -33,8 +39,11 @@ INFRA_SPECS: tuple[SettingSpec, ...] = (
         ", ".join(versions.SUPPORTED_KUBERNETES_VERSIONS),
         change=(
             ROLLING,
-            "control plane in place, then the add-ons, then each nodegroup rolls. One minor version per deploy, alone: preflight refuses a skip, "
-            "a downgrade, or a version change together with another nodegroup change. Run `make lookup` first (add-on versions)",
+            (
+                "control plane in place, then the add-ons, then each nodegroup rolls. One minor version per deploy,"
+                " alone: preflight refuses a skip, a downgrade, or a version change together with another nodegroup"
+                " change. Run `make lookup` first (add-on versions)"
+            ),
         ),
     ),
     SettingSpec(
@@ -43,7 +52,10 @@ INFRA_SPECS: tuple[SettingSpec, ...] = (
         "Namespace of the RayService",
         "",
         parser=DnsLabel(),
-        change=(REPLACEMENT, "new Namespace and RayService applied, then the old ones deleted; the model restarts (up to 30 minutes)"),
+        change=(
+            REPLACEMENT,
+            "new Namespace and RayService applied, then the old ones deleted; the model restarts (up to 30 minutes)",
+        ),
     ),
     SettingSpec(
         "VPC_CIDR",
@@ -61,7 +73,10 @@ INFRA_SPECS: tuple[SettingSpec, ...] = (
         ci_variable=True,
         change=(
             IN_PLACE,
-            "EKS updates the endpoint; to or from `public` the kubectl provider's Lambdas move out of or into the VPC (with their own security group whenever they are in it)",
+            (
+                "EKS updates the endpoint; to or from `public` the kubectl provider's Lambdas move out of or into the"
+                " VPC (with their own security group whenever they are in it)"
+            ),
         ),
     ),
     SettingSpec(
@@ -88,7 +103,10 @@ INFRA_SPECS: tuple[SettingSpec, ...] = (
         parser=DnsLabel(),
         change=(
             REPLACEMENT,
-            "the new nodegroup starts beside the old one (its nodes count against the Standard quota meanwhile), then the old one goes",
+            (
+                "the new nodegroup starts beside the old one (its nodes count against the Standard quota meanwhile),"
+                " then the old one goes"
+            ),
         ),
     ),
     SettingSpec(
@@ -98,7 +116,14 @@ INFRA_SPECS: tuple[SettingSpec, ...] = (
         "an x86_64 EC2 type with at least 4 vCPU and 16 GiB",
         change=(ROLLING, "a new launch template version: nodes replaced one at a time (up to two extra per AZ first)"),
     ),
-    SettingSpec("SYSTEM_NODE_COUNT", "1", "Number of system nodes", "", parser=Integer(1, 10), change=(IN_PLACE, "nodegroup scaling")),
+    SettingSpec(
+        "SYSTEM_NODE_COUNT",
+        "1",
+        "Number of system nodes",
+        "",
+        parser=Integer(1, 10),
+        change=(IN_PLACE, "nodegroup scaling"),
+    ),
     SettingSpec(
         "SYSTEM_ROOT_VOLUME_GIB",
         "100",
@@ -113,7 +138,10 @@ INFRA_SPECS: tuple[SettingSpec, ...] = (
         "Name of the EFA GPU nodegroup",
         "",
         parser=DnsLabel(),
-        change=(REFUSED, "unless parked: `GPU_NODE_COUNT=0 make deploy`, then rename with GPU_NODE_COUNT=0, then unpark"),
+        change=(
+            REFUSED,
+            "unless parked: `GPU_NODE_COUNT=0 make deploy`, then rename with GPU_NODE_COUNT=0, then unpark",
+        ),
     ),
     SettingSpec(
         "GPU_NODE_TYPE",
@@ -122,14 +150,17 @@ INFRA_SPECS: tuple[SettingSpec, ...] = (
         "an x86_64 NVIDIA GPU type with EFA: " + ", ".join(BUILT_IN_GPU_TYPES) + ", or another after `make lookup`",
         change=(
             ROLLING,
-            f"a new launch template version (GPU_UPDATE_STRATEGY), and the workers' resources change: {RECREATE}. {_RECREATE_HOW}. "
-            "`make lookup` for the new type's AZs first",
+            (
+                f"a new launch template version (GPU_UPDATE_STRATEGY), and the workers' resources change: {RECREATE}."
+                f" {_RECREATE_HOW}. `make lookup` for the new type's AZs first"
+            ),
         ),
     ),
     SettingSpec(
         "GPU_NODE_COUNT",
         "",
-        "Number of GPU nodes; empty = what the replicas need (prefill nodes + decode nodes); 0 parks the GPUs and keeps everything else",
+        "Number of GPU nodes; empty = what the replicas need (prefill nodes + decode nodes); 0 parks the GPUs and keeps"
+        " everything else",
         "empty, 0, or the nodes the replicas need",
         change=(IN_PLACE, "nodegroup scaling; 0 parks the GPUs, empty (or the count the replicas need) unparks"),
     ),
@@ -137,7 +168,8 @@ INFRA_SPECS: tuple[SettingSpec, ...] = (
         "GPU_UPDATE_STRATEGY",
         "minimal",
         "How EKS replaces GPU nodes on a rolling update (new launch template, AMI or Kubernetes version)",
-        "minimal (terminate, then launch: no extra GPU quota or placement-group room), default (launch 2 extra nodes first)",
+        "minimal (terminate, then launch: no extra GPU quota or placement-group room), default (launch 2 extra nodes"
+        " first)",
         parser=Choice(("minimal", "default")),
         change=(IN_PLACE, "the nodegroup's update configuration"),
     ),
@@ -157,43 +189,57 @@ INFRA_SPECS: tuple[SettingSpec, ...] = (
         ci_variable=True,
         change=(
             REFUSED,
-            "the nodegroup's subnet is create-only and its name fixed. Park, deploy the new GPU_AZ with a new GPU_NODEGROUP_NAME and "
-            "GPU_NODE_COUNT=0, then unpark (if the VPC's AZs change too, preflight refuses that as well: `make destroy` and deploy again)",
+            (
+                "the nodegroup's subnet is create-only and its name fixed. Park, deploy the new GPU_AZ with a new"
+                " GPU_NODEGROUP_NAME and GPU_NODE_COUNT=0, then unpark (if the VPC's AZs change too, preflight refuses"
+                " that as well: `make destroy` and deploy again)"
+            ),
         ),
     ),
     SettingSpec(
         "GPU_PLACEMENT_GROUP",
         "on",
-        "Cluster placement group of the GPU nodes: on = one the GPU stack creates (lowest latency between them, but all nodes "
-        "must fit one spot: InsufficientInstanceCapacity is likelier), off = none, or the name of an existing cluster placement "
-        "group (the one a capacity reservation was made in)",
+        "Cluster placement group of the GPU nodes: on = one the GPU stack creates (lowest latency between them, but all"
+        " nodes must fit one spot: InsufficientInstanceCapacity is likelier), off = none, or the name of an existing"
+        " cluster placement group (the one a capacity reservation was made in)",
         "on, off, or a placement group name; not on with GPU_CAPACITY_RESERVATION_ID",
         change=(
             ROLLING,
-            "a new launch template version (GPU_UPDATE_STRATEGY); `on` to `off` deletes the stack's placement group once the nodes have left it",
+            (
+                "a new launch template version (GPU_UPDATE_STRATEGY); `on` to `off` deletes the stack's placement group"
+                " once the nodes have left it"
+            ),
         ),
     ),
     SettingSpec(
         "GPU_CAPACITY_RESERVATION_ID",
         "",
-        "EC2 capacity reservation the GPU nodes launch into (an On-Demand Capacity Reservation or a Capacity Block for ML); empty = none",
-        "empty or a reservation ID cr-<17 hex>, in GPU_AZ, of GPU_NODE_TYPE, active, with free instances for the nodes (checked by the preflight)",
+        "EC2 capacity reservation the GPU nodes launch into (an On-Demand Capacity Reservation or a Capacity Block for"
+        " ML); empty = none",
+        "empty or a reservation ID cr-<17 hex>, in GPU_AZ, of GPU_NODE_TYPE, active, with free instances for the nodes"
+        " (checked by the preflight)",
         change=(
             ROLLING,
-            "a new launch template version: the nodes are replaced into the new reservation (or out of it). A Capacity Block nodegroup "
-            "updates only at size 0: the preflight refuses the roll while nodes run in the block; park, deploy the change, unpark",
+            (
+                "a new launch template version: the nodes are replaced into the new reservation (or out of it). A"
+                " Capacity Block nodegroup updates only at size 0: the preflight refuses the roll while nodes run in"
+                " the block; park, deploy the change, unpark"
+            ),
         ),
     ),
     SettingSpec(
         "GPU_CAPACITY_RESERVATION_TYPE",
         "on-demand",
-        "What GPU_CAPACITY_RESERVATION_ID is: on-demand (a Capacity Reservation) or capacity-block (a Capacity Block for ML: the nodegroup's capacity type CAPACITY_BLOCK)",
+        "What GPU_CAPACITY_RESERVATION_ID is: on-demand (a Capacity Reservation) or capacity-block (a Capacity Block"
+        " for ML: the nodegroup's capacity type CAPACITY_BLOCK)",
         "needs GPU_CAPACITY_RESERVATION_ID for capacity-block",
         parser=Choice(("on-demand", "capacity-block")),
         change=(
             REFUSED,
-            "the nodegroup's capacity type is create-only and its name fixed: unless parked, `GPU_NODE_COUNT=0 make deploy`, then change it "
-            "with a new GPU_NODEGROUP_NAME and GPU_NODE_COUNT=0, then unpark",
+            (
+                "the nodegroup's capacity type is create-only and its name fixed: unless parked, `GPU_NODE_COUNT=0 make"
+                " deploy`, then change it with a new GPU_NODEGROUP_NAME and GPU_NODE_COUNT=0, then unpark"
+            ),
         ),
     ),
 )

@@ -46,7 +46,9 @@ def choose_zones(*, region: str, gpu_type: str, gpu_az: str, context: Mapping[st
 
     if gpu_az:
         if not re.fullmatch(r"[a-z]{2}(-[a-z]+)+-\d[a-z]", gpu_az):
-            raise SettingError("GPU_AZ", gpu_az, f"an availability zone name such as {region}a, or empty to look one up")
+            raise SettingError(
+                "GPU_AZ", gpu_az, f"an availability zone name such as {region}a, or empty to look one up"
+            )
         if not gpu_az.startswith(region) or not re.fullmatch(r"[a-z]", gpu_az[len(region) :]):
             raise SettingError("GPU_AZ", gpu_az, f"an availability zone of REGION={region}, such as {region}a")
         if _cached_list(context, zones_context_key(region)) is not None and gpu_az not in region_azs:
@@ -57,7 +59,9 @@ def choose_zones(*, region: str, gpu_type: str, gpu_az: str, context: Mapping[st
         chosen, source = gpu_az, "GPU_AZ"
     elif offering_azs is not None:
         if not offering_azs:
-            raise SettingError("GPU_NODE_TYPE", gpu_type, f"a type offered in {region}; the cached look-up found no AZ offering it")
+            raise SettingError(
+                "GPU_NODE_TYPE", gpu_type, f"a type offered in {region}; the cached look-up found no AZ offering it"
+            )
         chosen, source = offering_azs[0], "cached look-up"
     else:
         chosen, source = f"{region}a", "built-in default"

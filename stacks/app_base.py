@@ -19,7 +19,9 @@ def new_app(outdir: str | None = None) -> App:
     """The App every synth uses (`cdk synth` and the tests): built-in CloudFormation validation off,
     because the tests run cfn-lint over every template (the same schema and more) without adding seconds
     to every synth; no stack traces, for determinism."""
-    return App(builtin_cloud_formation_validation=False, stack_traces=False, context=DETERMINISTIC_CONTEXT, outdir=outdir)
+    return App(
+        builtin_cloud_formation_validation=False, stack_traces=False, context=DETERMINISTIC_CONTEXT, outdir=outdir
+    )
 
 
 def synthesize_or_say_why(app: App, build: Callable[[App], object]) -> int:

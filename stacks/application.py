@@ -32,7 +32,9 @@ class Deployment:
 
     @property
     def stacks(self) -> tuple[Stack, ...]:
-        return (self.network, self.cluster, self.system, self.gpu, self.serving) + ((self.observability,) if self.observability else ())
+        return (self.network, self.cluster, self.system, self.gpu, self.serving) + (
+            (self.observability,) if self.observability else ()
+        )
 
 
 def build_stacks(app: App, settings: Settings) -> Deployment:
@@ -41,7 +43,9 @@ def build_stacks(app: App, settings: Settings) -> Deployment:
     env = Environment(region=settings.region)
     names = settings.stack_names
     network = NetworkStack(app, names["network"], settings=settings, env=env)
-    cluster = ClusterStack(app, names["cluster"], settings=settings, vpc=network.vpc, logs_key=network.logs_key, env=env)
+    cluster = ClusterStack(
+        app, names["cluster"], settings=settings, vpc=network.vpc, logs_key=network.logs_key, env=env
+    )
     system = SystemStack(app, names["system"], settings=settings, cluster=cluster.cluster_ref, env=env)
     gpu = GpuCapacityStack(
         app,
@@ -81,4 +85,6 @@ def build_stacks(app: App, settings: Settings) -> Deployment:
         nag.acknowledge_checkov_on_cdk_lambdas(stack)
     Tags.of(app).add("project", PROJECT_TAG)
     Tags.of(app).add("cluster", settings.cluster_name)
-    return Deployment(network=network, cluster=cluster, system=system, gpu=gpu, serving=serving, observability=observability)
+    return Deployment(
+        network=network, cluster=cluster, system=system, gpu=gpu, serving=serving, observability=observability
+    )

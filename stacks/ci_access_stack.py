@@ -100,17 +100,24 @@ class CiAccessStack(Stack):
             env=env,
             # The admin's own credentials: the stack never goes through the bootstrap roles CI may assume.
             synthesizer=CliCredentialsStackSynthesizer(qualifier=settings.cdk_qualifier),
-            description=f"{settings.cluster_name}: GitHub Actions OIDC roles for {settings.github_repository} (CI diff and deploy)",
+            description=(
+                f"{settings.cluster_name}: GitHub Actions OIDC roles for {settings.github_repository} (CI diff and"
+                " deploy)"
+            ),
         )
         self._settings = settings
 
         if settings.github_oidc_provider_arn:
-            self.oidc_provider: iam.IOidcProvider = iam.OidcProviderNative.from_oidc_provider_arn(self, "GitHubOidcProvider", settings.github_oidc_provider_arn)
+            self.oidc_provider: iam.IOidcProvider = iam.OidcProviderNative.from_oidc_provider_arn(
+                self, "GitHubOidcProvider", settings.github_oidc_provider_arn
+            )
         else:
             # The native AWS::IAM::OIDCProvider, not the Lambda-backed OpenIdConnectProvider (kept by
             # the CDK for backward compatibility only). No thumbprint: IAM trusts GitHub's certificate
             # authority itself.
-            self.oidc_provider = iam.OidcProviderNative(self, "GitHubOidcProvider", url=f"https://{GITHUB_OIDC_HOST}", client_ids=[STS_AUDIENCE])
+            self.oidc_provider = iam.OidcProviderNative(
+                self, "GitHubOidcProvider", url=f"https://{GITHUB_OIDC_HOST}", client_ids=[STS_AUDIENCE]
+            )
 
         self.diff_role = iam.Role(
             self,
@@ -125,7 +132,9 @@ class CiAccessStack(Stack):
             "DiffCdkRolesPolicy",
             roles=[self.diff_role],
             statements=[
-                iam.PolicyStatement(sid="AssumeCdkLookupRole", actions=["sts:AssumeRole"], resources=[self._cdk_role_arn("lookup")]),
+                iam.PolicyStatement(
+                    sid="AssumeCdkLookupRole", actions=["sts:AssumeRole"], resources=[self._cdk_role_arn("lookup")]
+                ),
             ],
         )
         diff_reads = iam.Policy(
@@ -133,23 +142,34 @@ class CiAccessStack(Stack):
             "DiffReadOnlyPolicy",
             roles=[self.diff_role],
             statements=[
-                iam.PolicyStatement(sid="ReadServiceStacks", actions=list(DIFF_STACK_READS), resources=[self._stack_arn(f"{settings.service_stack_prefix}-*")]),
+                iam.PolicyStatement(
+                    sid="ReadServiceStacks",
+                    actions=list(DIFF_STACK_READS),
+                    resources=[self._stack_arn(f"{settings.service_stack_prefix}-*")],
+                ),
                 iam.PolicyStatement(sid="ListStacks", actions=["cloudformation:ListStacks"], resources=["*"]),
             ],
         )
         nag.acknowledge(
             diff_reads,
             "AwsSolutions-IAM5",
-            "Read-only CloudFormation calls of cdk diff: the stacks of this cluster by name prefix (CLUSTER_NAME-network, -cluster, -gpu, -serving), "
-            "and ListStacks, which supports no resource-level permission.",
-            applies_to=["Resource::*", self._nag_resource(self._stack_arn(f"{settings.service_stack_prefix}-*", account=_NAG_ACCOUNT))],
+            "Read-only CloudFormation calls of cdk diff: the stacks of this cluster by name prefix"
+            " (CLUSTER_NAME-network, -cluster, -gpu, -serving), and ListStacks, which supports no resource-level"
+            " permission.",
+            applies_to=[
+                "Resource::*",
+                self._nag_resource(self._stack_arn(f"{settings.service_stack_prefix}-*", account=_NAG_ACCOUNT)),
+            ],
         )
 
         self.deploy_role = iam.Role(
             self,
             "DeployRole",
             role_name=settings.deploy_role_name,
-            description=f"cdk deploy/destroy of {settings.cluster_name} from the deploy and destroy environments of {settings.github_repository}",
+            description=(
+                f"cdk deploy/destroy of {settings.cluster_name} from the deploy and destroy environments of"
+                f" {settings.github_repository}"
+            ),
             assumed_by=self._github_principal(list(settings.deploy_subjects)),
             # A 30-minute EKS deploy plus the RayService wait outlives the default hour.
             max_session_duration=Duration.hours(settings.session_hours),
@@ -160,7 +180,9 @@ class CiAccessStack(Stack):
             roles=[self.deploy_role],
             statements=[
                 iam.PolicyStatement(
-                    sid="AssumeCdkBootstrapRoles", actions=["sts:AssumeRole"], resources=[self._cdk_role_arn(kind) for kind in CDK_DEPLOY_ROLE_KINDS]
+                    sid="AssumeCdkBootstrapRoles",
+                    actions=["sts:AssumeRole"],
+                    resources=[self._cdk_role_arn(kind) for kind in CDK_DEPLOY_ROLE_KINDS],
                 ),
             ],
         )
@@ -172,23 +194,43 @@ class CiAccessStack(Stack):
             "DeployReadOnlyPolicy",
             roles=[self.deploy_role],
             statements=[
-                iam.PolicyStatement(sid="PreflightAndLeftoverReads", actions=list(DEPLOY_READ_ONLY_UNSCOPED), resources=["*"]),
+                iam.PolicyStatement(
+                    sid="PreflightAndLeftoverReads", actions=list(DEPLOY_READ_ONLY_UNSCOPED), resources=["*"]
+                ),
                 # DescribeCluster is also what `aws eks update-kubeconfig` calls.
-                iam.PolicyStatement(sid="ReadTheCluster", actions=["eks:DescribeCluster", "eks:ListNodegroups"], resources=[self._cluster_arn()]),
+                iam.PolicyStatement(
+                    sid="ReadTheCluster",
+                    actions=["eks:DescribeCluster", "eks:ListNodegroups"],
+                    resources=[self._cluster_arn()],
+                ),
                 iam.PolicyStatement(sid="ReadTheNodegroups", actions=["eks:DescribeNodegroup"], resources=[nodegroups]),
-                iam.PolicyStatement(sid="ReadEc2Quotas", actions=["servicequotas:GetServiceQuota"], resources=[ec2_quotas]),
+                iam.PolicyStatement(
+                    sid="ReadEc2Quotas", actions=["servicequotas:GetServiceQuota"], resources=[ec2_quotas]
+                ),
                 # The preflight checks that each ADMIN_PRINCIPAL_ARNS entry exists before EKS is asked for its access entry.
-                iam.PolicyStatement(sid="ReadAdminRoles", actions=["iam:GetRole"], resources=[self._arn("iam", "", "role/*")]),
-                iam.PolicyStatement(sid="ReadAdminUsers", actions=["iam:GetUser"], resources=[self._arn("iam", "", "user/*")]),
+                iam.PolicyStatement(
+                    sid="ReadAdminRoles", actions=["iam:GetRole"], resources=[self._arn("iam", "", "role/*")]
+                ),
+                iam.PolicyStatement(
+                    sid="ReadAdminUsers", actions=["iam:GetUser"], resources=[self._arn("iam", "", "user/*")]
+                ),
                 # The preflight's dlc-image check: the pull the pods make, on the deploy Region's repositories.
-                iam.PolicyStatement(sid="ReadTheImage", actions=["ecr:BatchGetImage"], resources=[f"arn:aws:ecr:{settings.region}:*:repository/*"]),
+                iam.PolicyStatement(
+                    sid="ReadTheImage",
+                    actions=["ecr:BatchGetImage"],
+                    resources=[f"arn:aws:ecr:{settings.region}:*:repository/*"],
+                ),
                 # The preflight's model-source check of a gated model: the one Hugging Face token secret.
                 *(
                     [
                         iam.PolicyStatement(
                             sid="ReadTheHubToken",
                             actions=["secretsmanager:GetSecretValue"],
-                            resources=[self._arn("secretsmanager", settings.region, f"secret:{settings.hf_token_secret_name}-??????")],
+                            resources=[
+                                self._arn(
+                                    "secretsmanager", settings.region, f"secret:{settings.hf_token_secret_name}-??????"
+                                )
+                            ],
                         )
                     ]
                     if settings.hf_token_secret_name
@@ -198,31 +240,42 @@ class CiAccessStack(Stack):
                 *_model_bucket_reads(settings),
                 # SERVE_EXPOSURE beyond the cluster: the load balancer's certificate (this Region's) and the DNS name's hosted zone.
                 iam.PolicyStatement(
-                    sid="ReadTheEndpointCertificate", actions=["acm:DescribeCertificate"], resources=[self._arn("acm", settings.region, "certificate/*")]
+                    sid="ReadTheEndpointCertificate",
+                    actions=["acm:DescribeCertificate"],
+                    resources=[self._arn("acm", settings.region, "certificate/*")],
                 ),
-                iam.PolicyStatement(sid="ReadTheEndpointZone", actions=["route53:GetHostedZone"], resources=["arn:aws:route53:::hostedzone/*"]),
+                iam.PolicyStatement(
+                    sid="ReadTheEndpointZone",
+                    actions=["route53:GetHostedZone"],
+                    resources=["arn:aws:route53:::hostedzone/*"],
+                ),
                 # OBSERVABILITY=on: CloudWatch's OpenTelemetry metrics store, the account's implicit dataset,
                 # which the preflight reads.
                 iam.PolicyStatement(
-                    sid="ReadTheMetricsDataset", actions=["cloudwatch:GetDataset"], resources=[self._arn("cloudwatch", settings.region, "dataset/default")]
+                    sid="ReadTheMetricsDataset",
+                    actions=["cloudwatch:GetDataset"],
+                    resources=[self._arn("cloudwatch", settings.region, "dataset/default")],
                 ),
                 # `make verify` asks it one PromQL query. AWS documents the two actions a query needs, not a
                 # resource to scope them to (the classic metric reads take "*"): read-only, on "*".
                 iam.PolicyStatement(sid="PromQLQuery", actions=list(PROMQL_QUERY_ACTIONS), resources=["*"]),
                 iam.PolicyStatement(
-                    sid="ReadServiceAndBootstrapStacks", actions=list(DEPLOY_STACK_READS), resources=[service_stacks, self._stack_arn(CDK_TOOLKIT_STACK)]
+                    sid="ReadServiceAndBootstrapStacks",
+                    actions=list(DEPLOY_STACK_READS),
+                    resources=[service_stacks, self._stack_arn(CDK_TOOLKIT_STACK)],
                 ),
             ],
         )
         nag.acknowledge(
             deploy_reads,
             "AwsSolutions-IAM5",
-            "Read-only calls of make preflight and the destroy leftovers check: EC2, ELB, tag, log-group and default-quota "
-            "Describe/Get calls support no resource-level permission; the EC2 quotas, and the nodegroups and stacks of this cluster by name prefix; "
-            "GetRole/GetUser on the account's roles and users, whose names ADMIN_PRINCIPAL_ARNS gives (not known to this stack); "
-            "BatchGetImage (a pull's read) on the Region's repositories of any account: the DLC image is in AWS's account; "
-            "DescribeCertificate on the Region's certificates and GetHostedZone on the account's zones (SERVE_CERTIFICATE_ARN and "
-            "SERVE_HOSTED_ZONE_ID are service settings, not known to this stack).",
+            "Read-only calls of make preflight and the destroy leftovers check: EC2, ELB, tag, log-group and"
+            " default-quota Describe/Get calls support no resource-level permission; the EC2 quotas, and the nodegroups"
+            " and stacks of this cluster by name prefix; GetRole/GetUser on the account's roles and users, whose names"
+            " ADMIN_PRINCIPAL_ARNS gives (not known to this stack); BatchGetImage (a pull's read) on the Region's"
+            " repositories of any account: the DLC image is in AWS's account; DescribeCertificate on the Region's"
+            " certificates and GetHostedZone on the account's zones (SERVE_CERTIFICATE_ARN and SERVE_HOSTED_ZONE_ID are"
+            " service settings, not known to this stack).",
             applies_to=[
                 "Resource::*",
                 self._nag_resource(self._eks_arn("nodegroup", f"{settings.cluster_name}/*/*", account=_NAG_ACCOUNT)),
@@ -243,8 +296,18 @@ class CiAccessStack(Stack):
             value=self.deploy_role.role_arn,
             description="role-to-assume of the deploy and destroy workflows; add it to ADMIN_PRINCIPAL_ARNS",
         )
-        CfnOutput(self, "DiffRoleArn", value=self.diff_role.role_arn, description="role-to-assume of the pull-request diff workflow")
-        CfnOutput(self, "OidcProviderArn", value=self.oidc_provider.oidc_provider_arn, description="GitHub Actions OIDC provider of the account")
+        CfnOutput(
+            self,
+            "DiffRoleArn",
+            value=self.diff_role.role_arn,
+            description="role-to-assume of the pull-request diff workflow",
+        )
+        CfnOutput(
+            self,
+            "OidcProviderArn",
+            value=self.oidc_provider.oidc_provider_arn,
+            description="GitHub Actions OIDC provider of the account",
+        )
         Tags.of(self).add("project", PROJECT_TAG)
         Tags.of(self).add("cluster", settings.cluster_name)
 
@@ -263,7 +326,9 @@ class CiAccessStack(Stack):
 
     def _cdk_role_arn(self, kind: str, account: str | None = None) -> str:
         account = account or self.account
-        return self._arn("iam", "", f"role/cdk-{self._settings.cdk_qualifier}-{kind}-role-{account}-{self._settings.region}", account)
+        return self._arn(
+            "iam", "", f"role/cdk-{self._settings.cdk_qualifier}-{kind}-role-{account}-{self._settings.region}", account
+        )
 
     def _stack_arn(self, stack_name: str, account: str | None = None) -> str:
         return self._arn("cloudformation", self._settings.region, f"stack/{stack_name}/*", account)

@@ -51,8 +51,22 @@ class ClusterStack(Stack):
     """EKS at K8S_VERSION with managed nodegroups only (no Auto Mode), KMS envelope encryption, logs, admin
     access and the node add-ons. The nodegroups are in the system and GPU stacks, which deploy side by side."""
 
-    def __init__(self, scope: Construct, construct_id: str, *, settings: Settings, vpc: ec2.IVpc, logs_key: kms.IKey, env: Environment) -> None:
-        super().__init__(scope, construct_id, env=env, description=f"{settings.cluster_name}: EKS control plane and the add-ons nodes need")
+    def __init__(
+        self,
+        scope: Construct,
+        construct_id: str,
+        *,
+        settings: Settings,
+        vpc: ec2.IVpc,
+        logs_key: kms.IKey,
+        env: Environment,
+    ) -> None:
+        super().__init__(
+            scope,
+            construct_id,
+            env=env,
+            description=f"{settings.cluster_name}: EKS control plane and the add-ons nodes need",
+        )
         private = ec2.SubnetSelection(subnet_type=ec2.SubnetType.PRIVATE_WITH_EGRESS)
 
         # Deleted with the stack after the shortest pending window: the cluster whose Secrets it protects
@@ -77,7 +91,12 @@ class ClusterStack(Stack):
         # CloudFormation deletes it only after Lambda has released the functions' ENIs, so those ENIs
         # never hold the cluster security group or the subnets when the network stack goes.
         kubectl_security_group = (
-            ec2.SecurityGroup(self, "KubectlProviderSecurityGroup", vpc=vpc, description="kubectl provider Lambdas: to the Kubernetes API and AWS APIs")
+            ec2.SecurityGroup(
+                self,
+                "KubectlProviderSecurityGroup",
+                vpc=vpc,
+                description="kubectl provider Lambdas: to the Kubernetes API and AWS APIs",
+            )
             if kubectl_provider_in_vpc(settings.endpoint_access)
             else None
         )
@@ -112,7 +131,9 @@ class ClusterStack(Stack):
         )
         self._acknowledge_cdk_managed_findings()
         if kubectl_security_group is not None:
-            self.cluster.connections.allow_from(kubectl_security_group, ec2.Port.tcp(443), "kubectl provider to the Kubernetes API")
+            self.cluster.connections.allow_from(
+                kubectl_security_group, ec2.Port.tcp(443), "kubectl provider to the Kubernetes API"
+            )
         # EKS writes control-plane logs to this group; created here first so that it has a retention
         # (EKS's own never expires) and goes away with `cdk destroy`.
         control_plane_logs = logs.LogGroup(
@@ -136,13 +157,19 @@ class ClusterStack(Stack):
                 f"Admin-{hashlib.sha256(principal_arn.encode()).hexdigest()[:8]}",
                 cluster=self.cluster_ref,
                 principal=principal_arn,
-                access_policies=[eks.AccessPolicy.from_access_policy_name("AmazonEKSClusterAdminPolicy", access_scope_type=eks.AccessScopeType.CLUSTER)],
+                access_policies=[
+                    eks.AccessPolicy.from_access_policy_name(
+                        "AmazonEKSClusterAdminPolicy", access_scope_type=eks.AccessScopeType.CLUSTER
+                    )
+                ],
             )
 
         # The add-ons a node needs to join and turn Ready (network, kube-proxy, Pod Identity): DaemonSets,
         # ACTIVE without nodes, so both nodegroups (system and GPU stacks) can start as soon as this stack
         # is done. CoreDNS is a Deployment and needs nodes to run on: it is in the system stack.
-        self.addons: dict[str, eks.Addon] = install_managed(self, "cluster", cluster=self.cluster_ref, settings=settings)
+        self.addons: dict[str, eks.Addon] = install_managed(
+            self, "cluster", cluster=self.cluster_ref, settings=settings
+        )
         CfnOutput(self, "ClusterName", value=self.cluster.cluster_name)
         CfnOutput(self, "Region", value=settings.region)
         CfnOutput(
@@ -163,8 +190,10 @@ class ClusterStack(Stack):
                 "Policy::arn:<AWS::Partition>:iam::aws:policy/service-role/AWSLambdaBasicExecutionRole",
                 "Policy::arn:<AWS::Partition>:iam::aws:policy/service-role/AWSLambdaVPCAccessExecutionRole",
                 "Policy::arn:<AWS::Partition>:iam::aws:policy/AmazonEC2ContainerRegistryReadOnly",
-                'Policy::{"Fn::If":["ClusterKubectlProviderHandlerHasEcrPublic69E09706",{"Fn::Join":["",["arn:",'
-                '{"Ref":"AWS::Partition"},":iam::aws:policy/AmazonElasticContainerRegistryPublicReadOnly"]]},{"Ref":"AWS::NoValue"}]}',
+                (
+                    'Policy::{"Fn::If":["ClusterKubectlProviderHandlerHasEcrPublic69E09706",{"Fn::Join":["",["arn:",'
+                    '{"Ref":"AWS::Partition"},":iam::aws:policy/AmazonElasticContainerRegistryPublicReadOnly"]]},{"Ref":"AWS::NoValue"}]}'
+                ),
             ],
         )
         nag.acknowledge(
@@ -176,5 +205,6 @@ class ClusterStack(Stack):
         nag.acknowledge(
             self.cluster,
             "AwsSolutions-L1",
-            "The kubectl handler's runtime is chosen by aws-cdk-lib to match its kubectl layer; it moves with the pinned aws-cdk-lib.",
+            "The kubectl handler's runtime is chosen by aws-cdk-lib to match its kubectl layer; it moves with the"
+            " pinned aws-cdk-lib.",
         )

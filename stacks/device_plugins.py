@@ -17,7 +17,15 @@ from stacks import addons
 class DevicePlugins(Construct):
     """Exposes ``nvidia`` and ``efa`` (eks.HelmChart), each depending on the GPU nodegroup."""
 
-    def __init__(self, scope: Construct, construct_id: str, *, cluster: eks.ICluster, gpu_nodegroup: eks.Nodegroup, settings: Settings) -> None:
+    def __init__(
+        self,
+        scope: Construct,
+        construct_id: str,
+        *,
+        cluster: eks.ICluster,
+        gpu_nodegroup: eks.Nodegroup,
+        settings: Settings,
+    ) -> None:
         super().__init__(scope, construct_id)
         charts = addons.install(self, "gpu", cluster=cluster, settings=settings)
         self.nvidia, self.efa = charts["nvidia-device-plugin"], charts["aws-efa-k8s-device-plugin"]

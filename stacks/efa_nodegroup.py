@@ -40,7 +40,9 @@ spec:
 """
 
 
-def efa_network_interfaces(instance: InstanceFacts, security_group_ids: list[str]) -> list[ec2.CfnLaunchTemplate.NetworkInterfaceProperty]:
+def efa_network_interfaces(
+    instance: InstanceFacts, security_group_ids: list[str]
+) -> list[ec2.CfnLaunchTemplate.NetworkInterfaceProperty]:
     """One EFA interface per network card: card 0 is the primary (device 0), every other card's is device 1.
 
     Security groups go on each interface (a launch template with interfaces may not carry its own) and
@@ -91,7 +93,11 @@ class EfaNodegroup(Construct):
         # to change; this dedicated group makes the rule part of our template, and scopes it to the GPU
         # nodes.
         self.security_group = ec2.SecurityGroup(
-            self, "EfaSecurityGroup", vpc=props.vpc, allow_all_outbound=False, description="EFA: all traffic within the GPU nodes"
+            self,
+            "EfaSecurityGroup",
+            vpc=props.vpc,
+            allow_all_outbound=False,
+            description="EFA: all traffic within the GPU nodes",
         )
         self.security_group.add_ingress_rule(self.security_group, ec2.Port.all_traffic(), "EFA from the GPU nodes")
         self.security_group.add_egress_rule(self.security_group, ec2.Port.all_traffic(), "EFA to the GPU nodes")
@@ -99,7 +105,9 @@ class EfaNodegroup(Construct):
         # A cluster placement group puts the nodes close together (lowest EFA latency) but asks EC2 for room in
         # one spot, which makes InsufficientInstanceCapacity likelier: GPU_PLACEMENT_GROUP chooses.
         self.placement_group = (
-            ec2.PlacementGroup(self, "PlacementGroup", strategy=ec2.PlacementGroupStrategy.CLUSTER) if props.placement_group == "on" else None
+            ec2.PlacementGroup(self, "PlacementGroup", strategy=ec2.PlacementGroupStrategy.CLUSTER)
+            if props.placement_group == "on"
+            else None
         )
         group_name = self.placement_group.placement_group_name if self.placement_group else props.placement_group
         reservation = props.capacity_reservation_id
@@ -107,17 +115,31 @@ class EfaNodegroup(Construct):
             instance_type=props.instance.name,
             metadata_options=metadata_options(),
             block_device_mappings=[root_volume(props.root_volume_gib)],
-            network_interfaces=efa_network_interfaces(props.instance, [props.cluster_security_group_id, self.security_group.security_group_id]),
-            placement=ec2.CfnLaunchTemplate.PlacementProperty(group_name=group_name) if props.placement_group != "off" else None,
+            network_interfaces=efa_network_interfaces(
+                props.instance, [props.cluster_security_group_id, self.security_group.security_group_id]
+            ),
+            placement=(
+                ec2.CfnLaunchTemplate.PlacementProperty(group_name=group_name)
+                if props.placement_group != "off"
+                else None
+            ),
             user_data=Fn.base64(_NVME_NODECONFIG) if props.instance.local_nvme_gb else None,
             # Reserved capacity: the nodes launch into this reservation only (a targeted one, or an open one by ID).
-            capacity_reservation_specification=ec2.CfnLaunchTemplate.CapacityReservationSpecificationProperty(
-                capacity_reservation_target=ec2.CfnLaunchTemplate.CapacityReservationTargetProperty(capacity_reservation_id=reservation)
-            )
-            if reservation
-            else None,
+            capacity_reservation_specification=(
+                ec2.CfnLaunchTemplate.CapacityReservationSpecificationProperty(
+                    capacity_reservation_target=ec2.CfnLaunchTemplate.CapacityReservationTargetProperty(
+                        capacity_reservation_id=reservation
+                    )
+                )
+                if reservation
+                else None
+            ),
             # A Capacity Block is its own market (EKS: the launch template says so, the nodegroup's capacity type too).
-            instance_market_options=ec2.CfnLaunchTemplate.InstanceMarketOptionsProperty(market_type="capacity-block") if props.capacity_block else None,
+            instance_market_options=(
+                ec2.CfnLaunchTemplate.InstanceMarketOptionsProperty(market_type="capacity-block")
+                if props.capacity_block
+                else None
+            ),
         )
         self.launch_template = ec2.CfnLaunchTemplate(self, "LaunchTemplate", launch_template_data=data)
 
@@ -139,7 +161,9 @@ class EfaNodegroup(Construct):
             taints=[GPU_TAINT],
             subnets=ec2.SubnetSelection(subnets=[props.subnet]),
             node_role=node_role(self, "NodeRole"),
-            launch_template_spec=eks.LaunchTemplateSpec(id=self.launch_template.ref, version=self.launch_template.attr_latest_version_number),
+            launch_template_spec=eks.LaunchTemplateSpec(
+                id=self.launch_template.ref, version=self.launch_template.attr_latest_version_number
+            ),
         )
         pin_kubernetes_version(self.nodegroup, props.kubernetes_version)
         rolling_update(self.nodegroup, props.update_strategy)

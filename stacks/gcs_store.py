@@ -31,13 +31,21 @@ TOKEN_LENGTH = 64
 class GcsStore(Construct):
     """Exposes ``address`` (rediss://HOST:PORT, a token), ``secret`` (the AUTH token) and ``replication_group``."""
 
-    def __init__(self, scope: Construct, construct_id: str, *, settings: Settings, vpc: ec2.IVpc, nodes_security_group_id: str) -> None:
+    def __init__(
+        self, scope: Construct, construct_id: str, *, settings: Settings, vpc: ec2.IVpc, nodes_security_group_id: str
+    ) -> None:
         super().__init__(scope, construct_id)
         self.security_group = ec2.SecurityGroup(
-            self, "SecurityGroup", vpc=vpc, allow_all_outbound=False, description=f"{settings.cluster_name} GCS store: Valkey from the nodes only"
+            self,
+            "SecurityGroup",
+            vpc=vpc,
+            allow_all_outbound=False,
+            description=f"{settings.cluster_name} GCS store: Valkey from the nodes only",
         )
         nodes = ec2.Peer.security_group_id(nodes_security_group_id)
-        self.security_group.add_ingress_rule(nodes, ec2.Port.tcp(PORT), "Valkey (TLS) from the cluster's nodes: the Ray head and KubeRay's cleanup Job")
+        self.security_group.add_ingress_rule(
+            nodes, ec2.Port.tcp(PORT), "Valkey (TLS) from the cluster's nodes: the Ray head and KubeRay's cleanup Job"
+        )
         subnets = elasticache.CfnSubnetGroup(
             self,
             "Subnets",
@@ -48,15 +56,21 @@ class GcsStore(Construct):
         self.secret = secretsmanager.Secret(
             self,
             "AuthToken",
-            description=f"{settings.cluster_name}: AUTH token of the GCS store (read by the Ray head through the Secrets Store CSI driver)",
-            generate_secret_string=secretsmanager.SecretStringGenerator(password_length=TOKEN_LENGTH, exclude_punctuation=True),
+            description=(
+                f"{settings.cluster_name}: AUTH token of the GCS store (read by the Ray head through the Secrets Store"
+                " CSI driver)"
+            ),
+            generate_secret_string=secretsmanager.SecretStringGenerator(
+                password_length=TOKEN_LENGTH, exclude_punctuation=True
+            ),
             removal_policy=RemovalPolicy.DESTROY,
         )
         nag.acknowledge(
             self.secret,
             "AwsSolutions-SMG4",
-            "Not rotated by Secrets Manager: a new AUTH token must reach the store (ModifyReplicationGroup, ROTATE) and the running head "
-            "(a new pod) together; the token never leaves the VPC's store and the head's identity, and the store is reachable only from the nodes.",
+            "Not rotated by Secrets Manager: a new AUTH token must reach the store (ModifyReplicationGroup, ROTATE) and"
+            " the running head (a new pod) together; the token never leaves the VPC's store and the head's identity,"
+            " and the store is reachable only from the nodes.",
         )
         self.replication_group = elasticache.CfnReplicationGroup(
             self,

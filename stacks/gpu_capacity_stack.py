@@ -34,7 +34,9 @@ class GpuCapacityStack(Stack):
         gpu_subnet: ec2.ISubnet,
         env: Environment,
     ) -> None:
-        super().__init__(scope, construct_id, env=env, description=f"{settings.cluster_name}: EFA GPU nodes in {settings.gpu_az}")
+        super().__init__(
+            scope, construct_id, env=env, description=f"{settings.cluster_name}: EFA GPU nodes in {settings.gpu_az}"
+        )
         self.gpu_nodes = EfaNodegroup(
             self,
             "GpuNodes",
@@ -51,7 +53,9 @@ class GpuCapacityStack(Stack):
                 # The Cluster Autoscaler's GPU label on AWS: a node that has joined but whose device plugin has not yet
                 # advertised nvidia.com/gpu counts as a GPU node still starting, not as one the pod cannot use (which
                 # would make it launch another).
-                extra_labels={cluster_autoscaler.GPU_LABEL: settings.gpu_node.gpu_model.lower()} if settings.autoscaling else {},
+                extra_labels=(
+                    {cluster_autoscaler.GPU_LABEL: settings.gpu_node.gpu_model.lower()} if settings.autoscaling else {}
+                ),
                 root_volume_gib=settings.gpu_root_volume_gib,
                 update_strategy=settings.gpu_update_strategy,
                 placement_group=settings.gpu_placement_group,
@@ -59,11 +63,17 @@ class GpuCapacityStack(Stack):
                 capacity_block=settings.gpu_capacity_block,
             ),
         )
-        self.device_plugins = DevicePlugins(self, "DevicePlugins", cluster=cluster, gpu_nodegroup=self.gpu_nodes.nodegroup, settings=settings)
+        self.device_plugins = DevicePlugins(
+            self, "DevicePlugins", cluster=cluster, gpu_nodegroup=self.gpu_nodes.nodegroup, settings=settings
+        )
         # Applied as soon as the stack starts, not after the nodegroup: each node starts pulling the ~20 GB
         # Ray image the moment it joins (the system node too, for the head).
         self.image_prepull = eks.KubernetesManifest(
-            self, "ImagePrepull", cluster=cluster, manifest=build_image_prepull_chart(settings).to_json(), overwrite=True
+            self,
+            "ImagePrepull",
+            cluster=cluster,
+            manifest=build_image_prepull_chart(settings).to_json(),
+            overwrite=True,
         )
         CfnOutput(self, "GpuAvailabilityZone", value=settings.gpu_az)
         CfnOutput(self, "GpuNodegroupName", value=settings.gpu_nodegroup_name)

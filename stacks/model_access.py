@@ -37,11 +37,18 @@ def _list_prefix(source: S3Prefix) -> iam.PolicyStatement:
 
 def _kms(actions: list[str], key_arn: str) -> iam.PolicyStatement:
     """The bucket's SSE-KMS key, only as S3 uses it on the caller's behalf."""
-    return iam.PolicyStatement(actions=actions, resources=[key_arn], conditions={"StringEquals": {"kms:ViaService": f"s3.{Aws.REGION}.amazonaws.com"}})
+    return iam.PolicyStatement(
+        actions=actions,
+        resources=[key_arn],
+        conditions={"StringEquals": {"kms:ViaService": f"s3.{Aws.REGION}.amazonaws.com"}},
+    )
 
 
 def reader_statements(source: S3Prefix, kms_key_arn: str) -> list[iam.PolicyStatement]:
-    statements = [iam.PolicyStatement(actions=list(READ_ACTIONS), resources=[source.object_arn(Aws.PARTITION)]), _list_prefix(source)]
+    statements = [
+        iam.PolicyStatement(actions=list(READ_ACTIONS), resources=[source.object_arn(Aws.PARTITION)]),
+        _list_prefix(source),
+    ]
     if kms_key_arn:
         statements.append(_kms(["kms:Decrypt"], kms_key_arn))
     return statements
@@ -86,7 +93,9 @@ def mirror_writer_role(
         cluster=cluster,
         namespace=settings.namespace,
         service_account=MIRROR_SERVICE_ACCOUNT,
-        description=f"EKS Pod Identity of {settings.namespace}/{MIRROR_SERVICE_ACCOUNT}: make mirror-model writes {source.uri}",
+        description=(
+            f"EKS Pod Identity of {settings.namespace}/{MIRROR_SERVICE_ACCOUNT}: make mirror-model writes {source.uri}"
+        ),
     )
     for statement in writer_statements(source, settings.model_source_kms_key_arn):
         role.add_to_policy(statement)

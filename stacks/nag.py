@@ -22,12 +22,28 @@ def acknowledge(scope: IConstruct, rule_id: str, reason: str, *, applies_to: lis
 # provider's handler and framework function, the VPC's restrict-default-security-group provider, the access-log
 # bucket's emptying on delete): we do not
 # write their code or their configuration, and they run only during a deploy, on CloudFormation's behalf.
-CDK_GENERATED_FUNCTIONS = ("KubectlProvider", "VpcRestrictDefaultSGCustomResourceProvider", "S3AutoDeleteObjectsCustomResourceProvider")
+CDK_GENERATED_FUNCTIONS = (
+    "KubectlProvider",
+    "VpcRestrictDefaultSGCustomResourceProvider",
+    "S3AutoDeleteObjectsCustomResourceProvider",
+)
 CHECKOV_CDK_LAMBDA_FINDINGS = {
-    "CKV_AWS_115": "aws-cdk-lib's custom-resource function runs once per deploy operation; a reserved concurrency would only add a failure mode.",
-    "CKV_AWS_116": "aws-cdk-lib's custom-resource function is invoked synchronously by CloudFormation, which reports its failures; a DLQ would hold nothing.",
-    "CKV_AWS_117": "aws-cdk-lib's custom-resource function calls only AWS APIs (or the public Kubernetes endpoint); the kubectl provider's are in the VPC unless the endpoint is public-only.",
-    "CKV_AWS_173": "aws-cdk-lib's custom-resource function's environment holds no secret (the kubectl provider's is its own configuration), so the AWS managed key suffices.",
+    "CKV_AWS_115": (
+        "aws-cdk-lib's custom-resource function runs once per deploy operation; a reserved concurrency would only add a"
+        " failure mode."
+    ),
+    "CKV_AWS_116": (
+        "aws-cdk-lib's custom-resource function is invoked synchronously by CloudFormation, which reports its failures;"
+        " a DLQ would hold nothing."
+    ),
+    "CKV_AWS_117": (
+        "aws-cdk-lib's custom-resource function calls only AWS APIs (or the public Kubernetes endpoint); the kubectl"
+        " provider's are in the VPC unless the endpoint is public-only."
+    ),
+    "CKV_AWS_173": (
+        "aws-cdk-lib's custom-resource function's environment holds no secret (the kubectl provider's is its own"
+        " configuration), so the AWS managed key suffices."
+    ),
 }
 
 
@@ -36,8 +52,15 @@ def acknowledge_checkov_on_cdk_lambdas(stack: IConstruct) -> None:
     from aws_cdk import CfnResource
 
     for child in stack.node.find_all():
-        if isinstance(child, CfnResource) and child.cfn_resource_type == "AWS::Lambda::Function" and any(p in child.node.path for p in CDK_GENERATED_FUNCTIONS):
-            child.add_metadata("checkov", {"skip": [{"id": check, "comment": reason} for check, reason in CHECKOV_CDK_LAMBDA_FINDINGS.items()]})
+        if (
+            isinstance(child, CfnResource)
+            and child.cfn_resource_type == "AWS::Lambda::Function"
+            and any(p in child.node.path for p in CDK_GENERATED_FUNCTIONS)
+        ):
+            child.add_metadata(
+                "checkov",
+                {"skip": [{"id": check, "comment": reason} for check, reason in CHECKOV_CDK_LAMBDA_FINDINGS.items()]},
+            )
 
 
 def skip_checkov(resource: IConstruct, findings: dict[str, str]) -> None:

@@ -28,7 +28,12 @@ def s3_endpoint_statements(region: str) -> list[iam.PolicyStatement]:
         # Reads of others' buckets, signed by their owners or anonymous: ECR's image layers (presigned by ECR),
         # registry.k8s.io's layers (anonymous, from a bucket in the Region), Amazon Linux's package repositories,
         # the SSM agent's. A read moves nothing out; a write by foreign credentials is what the policy refuses.
-        iam.PolicyStatement(sid="ReadsFromAnywhere", principals=anyone, actions=["s3:GetObject", "s3:ListBucket", "s3:GetBucketLocation"], resources=["*"]),
+        iam.PolicyStatement(
+            sid="ReadsFromAnywhere",
+            principals=anyone,
+            actions=["s3:GetObject", "s3:ListBucket", "s3:GetBucketLocation"],
+            resources=["*"],
+        ),
         # docs.aws.amazon.com/AWSCloudFormation/latest/UserGuide/cfn-vpce-bucketnames.html: the kubectl provider's
         # Lambdas run in these subnets and answer CloudFormation through a URL it presigned for its own bucket.
         iam.PolicyStatement(
@@ -57,10 +62,19 @@ class NetworkStack(Stack):
             # One NAT gateway, in the GPU AZ: the GPU nodes pull a ~20 GB image and the weights through
             # it, and keeping it in their AZ avoids cross-AZ data charges. Nodes of other AZs share it.
             nat_gateways=1,
-            nat_gateway_subnets=ec2.SubnetSelection(subnet_type=ec2.SubnetType.PUBLIC, availability_zones=[settings.gpu_az]),
+            nat_gateway_subnets=ec2.SubnetSelection(
+                subnet_type=ec2.SubnetType.PUBLIC, availability_zones=[settings.gpu_az]
+            ),
             subnet_configuration=[
-                ec2.SubnetConfiguration(name="public", subnet_type=ec2.SubnetType.PUBLIC, cidr_mask=PUBLIC_SUBNET_MASK, map_public_ip_on_launch=False),
-                ec2.SubnetConfiguration(name="private", subnet_type=ec2.SubnetType.PRIVATE_WITH_EGRESS, cidr_mask=PRIVATE_SUBNET_MASK),
+                ec2.SubnetConfiguration(
+                    name="public",
+                    subnet_type=ec2.SubnetType.PUBLIC,
+                    cidr_mask=PUBLIC_SUBNET_MASK,
+                    map_public_ip_on_launch=False,
+                ),
+                ec2.SubnetConfiguration(
+                    name="private", subnet_type=ec2.SubnetType.PRIVATE_WITH_EGRESS, cidr_mask=PRIVATE_SUBNET_MASK
+                ),
             ],
             restrict_default_security_group=True,
         )
@@ -86,12 +100,22 @@ class NetworkStack(Stack):
                 actions=["kms:Encrypt*", "kms:Decrypt*", "kms:ReEncrypt*", "kms:GenerateDataKey*", "kms:Describe*"],
                 principals=[iam.ServicePrincipal(f"logs.{Aws.REGION}.amazonaws.com")],
                 resources=["*"],  # in a key policy, "*" is this key
-                conditions={"ArnLike": {"kms:EncryptionContext:aws:logs:arn": f"arn:{Aws.PARTITION}:logs:{Aws.REGION}:{Aws.ACCOUNT_ID}:log-group:*"}},
+                conditions={
+                    "ArnLike": {
+                        "kms:EncryptionContext:aws:logs:arn": (
+                            f"arn:{Aws.PARTITION}:logs:{Aws.REGION}:{Aws.ACCOUNT_ID}:log-group:*"
+                        )
+                    }
+                },
             )
         )
         # Rejected flows only: enough to debug a security group, without paying to log every KV transfer.
         flow_log_group = logs.LogGroup(
-            self, "FlowLogs", retention=logs.RetentionDays.ONE_MONTH, removal_policy=RemovalPolicy.DESTROY, encryption_key=self.logs_key
+            self,
+            "FlowLogs",
+            retention=logs.RetentionDays.ONE_MONTH,
+            removal_policy=RemovalPolicy.DESTROY,
+            encryption_key=self.logs_key,
         )
         self.vpc.add_flow_log(
             "RejectedFlows",
@@ -104,7 +128,9 @@ class NetworkStack(Stack):
         MODEL_SOURCE is read from it. A gateway endpoint is free; it routes this Region's S3 from the private
         subnets' route tables. Its policy keeps it from carrying data out with another account's keys."""
         endpoint = self.vpc.add_gateway_endpoint(
-            "S3Endpoint", service=ec2.GatewayVpcEndpointAwsService.S3, subnets=[ec2.SubnetSelection(subnet_type=ec2.SubnetType.PRIVATE_WITH_EGRESS)]
+            "S3Endpoint",
+            service=ec2.GatewayVpcEndpointAwsService.S3,
+            subnets=[ec2.SubnetSelection(subnet_type=ec2.SubnetType.PRIVATE_WITH_EGRESS)],
         )
         for statement in s3_endpoint_statements(region):
             endpoint.add_to_policy(statement)

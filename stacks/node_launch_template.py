@@ -38,5 +38,7 @@ def metadata_options() -> ec2.CfnLaunchTemplate.MetadataOptionsProperty:
 def root_volume(size_gib: int) -> ec2.CfnLaunchTemplate.BlockDeviceMappingProperty:
     return ec2.CfnLaunchTemplate.BlockDeviceMappingProperty(
         device_name=ROOT_DEVICE,
-        ebs=ec2.CfnLaunchTemplate.EbsProperty(volume_size=size_gib, volume_type="gp3", encrypted=True, delete_on_termination=True),
+        ebs=ec2.CfnLaunchTemplate.EbsProperty(
+            volume_size=size_gib, volume_type="gp3", encrypted=True, delete_on_termination=True
+        ),
     )

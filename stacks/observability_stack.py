@@ -60,9 +60,17 @@ def ray_scrape_configuration(settings: Settings) -> dict[str, Any]:
                 "kubernetes_sd_configs": [{"role": "pod", "namespaces": {"names": [settings.namespace]}}],
                 "relabel_configs": [
                     {"source_labels": [_sd_label(RAY_NODE_LABEL[0])], "regex": RAY_NODE_LABEL[1], "action": "keep"},
-                    {"source_labels": ["__meta_kubernetes_pod_container_port_name"], "regex": METRICS_PORT_NAME, "action": "keep"},
+                    {
+                        "source_labels": ["__meta_kubernetes_pod_container_port_name"],
+                        "regex": METRICS_PORT_NAME,
+                        "action": "keep",
+                    },
                     {"target_label": METRICS_CLUSTER_LABEL, "replacement": settings.cluster_name, "action": "replace"},
-                    {"source_labels": [_sd_label(GROUP_LABEL)], "target_label": METRICS_PHASE_LABEL, "action": "replace"},
+                    {
+                        "source_labels": [_sd_label(GROUP_LABEL)],
+                        "target_label": METRICS_PHASE_LABEL,
+                        "action": "replace",
+                    },
                     {"source_labels": ["__meta_kubernetes_pod_name"], "target_label": "pod", "action": "replace"},
                 ],
             }
@@ -87,11 +95,17 @@ def ray_panels(cluster_name: str) -> tuple[PromQLPanel, ...]:
     return (
         PromQLPanel(
             "Time to first token (s)",
-            (("p50", quantile(0.5, "ray_vllm_time_to_first_token_seconds")), ("p99", quantile(0.99, "ray_vllm_time_to_first_token_seconds"))),
+            (
+                ("p50", quantile(0.5, "ray_vllm_time_to_first_token_seconds")),
+                ("p99", quantile(0.99, "ray_vllm_time_to_first_token_seconds")),
+            ),
         ),
         PromQLPanel(
             "Inter-token latency (s)",
-            (("p50", quantile(0.5, "ray_vllm_inter_token_latency_seconds")), ("p99", quantile(0.99, "ray_vllm_inter_token_latency_seconds"))),
+            (
+                ("p50", quantile(0.5, "ray_vllm_inter_token_latency_seconds")),
+                ("p99", quantile(0.99, "ray_vllm_inter_token_latency_seconds")),
+            ),
         ),
         PromQLPanel(
             "Requests running / waiting per phase",
@@ -100,7 +114,10 @@ def ray_panels(cluster_name: str) -> tuple[PromQLPanel, ...]:
                 ("waiting", f"sum by ({METRICS_PHASE_LABEL}) (ray_vllm_num_requests_waiting{{{this}}})"),
             ),
         ),
-        PromQLPanel("KV-cache usage per phase (0-1)", (("max", f"max by ({METRICS_PHASE_LABEL}) (ray_vllm_kv_cache_usage_perc{{{this}}})"),)),
+        PromQLPanel(
+            "KV-cache usage per phase (0-1)",
+            (("max", f"max by ({METRICS_PHASE_LABEL}) (ray_vllm_kv_cache_usage_perc{{{this}}})"),),
+        ),
         PromQLPanel(
             "NIXL KV-cache transfer (bytes/s, p99 s)",
             (
@@ -108,8 +125,13 @@ def ray_panels(cluster_name: str) -> tuple[PromQLPanel, ...]:
                 ("transfer p99", quantile(0.99, "ray_vllm_nixl_xfer_time_seconds")),
             ),
         ),
-        PromQLPanel("NIXL failed transfers (5 min)", (("failed", f"sum(increase(ray_vllm_nixl_num_failed_transfers_total{{{this}}}[5m]))"),)),
-        PromQLPanel("Serve HTTP requests/s", (("requests/s", f"sum(rate(ray_serve_num_http_requests_total{{{this}}}[5m]))"),)),
+        PromQLPanel(
+            "NIXL failed transfers (5 min)",
+            (("failed", f"sum(increase(ray_vllm_nixl_num_failed_transfers_total{{{this}}}[5m]))"),),
+        ),
+        PromQLPanel(
+            "Serve HTTP requests/s", (("requests/s", f"sum(rate(ray_serve_num_http_requests_total{{{this}}}[5m]))"),)
+        ),
     )
 
 
@@ -140,14 +162,22 @@ class PromQLChart(cw.ConcreteWidget):
                 "y": self._y,
                 "width": self.width,
                 "height": self.height,
-                "properties": {"title": self._panel.title, "view": "line", "region": self._region, "data": {"queries": queries}},
+                "properties": {
+                    "title": self._panel.title,
+                    "view": "line",
+                    "region": self._region,
+                    "data": {"queries": queries},
+                },
             }
         ]
 
 
 def _search(dimensions: str, metric: str, cluster: str, stat: str, label: str) -> cw.MathExpression:
     return cw.MathExpression(
-        expression=f"SEARCH('{{{CONTAINER_INSIGHTS},{dimensions}}} MetricName=\"{metric}\" ClusterName=\"{cluster}\"', '{stat}', 60)",
+        expression=(
+            f'SEARCH(\'{{{CONTAINER_INSIGHTS},{dimensions}}} MetricName="{metric}" ClusterName="{cluster}"\','
+            f" '{stat}', 60)"
+        ),
         label=label,
         using_metrics={},
         period=Duration.minutes(1),
@@ -169,7 +199,12 @@ class ObservabilityStack(Stack):
         system_nodegroup: eks.Nodegroup,
         env: Environment,
     ) -> None:
-        super().__init__(scope, construct_id, env=env, description=f"{settings.cluster_name}: CloudWatch metrics, dashboard and alarms")
+        super().__init__(
+            scope,
+            construct_id,
+            env=env,
+            description=f"{settings.cluster_name}: CloudWatch metrics, dashboard and alarms",
+        )
         cluster_name = settings.cluster_name
         self._container_insights(cluster, settings)
         # As CoreDNS: the add-on's controller tolerates every taint, so without system nodes to go to it
@@ -177,33 +212,50 @@ class ObservabilityStack(Stack):
         self.addon.node.add_dependency(system_nodegroup)
         self._ray_metrics_collector(settings, cluster, vpc)
 
-        widgets: list[cw.IWidget] = [PromQLChart(panel=panel, region=settings.region) for panel in ray_panels(cluster_name)]
+        widgets: list[cw.IWidget] = [
+            PromQLChart(panel=panel, region=settings.region) for panel in ray_panels(cluster_name)
+        ]
         by_node = "ClusterName,InstanceId,NodeName"
         widgets += [
-            cw.GraphWidget(title="GPU utilisation per node (%)", left=[_search(by_node, "node_gpu_utilization", cluster_name, "Average", "")]),
-            cw.GraphWidget(title="GPU memory utilisation per node (%)", left=[_search(by_node, "node_gpu_memory_utilization", cluster_name, "Average", "")]),
+            cw.GraphWidget(
+                title="GPU utilisation per node (%)",
+                left=[_search(by_node, "node_gpu_utilization", cluster_name, "Average", "")],
+            ),
+            cw.GraphWidget(
+                title="GPU memory utilisation per node (%)",
+                left=[_search(by_node, "node_gpu_memory_utilization", cluster_name, "Average", "")],
+            ),
             cw.GraphWidget(
                 title="EFA bytes per node (rx, tx, RDMA read)",
-                left=[_search(by_node, m, cluster_name, "Sum", m) for m in ("node_efa_rx_bytes", "node_efa_tx_bytes", "node_efa_rdma_read_bytes")],
+                left=[
+                    _search(by_node, m, cluster_name, "Sum", m)
+                    for m in ("node_efa_rx_bytes", "node_efa_tx_bytes", "node_efa_rdma_read_bytes")
+                ],
             ),
         ]
         widgets.append(
             cw.TextWidget(
                 markdown="Ray, vLLM and NIXL: PromQL over the Ray pods' Prometheus metrics (managed collector, "
-                f'`{METRICS_CLUSTER_LABEL}="{cluster_name}"`, `{METRICS_PHASE_LABEL}` = prefill/decode/headgroup). GPU and EFA: Container Insights. '
+                f'`{METRICS_CLUSTER_LABEL}="{cluster_name}"`, `{METRICS_PHASE_LABEL}` = prefill/decode/headgroup). GPU'
+                " and EFA: Container Insights. "
                 "Per-request detail: `make bench-serving`.",
                 width=16,
                 height=6,
             )
         )
         self.dashboard = cw.Dashboard(
-            self, "Dashboard", dashboard_name=f"{cluster_name}-serving", widgets=[widgets[i : i + 3] for i in range(0, len(widgets), 3)]
+            self,
+            "Dashboard",
+            dashboard_name=f"{cluster_name}-serving",
+            widgets=[widgets[i : i + 3] for i in range(0, len(widgets), 3)],
         )
 
         self.nixl_failures_alarm = cw.PromQLAlarm(
             self,
             "NixlFailedTransfers",
-            alarm_description="NIXL KV-cache transfers failed: a decode engine could not read the prefill node's KV cache over EFA",
+            alarm_description=(
+                "NIXL KV-cache transfers failed: a decode engine could not read the prefill node's KV cache over EFA"
+            ),
             query=nixl_failures_query(cluster_name),
             evaluation_interval=Duration.minutes(1),
             pending_period=Duration.seconds(0),
@@ -214,7 +266,10 @@ class ObservabilityStack(Stack):
             cw.Alarm(
                 self,
                 "GpuCapacity",
-                alarm_description=f"Fewer than {expected_gpus} GPUs schedulable: a GPU node is not ready, or its device plugin is not advertising",
+                alarm_description=(
+                    f"Fewer than {expected_gpus} GPUs schedulable: a GPU node is not ready, or its device plugin is not"
+                    " advertising"
+                ),
                 metric=cw.Metric(
                     namespace=CONTAINER_INSIGHTS,
                     metric_name="node_gpu_limit",
@@ -256,12 +311,19 @@ class ObservabilityStack(Stack):
                 availability_zone=zone,
                 tags=[CfnTag(key="Name", value=f"{cluster_name}-metrics-collector-{zone}")],
             )
-            for index, (zone, cidr) in enumerate(zip(settings.availability_zones, settings.metrics_collector_cidrs, strict=True))
+            for index, (zone, cidr) in enumerate(
+                zip(settings.availability_zones, settings.metrics_collector_cidrs, strict=True)
+            )
         ]
-        private_route_tables = {subnet.availability_zone: subnet.route_table.route_table_id for subnet in vpc.private_subnets}
+        private_route_tables = {
+            subnet.availability_zone: subnet.route_table.route_table_id for subnet in vpc.private_subnets
+        }
         for index, subnet in enumerate(self.collector_subnets):
             ec2.CfnSubnetRouteTableAssociation(
-                self, f"MetricsCollectorSubnet{index + 1}Routes", subnet_id=subnet.ref, route_table_id=private_route_tables[str(subnet.availability_zone)]
+                self,
+                f"MetricsCollectorSubnet{index + 1}Routes",
+                subnet_id=subnet.ref,
+                route_table_id=private_route_tables[str(subnet.availability_zone)],
             )
         self.collector_security_group = ec2.SecurityGroup(
             self,
@@ -271,8 +333,13 @@ class ObservabilityStack(Stack):
             allow_all_outbound=False,
         )
         ingress_rules = []
-        for port, why in ((METRICS_PORT, "the Ray pods Prometheus metrics"), (443, "the Kubernetes API (pod discovery)")):
-            self.collector_security_group.add_egress_rule(ec2.Peer.security_group_id(cluster.cluster_security_group_id), ec2.Port.tcp(port), why)
+        for port, why in (
+            (METRICS_PORT, "the Ray pods Prometheus metrics"),
+            (443, "the Kubernetes API (pod discovery)"),
+        ):
+            self.collector_security_group.add_egress_rule(
+                ec2.Peer.security_group_id(cluster.cluster_security_group_id), ec2.Port.tcp(port), why
+            )
             rule = ec2.CfnSecurityGroupIngress(
                 self,
                 f"CollectorTo{port}",
@@ -284,7 +351,9 @@ class ObservabilityStack(Stack):
                 description=f"managed Prometheus collector: {why}",
             )
             ingress_rules.append(rule)
-        self.collector_security_group.add_egress_rule(ec2.Peer.any_ipv4(), ec2.Port.tcp(443), "CloudWatch, should delivery leave through the VPC")
+        self.collector_security_group.add_egress_rule(
+            ec2.Peer.any_ipv4(), ec2.Port.tcp(443), "CloudWatch, should delivery leave through the VPC"
+        )
         self.scraper = aps.CfnScraper(
             self,
             "RayMetricsCollector",
@@ -298,7 +367,9 @@ class ObservabilityStack(Stack):
                 )
             ),
             scrape_configuration=aps.CfnScraper.ScrapeConfigurationProperty(
-                configuration_blob=base64.b64encode(yaml.safe_dump(ray_scrape_configuration(settings), sort_keys=False).encode()).decode()
+                configuration_blob=base64.b64encode(
+                    yaml.safe_dump(ray_scrape_configuration(settings), sort_keys=False).encode()
+                ).decode()
             ),
             destination=aps.CfnScraper.DestinationProperty(
                 cloud_watch_configuration=aps.CfnScraper.CloudWatchConfigurationProperty(

@@ -40,10 +40,14 @@ GCS_STORE_OBJECTS = frozenset({("SecretProviderClass", gcs_ft.PROVIDER_CLASS), (
 def namespace_scoped(obj: dict[str, Any], settings: Settings) -> bool:
     name = obj["metadata"].get("name")
     head = ("ServiceAccount", gcs_ft.head_service_account(settings.ray_service_name))
-    return obj["kind"] in NAMESPACE_KINDS or (settings.gcs_redis and ((obj["kind"], name) in GCS_STORE_OBJECTS or (obj["kind"], name) == head))
+    return obj["kind"] in NAMESPACE_KINDS or (
+        settings.gcs_redis and ((obj["kind"], name) in GCS_STORE_OBJECTS or (obj["kind"], name) == head)
+    )
 
 
-def build_rayservice_chart(settings: Settings, gcs_store: GcsStoreRef | None = None, endpoint_refs: EndpointRefs | None = None) -> PdRayServiceChart:
+def build_rayservice_chart(
+    settings: Settings, gcs_store: GcsStoreRef | None = None, endpoint_refs: EndpointRefs | None = None
+) -> PdRayServiceChart:
     """The cdk8s chart in a cdk8s app of its own (``cdk8s.App.of(chart)``); `make synth` writes it to dist/."""
     props = RayServiceProps(settings=settings, gcs_store=gcs_store, endpoint_refs=endpoint_refs or EndpointRefs())
     return PdRayServiceChart(cdk8s.App(), "rayservice", props=props)
@@ -72,10 +76,16 @@ class ServingStack(Stack):
         store = GcsStoreRef(address=gcs_store.address, secret_arn=gcs_store.secret.secret_arn) if gcs_store else None
         endpoint = settings.serve_endpoint
         self.api_keys = self._api_keys_secret(settings) if endpoint.api_keys else None
-        self.access_logs: s3.Bucket | None = serve_endpoint.access_log_bucket(self, settings) if endpoint.access_logs else None
+        self.access_logs: s3.Bucket | None = (
+            serve_endpoint.access_log_bucket(self, settings) if endpoint.access_logs else None
+        )
         refs = EndpointRefs(
             keys_secret_arn=self.api_keys.secret_arn if self.api_keys else EndpointRefs().keys_secret_arn,
-            public_subnet_ids=tuple(subnet.subnet_id for subnet in cluster.vpc.public_subnets) if endpoint.exposed else EndpointRefs().public_subnet_ids,
+            public_subnet_ids=(
+                tuple(subnet.subnet_id for subnet in cluster.vpc.public_subnets)
+                if endpoint.exposed
+                else EndpointRefs().public_subnet_ids
+            ),
             access_log_bucket=self.access_logs.bucket_name if self.access_logs else EndpointRefs().access_log_bucket,
         )
         self.chart = build_rayservice_chart(settings, store, refs)
@@ -131,13 +141,26 @@ class ServingStack(Stack):
         if endpoint.exposed:
             if load_balancer_controller is None:
                 raise ValueError("SERVE_EXPOSURE beyond the cluster needs the load balancer controller's release")
-            self._endpoint(cluster, settings, [o for o in self.chart.to_json() if o["kind"] in ENDPOINT_KINDS], load_balancer_controller)
+            self._endpoint(
+                cluster,
+                settings,
+                [o for o in self.chart.to_json() if o["kind"] in ENDPOINT_KINDS],
+                load_balancer_controller,
+            )
         if self.api_keys is not None:
-            CfnOutput(self, "ApiKeysSecretArn", value=self.api_keys.secret_arn, description="The API keys (JSON: name -> key); `make api-key` prints one")
+            CfnOutput(
+                self,
+                "ApiKeysSecretArn",
+                value=self.api_keys.secret_arn,
+                description="The API keys (JSON: name -> key); `make api-key` prints one",
+            )
         CfnOutput(
             self,
             "PortForwardCommand",
-            value=f"kubectl port-forward -n {settings.namespace} svc/{settings.serve_service_name} {SERVE_PORT}:{SERVE_PORT}",
+            value=(
+                f"kubectl port-forward -n {settings.namespace} svc/{settings.serve_service_name}"
+                f" {SERVE_PORT}:{SERVE_PORT}"
+            ),
         )
 
     def _api_keys_secret(self, settings: Settings) -> secretsmanager.Secret:
@@ -145,31 +168,45 @@ class ServingStack(Stack):
         secret = secretsmanager.Secret(
             self,
             "ApiKeys",
-            description=f"{settings.cluster_name}: API keys of the Serve endpoint (JSON: name -> key; the Ray pods read it through the Secrets Store CSI driver)",
+            description=(
+                f"{settings.cluster_name}: API keys of the Serve endpoint (JSON: name -> key; the Ray pods read it"
+                " through the Secrets Store CSI driver)"
+            ),
             generate_secret_string=secretsmanager.SecretStringGenerator(
-                secret_string_template=json.dumps({}), generate_string_key=FIRST_API_KEY, password_length=API_KEY_LENGTH, exclude_punctuation=True
+                secret_string_template=json.dumps({}),
+                generate_string_key=FIRST_API_KEY,
+                password_length=API_KEY_LENGTH,
+                exclude_punctuation=True,
             ),
         )
         nag.skip_checkov(
             secret,
             {
-                "CKV_AWS_149": "Secrets Manager's AWS managed key: who may read the keys is decided by IAM (the Ray pods' two Pod "
-                "Identity roles); a customer managed key would add a key policy to keep in step with them and no reader less."
+                "CKV_AWS_149": (
+                    "Secrets Manager's AWS managed key: who may read the keys is decided by IAM (the Ray pods' two Pod"
+                    " Identity roles); a customer managed key would add a key policy to keep in step with them and no"
+                    " reader less."
+                )
             },
         )
         nag.acknowledge(
             secret,
             "AwsSolutions-SMG4",
-            "Rotated by its owner, not by a Lambda: `aws secretsmanager put-secret-value` with the new set of named keys (docs/endpoint.md); "
-            "the CSI driver re-reads it every minute and the ingress takes the new file without a restart, so clients move at their pace.",
+            "Rotated by its owner, not by a Lambda: `aws secretsmanager put-secret-value` with the new set of named"
+            " keys (docs/endpoint.md); the CSI driver re-reads it every minute and the ingress takes the new file"
+            " without a restart, so clients move at their pace.",
         )
         return secret
 
-    def _endpoint(self, cluster: eks.ICluster, settings: Settings, objects: list[dict[str, Any]], controller: eks.HelmChart) -> None:
+    def _endpoint(
+        self, cluster: eks.ICluster, settings: Settings, objects: list[dict[str, Any]], controller: eks.HelmChart
+    ) -> None:
         """The Ingress (after the controller, the namespace and the log bucket; deleted before them) and, with
         SERVE_HOSTED_ZONE_ID, the alias record of SERVE_HOSTNAME."""
         endpoint = settings.serve_endpoint
-        self.endpoint_manifest = eks.KubernetesManifest(self, f"Endpoint-{settings.namespace}", cluster=cluster, manifest=objects, overwrite=True)
+        self.endpoint_manifest = eks.KubernetesManifest(
+            self, f"Endpoint-{settings.namespace}", cluster=cluster, manifest=objects, overwrite=True
+        )
         self.endpoint_manifest.node.add_dependency(self.namespace_manifest)
         self.endpoint_manifest.node.add_dependency(controller)
         if self.access_logs is not None:
@@ -178,12 +215,26 @@ class ServingStack(Stack):
         # The controller creates the load balancer: its DNS name is read back from the Ingress's status.
         address = serve_endpoint.load_balancer_dns_name(self, cluster, settings, objects, self.endpoint_manifest)
         scheme = "https" if endpoint.https else "http"
-        CfnOutput(self, "LoadBalancerDnsName", value=address.value, description=f"The {endpoint.scheme} load balancer of the Serve endpoint")
-        CfnOutput(self, "EndpointUrl", value=f"{scheme}://{endpoint.hostname}/v1" if endpoint.hostname else f"{scheme}://{address.value}/v1")
+        CfnOutput(
+            self,
+            "LoadBalancerDnsName",
+            value=address.value,
+            description=f"The {endpoint.scheme} load balancer of the Serve endpoint",
+        )
+        CfnOutput(
+            self,
+            "EndpointUrl",
+            value=f"{scheme}://{endpoint.hostname}/v1" if endpoint.hostname else f"{scheme}://{address.value}/v1",
+        )
         if endpoint.hosted_zone_id:
             serve_endpoint.alias_record(self, settings, address.value)
         if self.access_logs is not None:
-            CfnOutput(self, "AccessLogsBucket", value=self.access_logs.bucket_name, description="The load balancer's access logs (expire after 30 days)")
+            CfnOutput(
+                self,
+                "AccessLogsBucket",
+                value=self.access_logs.bucket_name,
+                description="The load balancer's access logs (expire after 30 days)",
+            )
 
     def _worker_access(self, cluster: eks.ICluster, settings: Settings) -> list[Construct]:
         """The GPU workers' Pod Identity role: it may read the Hugging Face token's secret (with the Secrets Manager
@@ -193,7 +244,11 @@ class ServingStack(Stack):
         token, source = hf_token_of(settings), settings.model_s3
         reads = " and ".join(
             what
-            for what, on in (("the Hugging Face token", token), (f"the weights under {source.uri if source else ''}", source), ("the API keys", self.api_keys))
+            for what, on in (
+                ("the Hugging Face token", token),
+                (f"the weights under {source.uri if source else ''}", source),
+                ("the API keys", self.api_keys),
+            )
             if on
         )
         # The logical IDs date from when the role only read the token: renamed, CloudFormation would create a
@@ -224,7 +279,9 @@ class ServingStack(Stack):
     def _head_access(self, cluster: eks.ICluster, settings: Settings, store: GcsStore | None) -> Construct:
         """The head's Pod Identity role: it may read the GCS store's AUTH token and the API keys (each when there), nothing else."""
         account = head_service_account(settings.ray_service_name)
-        reads = " and ".join(what for what, on in (("the GCS store's AUTH token", store), ("the API keys", self.api_keys)) if on)
+        reads = " and ".join(
+            what for what, on in (("the GCS store's AUTH token", store), ("the API keys", self.api_keys)) if on
+        )
         role, association = pod_identity_role(
             self,
             "HeadRole",
@@ -243,11 +300,18 @@ class ServingStack(Stack):
     @staticmethod
     def _token_secret_statement(role: iam.Role, token: HfToken) -> iam.PolicyStatement:
         # Secrets Manager appends a random 6-character suffix to a secret's ARN.
-        secret_arn = f"arn:{Aws.PARTITION}:secretsmanager:{Aws.REGION}:{Aws.ACCOUNT_ID}:secret:{token.secret_name}-??????"
+        secret_arn = (
+            f"arn:{Aws.PARTITION}:secretsmanager:{Aws.REGION}:{Aws.ACCOUNT_ID}:secret:{token.secret_name}-??????"
+        )
         nag.acknowledge(
             role,
             "AwsSolutions-IAM5",
-            "The wildcard is the 6-character suffix Secrets Manager appends to the ARN of the one secret named by HF_TOKEN_SECRET_NAME.",
-            applies_to=[f"Resource::arn:<AWS::Partition>:secretsmanager:<AWS::Region>:<AWS::AccountId>:secret:{token.secret_name}-??????"],
+            "The wildcard is the 6-character suffix Secrets Manager appends to the ARN of the one secret named by"
+            " HF_TOKEN_SECRET_NAME.",
+            applies_to=[
+                f"Resource::arn:<AWS::Partition>:secretsmanager:<AWS::Region>:<AWS::AccountId>:secret:{token.secret_name}-??????"
+            ],
         )
-        return iam.PolicyStatement(actions=["secretsmanager:GetSecretValue", "secretsmanager:DescribeSecret"], resources=[secret_arn])
+        return iam.PolicyStatement(
+            actions=["secretsmanager:GetSecretValue", "secretsmanager:DescribeSecret"], resources=[secret_arn]
+        )

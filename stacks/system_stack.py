@@ -26,8 +26,15 @@ class SystemStack(Stack):
     ``cluster_autoscaler`` (its release with PREFILL/DECODE_MAX_REPLICAS, else None), ``load_balancer_controller`` (with
     SERVE_EXPOSURE beyond the cluster, else None), ``gcs_store`` (GCS_FAULT_TOLERANCE=redis, else None)."""
 
-    def __init__(self, scope: Construct, construct_id: str, *, settings: Settings, cluster: eks.ICluster, env: Environment) -> None:
-        super().__init__(scope, construct_id, env=env, description=f"{settings.cluster_name}: system nodes, CoreDNS and the KubeRay operator")
+    def __init__(
+        self, scope: Construct, construct_id: str, *, settings: Settings, cluster: eks.ICluster, env: Environment
+    ) -> None:
+        super().__init__(
+            scope,
+            construct_id,
+            env=env,
+            description=f"{settings.cluster_name}: system nodes, CoreDNS and the KubeRay operator",
+        )
         launch_template = ec2.CfnLaunchTemplate(
             self,
             "SystemNodeLaunchTemplate",
@@ -52,7 +59,9 @@ class SystemStack(Stack):
             labels=SYSTEM_NODE_LABELS,
             subnets=ec2.SubnetSelection(subnet_type=ec2.SubnetType.PRIVATE_WITH_EGRESS),
             node_role=node_role(self, "SystemNodeRole"),
-            launch_template_spec=eks.LaunchTemplateSpec(id=launch_template.ref, version=launch_template.attr_latest_version_number),
+            launch_template_spec=eks.LaunchTemplateSpec(
+                id=launch_template.ref, version=launch_template.attr_latest_version_number
+            ),
         )
         pin_kubernetes_version(self.system_nodegroup, settings.kubernetes_version)
         rolling_update(self.system_nodegroup, "default")
@@ -81,7 +90,13 @@ class SystemStack(Stack):
             budget.node.add_dependency(self.kuberay)
         # GCS_FAULT_TOLERANCE=redis: the store the Ray head keeps its GCS in.
         self.gcs_store = (
-            GcsStore(self, "GcsStore", settings=settings, vpc=cluster.vpc, nodes_security_group_id=cluster.cluster_security_group_id)
+            GcsStore(
+                self,
+                "GcsStore",
+                settings=settings,
+                vpc=cluster.vpc,
+                nodes_security_group_id=cluster.cluster_security_group_id,
+            )
             if settings.gcs_redis
             else None
         )

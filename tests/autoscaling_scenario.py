@@ -44,7 +44,10 @@ def _fake_config(node_types: dict[str, Any], gcs_address: str, idle_timeout_minu
             "disable_launch_config_check": True,
             "gcs_address": gcs_address,
         },
-        "available_node_types": {"ray.head.default": {"resources": {}, "node_config": {}, "max_workers": 0}, **node_types},
+        "available_node_types": {
+            "ray.head.default": {"resources": {}, "node_config": {}, "max_workers": 0},
+            **node_types,
+        },
         "head_node_type": "ray.head.default",
         "auth": {},
         "upscaling_speed": 1000,
@@ -97,7 +100,11 @@ def _replicas(phase: str) -> dict[str, str]:
     from ray._private import state
 
     actors = state.actors(actor_state_name="ALIVE").values()
-    return {a["Name"].rsplit("#", 1)[-1]: a["Address"]["NodeID"] for a in actors if a["ActorClassName"].startswith(f"ServeReplica:{phase}:")}
+    return {
+        a["Name"].rsplit("#", 1)[-1]: a["Address"]["NodeID"]
+        for a in actors
+        if a["ActorClassName"].startswith(f"ServeReplica:{phase}:")
+    }
 
 
 def _replica_nodes(phase: str) -> list[str]:
@@ -143,7 +150,11 @@ def run(spec: dict[str, Any]) -> dict[str, Any]:
 
         apps = {}
         for phase, stand_in in spec["phases"].items():
-            draining = {"graceful_shutdown_timeout_s": stand_in["graceful_shutdown_timeout_s"]} if stand_in.get("graceful_shutdown_timeout_s") else {}
+            draining = (
+                {"graceful_shutdown_timeout_s": stand_in["graceful_shutdown_timeout_s"]}
+                if stand_in.get("graceful_shutdown_timeout_s")
+                else {}
+            )
 
             @serve.deployment(
                 name=phase,
@@ -182,7 +193,9 @@ def run(spec: dict[str, Any]) -> dict[str, Any]:
                 return "ok"
 
         serve.run(Ingress.bind(), name="ingress", route_prefix=None)
-        _wait("the ingress replicas", lambda: len(_replica_nodes("ingress")) == ingress_options["num_replicas"], 60, log)
+        _wait(
+            "the ingress replicas", lambda: len(_replica_nodes("ingress")) == ingress_options["num_replicas"], 60, log
+        )
         observed["ingress_replicas"] = len(_replica_nodes("ingress"))
 
         # Load on decode only: more requests in flight than its target_ongoing_requests.
@@ -219,7 +232,9 @@ def run(spec: dict[str, Any]) -> dict[str, Any]:
                     chunks.append(chunk)
 
         # At least one stream on each replica (the router chooses; a few more until both have one), whichever is removed.
-        while len(streams) < spec["streams"] or (len({c[0] for c in streams if c}) < 2 and len(streams) < 4 * spec["streams"]):
+        while len(streams) < spec["streams"] or (
+            len({c[0] for c in streams if c}) < 2 and len(streams) < 4 * spec["streams"]
+        ):
             streams.append([])
             readers.append(threading.Thread(target=read, args=(streams[-1],), daemon=True))
             readers[-1].start()
@@ -239,7 +254,10 @@ def run(spec: dict[str, Any]) -> dict[str, Any]:
         for reader in readers:
             reader.join(timeout=spec["stream_s"] + 30)
         survivors = set(_replicas("decode"))
-        observed["streams"] = [{"removed_replica": bool(chunks) and chunks[0] not in survivors, "tokens": len(chunks) - 1} for chunks in streams]
+        observed["streams"] = [
+            {"removed_replica": bool(chunks) and chunks[0] not in survivors, "tokens": len(chunks) - 1}
+            for chunks in streams
+        ]
         ready, _ = ray.wait([group.ready()], timeout=max(1.0, spec["control_wait_s"] - (time.monotonic() - asked)))
         observed["control_placed"] = bool(ready)
         observed["control_pending_s"] = round(time.monotonic() - asked)

@@ -57,7 +57,9 @@ def synthesize(settings: Settings, outdir: Path) -> Synth:
         app.synth()
     except Exception as error:  # cdk-nag findings fail the synth; test_nag reports them
         nag_error = str(error)
-    templates = {part: json.loads((outdir / f"{name}.template.json").read_text()) for part, name in settings.stack_names.items()}
+    templates = {
+        part: json.loads((outdir / f"{name}.template.json").read_text()) for part, name in settings.stack_names.items()
+    }
     return Synth(settings=settings, deployment=deployment, outdir=outdir, templates=templates, nag_error=nag_error)
 
 
@@ -117,7 +119,9 @@ def parked_synth(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Synth]:
 def p5_synth(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Synth]:
     """A multi-card type: p5.48xlarge has 32 network cards and 8 GPUs; with TENSOR_PARALLEL_SIZE=8 each
     phase's engine takes a whole node: one prefill node and one decode node, GPU_NODE_COUNT left empty."""
-    settings = settings_for({"GPU_NODE_TYPE": "p5.48xlarge", "TENSOR_PARALLEL_SIZE": "8", "GPU_AZ": "us-east-2b", "REGION": "us-east-2"})
+    settings = settings_for(
+        {"GPU_NODE_TYPE": "p5.48xlarge", "TENSOR_PARALLEL_SIZE": "8", "GPU_AZ": "us-east-2b", "REGION": "us-east-2"}
+    )
     yield synthesize(settings, tmp_path_factory.mktemp("p5"))
 
 
@@ -141,7 +145,12 @@ def private_synth(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Synth]:
 
 # One configuration with every feature that adds resources of its own (an S3 model source, the maxima, the GCS store):
 # synthesized once instead of three times; each feature's tests read it under their own name.
-FEATURES = {"MODEL_SOURCE": "s3://example-models/qwen3.5-9b", "PREFILL_MAX_REPLICAS": "2", "DECODE_MAX_REPLICAS": "3", "GCS_FAULT_TOLERANCE": "redis"}
+FEATURES = {
+    "MODEL_SOURCE": "s3://example-models/qwen3.5-9b",
+    "PREFILL_MAX_REPLICAS": "2",
+    "DECODE_MAX_REPLICAS": "3",
+    "GCS_FAULT_TOLERANCE": "redis",
+}
 
 
 @pytest.fixture(scope="session")

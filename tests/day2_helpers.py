@@ -33,22 +33,34 @@ def _synth(items: frozenset[tuple[str, str]]) -> tuple[Settings, dict[str, dict[
         app = new_app(str(outdir))
         build_stacks(app, settings)
         app.synth()
-        return settings, {part: json.loads((outdir / f"{name}.template.json").read_text()) for part, name in settings.stack_names.items()}
+        return settings, {
+            part: json.loads((outdir / f"{name}.template.json").read_text())
+            for part, name in settings.stack_names.items()
+        }
 
 
 def synth(**env: str) -> tuple[Settings, dict[str, dict[str, Any]]]:
     return _synth(frozenset(env.items()))
 
 
-def changes(part: str, after_env: Mapping[str, str], before_env: Mapping[str, str] | None = None) -> list[ResourceChange]:
+def changes(
+    part: str, after_env: Mapping[str, str], before_env: Mapping[str, str] | None = None
+) -> list[ResourceChange]:
     return plan(synth(**(before_env or {}))[1][part], synth(**after_env)[1][part])
 
 
-def deployed_as(env: Mapping[str, str] | None = None, *, gpu_desired: int = 2, cluster_version: str = "1.35") -> Deployed:
+def deployed_as(
+    env: Mapping[str, str] | None = None, *, gpu_desired: int = 2, cluster_version: str = "1.35"
+) -> Deployed:
     settings, templates = synth(**(env or {}))
-    stacks = {settings.stack_names[p]: DeployedStack(settings.stack_names[p], "UPDATE_COMPLETE", {}, templates[p]) for p in PARTS}
+    stacks = {
+        settings.stack_names[p]: DeployedStack(settings.stack_names[p], "UPDATE_COMPLETE", {}, templates[p])
+        for p in PARTS
+    }
     nodegroups = {
-        settings.gpu_nodegroup_name: DeployedNodegroup(settings.gpu_nodegroup_name, cluster_version, gpu_desired, "ACTIVE"),
+        settings.gpu_nodegroup_name: DeployedNodegroup(
+            settings.gpu_nodegroup_name, cluster_version, gpu_desired, "ACTIVE"
+        ),
         settings.system_nodegroup_name: DeployedNodegroup(settings.system_nodegroup_name, cluster_version, 1, "ACTIVE"),
     }
     return Deployed(stacks=stacks, cluster_version=cluster_version, nodegroups=nodegroups)

@@ -32,7 +32,10 @@ def _listeners(port: int) -> set[int]:
         try:
             if process.status() == psutil.STATUS_ZOMBIE:
                 continue
-            if any(c.status == psutil.CONN_LISTEN and c.laddr and c.laddr.port == port for c in process.net_connections(kind="tcp")):
+            if any(
+                c.status == psutil.CONN_LISTEN and c.laddr and c.laddr.port == port
+                for c in process.net_connections(kind="tcp")
+            ):
                 found.add(process.pid)
         except (psutil.NoSuchProcess, psutil.AccessDenied):
             continue

@@ -25,7 +25,12 @@ _ARN = {
     "AWS::EC2::VPC": "arn:aws:ec2:{region}:{account}:vpc/{name}",
     "AWS::S3::Bucket": "arn:aws:s3:::{name}",
 }
-_PSEUDO = {"AWS::Partition": PARTITION, "AWS::AccountId": ACCOUNT, "AWS::URLSuffix": "amazonaws.com", "AWS::StackName": "stack"}
+_PSEUDO = {
+    "AWS::Partition": PARTITION,
+    "AWS::AccountId": ACCOUNT,
+    "AWS::URLSuffix": "amazonaws.com",
+    "AWS::StackName": "stack",
+}
 
 
 class Resolver:
@@ -33,7 +38,12 @@ class Resolver:
 
     def __init__(self, templates: Mapping[str, Mapping[str, Any]], region: str) -> None:
         self.templates, self.region = templates, region
-        self.exports = {str(o["Export"]["Name"]): (stack, o["Value"]) for stack, t in templates.items() for o in t.get("Outputs", {}).values() if "Export" in o}
+        self.exports = {
+            str(o["Export"]["Name"]): (stack, o["Value"])
+            for stack, t in templates.items()
+            for o in t.get("Outputs", {}).values()
+            if "Export" in o
+        }
 
     def resolve(self, value: Any, stack: str) -> Any:
         if isinstance(value, list):
@@ -84,7 +94,9 @@ def identity_policies(templates: Mapping[str, Mapping[str, Any]], region: str) -
             if resource["Type"] in ("AWS::IAM::Policy", "AWS::IAM::ManagedPolicy"):
                 documents.append((f"{stack}/{name}", properties["PolicyDocument"]))
             if resource["Type"] == "AWS::IAM::Role":
-                documents += [(f"{stack}/{name}/{p['PolicyName']}", p["PolicyDocument"]) for p in properties.get("Policies", [])]
+                documents += [
+                    (f"{stack}/{name}/{p['PolicyName']}", p["PolicyDocument"]) for p in properties.get("Policies", [])
+                ]
             for where, document in documents:
                 resolved = resolver.resolve(document, stack)
                 resolved["Statement"] = [s for s in resolved["Statement"] if s != {"Ref": "AWS::NoValue"}]

@@ -25,15 +25,34 @@ class Request:
     resource_account: str = ACCOUNT
 
 
-def decisions(requests: Sequence[Request], *, identity_policy: Mapping[str, Any] | None = None, resource_policy: Mapping[str, Any] | None = None) -> list[str]:
+def decisions(
+    requests: Sequence[Request],
+    *,
+    identity_policy: Mapping[str, Any] | None = None,
+    resource_policy: Mapping[str, Any] | None = None,
+) -> list[str]:
     payload = {
         "identityPolicy": identity_policy,
         "resourcePolicy": resource_policy,
         "requests": [
-            {"action": r.action, "resource": r.resource, "context": dict(r.context), "principal": r.principal, "resourceAccount": r.resource_account}
+            {
+                "action": r.action,
+                "resource": r.resource,
+                "context": dict(r.context),
+                "principal": r.principal,
+                "resourceAccount": r.resource_account,
+            }
             for r in requests
         ],
     }
-    done = subprocess.run(["node", str(SCRIPT)], input=json.dumps(payload), capture_output=True, text=True, cwd=REPO, check=True, timeout=120)
+    done = subprocess.run(
+        ["node", str(SCRIPT)],
+        input=json.dumps(payload),
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        check=True,
+        timeout=120,
+    )
     result: list[str] = json.loads(done.stdout.strip().splitlines()[-1])
     return result

@@ -75,12 +75,20 @@ class Ingress:
         body = await request.json()
         prompt = body["prompt"] if isinstance(body["prompt"], list) else _encode(body["prompt"])
         tokens = await self.decode.generate.remote(prompt, int(body.get("max_tokens", 16)))
-        return JSONResponse({"choices": [{"text": " ".join(map(str, tokens)), "token_ids": tokens if body.get("return_token_ids") else None}]})
+        return JSONResponse(
+            {
+                "choices": [
+                    {"text": " ".join(map(str, tokens)), "token_ids": tokens if body.get("return_token_ids") else None}
+                ]
+            }
+        )
 
     @api.post("/v1/chat/completions")
     async def chat(self, request: Request) -> JSONResponse:
         body = await request.json()
-        tokens = await self.decode.generate.remote(_encode(body["messages"][-1]["content"]), int(body.get("max_tokens", 16)))
+        tokens = await self.decode.generate.remote(
+            _encode(body["messages"][-1]["content"]), int(body.get("max_tokens", 16))
+        )
         return JSONResponse({"choices": [{"message": {"role": "assistant", "content": " ".join(map(str, tokens))}}]})
 
 
@@ -108,9 +116,12 @@ def _options(phase: dict[str, Any]) -> dict[str, Any]:
 def build_pd_app(args: dict[str, Any]) -> Any:
     from ray.llm._internal.serve.core.configs.llm_config import LLMConfig
 
-    _prefill_config, decode_config = (LLMConfig.model_validate(args[name]) for name in ("prefill_config", "decode_config"))
+    _prefill_config, decode_config = (
+        LLMConfig.model_validate(args[name]) for name in ("prefill_config", "decode_config")
+    )
     backend = {
-        name: args[name]["engine_kwargs"]["kv_transfer_config"]["kv_connector_extra_config"]["backends"][0] for name in ("prefill_config", "decode_config")
+        name: args[name]["engine_kwargs"]["kv_transfer_config"]["kv_connector_extra_config"]["backends"][0]
+        for name in ("prefill_config", "decode_config")
     }
     prefill = Prefill.options(**_options(args["prefill_config"])).bind(backend["prefill_config"])
     decode = Decode.options(**_options(args["decode_config"])).bind(prefill, backend["decode_config"])

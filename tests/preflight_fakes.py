@@ -152,22 +152,35 @@ def _scraper(alias: str, status: str = "ACTIVE") -> dict[str, Any]:
         "alias": alias,
         "scraperId": arn.rsplit("/", 1)[1],
         "arn": arn,
-        "roleArn": f"arn:aws:iam::{ACCOUNT}:role/aws-service-role/scraper.aps.amazonaws.com/AWSServiceRoleForAmazonPrometheusScraper_1",
+        "roleArn": (
+            f"arn:aws:iam::{ACCOUNT}:role/aws-service-role/scraper.aps.amazonaws.com/AWSServiceRoleForAmazonPrometheusScraper_1"
+        ),
         "status": {"statusCode": status},
         "createdAt": "2026-11-01T00:00:00Z",
         "lastModifiedAt": "2026-11-01T00:00:00Z",
-        "source": {"eksConfiguration": {"clusterArn": f"arn:aws:eks:{REGION}:{ACCOUNT}:cluster/other", "subnetIds": ["subnet-1"]}},
-        "destination": {"cloudWatchConfiguration": {"datasetArn": f"arn:aws:cloudwatch:{REGION}:{ACCOUNT}:dataset/default"}},
+        "source": {
+            "eksConfiguration": {
+                "clusterArn": f"arn:aws:eks:{REGION}:{ACCOUNT}:cluster/other",
+                "subnetIds": ["subnet-1"],
+            }
+        },
+        "destination": {
+            "cloudWatchConfiguration": {"datasetArn": f"arn:aws:cloudwatch:{REGION}:{ACCOUNT}:dataset/default"}
+        },
     }
 
 
-def observed_session(*, dataset_error: str | None = None, scraper_pages: list[list[dict[str, Any]]] | None = None) -> tuple[Any, list[Stubber]]:
+def observed_session(
+    *, dataset_error: str | None = None, scraper_pages: list[list[dict[str, Any]]] | None = None
+) -> tuple[Any, list[Stubber]]:
     quotas_session, quotas = default_quotas()
     cloudwatch = boto3.session.Session().client("cloudwatch", region_name=REGION)
     amp = boto3.session.Session().client("amp", region_name=REGION)
     cw_stub, amp_stub = Stubber(cloudwatch), Stubber(amp)
     if dataset_error:
-        cw_stub.add_client_error("get_dataset", service_error_code=dataset_error, expected_params={"DatasetIdentifier": "default"})
+        cw_stub.add_client_error(
+            "get_dataset", service_error_code=dataset_error, expected_params={"DatasetIdentifier": "default"}
+        )
     else:
         cw_stub.add_response(
             "get_dataset",
@@ -181,4 +194,8 @@ def observed_session(*, dataset_error: str | None = None, scraper_pages: list[li
             amp_stub.add_response("list_scrapers", answer, {"nextToken": f"t{number}"} if number else {})
     for stub in (cw_stub, amp_stub):
         stub.activate()
-    return _SessionWithQuotas(quotas_session._stubbed["service-quotas"], {"cloudwatch": cloudwatch, "amp": amp}), [quotas, cw_stub, amp_stub]
+    return _SessionWithQuotas(quotas_session._stubbed["service-quotas"], {"cloudwatch": cloudwatch, "amp": amp}), [
+        quotas,
+        cw_stub,
+        amp_stub,
+    ]

@@ -42,7 +42,9 @@ def _write_keys(directory: Path, keys: dict[str, str], generation: int) -> None:
         (directory / KEY_FILE).symlink_to(f"..data/{KEY_FILE}")
 
 
-def _call(port: int, method: str, path: str, key: str | None = None, body: dict[str, Any] | None = None) -> tuple[int, Any]:
+def _call(
+    port: int, method: str, path: str, key: str | None = None, body: dict[str, Any] | None = None
+) -> tuple[int, Any]:
     headers = {"Content-Type": "application/json"}
     if key is not None:
         headers["Authorization"] = f"Bearer {key}"
@@ -77,7 +79,11 @@ def run(spec: dict[str, Any]) -> dict[str, Any]:
         first = {"default": secrets.token_urlsafe(32), "ci": secrets.token_urlsafe(32)}
         _write_keys(keys_dir, first, 1)
 
-        text = json.dumps(spec["application"]).replace(spec["module_dir"], str(module_dir)).replace(spec["keys_dir"], str(keys_dir))
+        text = (
+            json.dumps(spec["application"])
+            .replace(spec["module_dir"], str(module_dir))
+            .replace(spec["keys_dir"], str(keys_dir))
+        )
         application = json.loads(text)
         application["import_path"] = "tests.serve_auth_standin:build_app"
         observed["runtime_env"] = application.get("runtime_env")
@@ -139,7 +145,11 @@ def run(spec: dict[str, Any]) -> dict[str, Any]:
         keys = [k.encode() for k in (*first.values(), *second.values())]
         leaked, searched, refusals = [], 0, 0
         for path in (tmp / "ray").rglob("*"):
-            if path.is_file() and not path.is_symlink() and path.suffix in ("", ".log", ".out", ".err", ".txt", ".json"):
+            if (
+                path.is_file()
+                and not path.is_symlink()
+                and path.suffix in ("", ".log", ".out", ".err", ".txt", ".json")
+            ):
                 content = path.read_bytes()
                 searched += 1
                 refusals += content.count(b"without a valid API key")

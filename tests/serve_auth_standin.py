@@ -17,10 +17,22 @@ from typing import Any
 # Module -> classes, as ray/llm/_internal/serve/core/configs/openai_api_models.py and the modules the PD builder
 # imports (2.58.0) name them.
 _PROTOCOL_MODULES = {
-    "vllm.entrypoints.openai.chat_completion.protocol": ("ChatCompletionRequest", "ChatCompletionResponse", "ChatCompletionStreamResponse"),
-    "vllm.entrypoints.openai.completion.protocol": ("CompletionRequest", "CompletionResponse", "CompletionStreamResponse"),
+    "vllm.entrypoints.openai.chat_completion.protocol": (
+        "ChatCompletionRequest",
+        "ChatCompletionResponse",
+        "ChatCompletionStreamResponse",
+    ),
+    "vllm.entrypoints.openai.completion.protocol": (
+        "CompletionRequest",
+        "CompletionResponse",
+        "CompletionStreamResponse",
+    ),
     "vllm.entrypoints.openai.engine.protocol": ("ErrorInfo", "ErrorResponse"),
-    "vllm.entrypoints.pooling.embed.protocol": ("EmbeddingChatRequest", "EmbeddingCompletionRequest", "EmbeddingResponse"),
+    "vllm.entrypoints.pooling.embed.protocol": (
+        "EmbeddingChatRequest",
+        "EmbeddingCompletionRequest",
+        "EmbeddingResponse",
+    ),
     "vllm.entrypoints.pooling.scoring.protocol": ("ScoreResponse", "ScoreTextRequest"),
     "vllm.entrypoints.serve.tokenize.protocol": (
         "DetokenizeRequest",
@@ -29,18 +41,29 @@ _PROTOCOL_MODULES = {
         "TokenizeCompletionRequest",
         "TokenizeResponse",
     ),
-    "vllm.entrypoints.speech_to_text.transcription.protocol": ("TranscriptionRequest", "TranscriptionResponse", "TranscriptionStreamResponse"),
+    "vllm.entrypoints.speech_to_text.transcription.protocol": (
+        "TranscriptionRequest",
+        "TranscriptionResponse",
+        "TranscriptionStreamResponse",
+    ),
 }
 _FIELDS = {
-    "CompletionRequest": "    model: Optional[str] = None\n    prompt: Any = None\n    max_tokens: Optional[int] = None\n    stream: Optional[bool] = False\n",
-    "ChatCompletionRequest": "    model: Optional[str] = None\n    messages: List[Any] = []\n    stream: Optional[bool] = False\n",
+    "CompletionRequest": (
+        "    model: Optional[str] = None\n    prompt: Any = None\n    max_tokens: Optional[int] = None\n    stream:"
+        " Optional[bool] = False\n"
+    ),
+    "ChatCompletionRequest": (
+        "    model: Optional[str] = None\n    messages: List[Any] = []\n    stream: Optional[bool] = False\n"
+    ),
     "CompletionResponse": "    id: str\n    object: str = 'text_completion'\n    model: str\n    choices: List[Any]\n",
     "ErrorInfo": "    message: str\n    type: str\n    code: int\n    param: Optional[str] = None\n",
     "ErrorResponse": "    error: Any\n",
 }
 _OTHER_MODULES = {
     "vllm.engine.arg_utils": "from dataclasses import dataclass\n\n\n@dataclass\nclass AsyncEngineArgs:\n    pass\n",
-    "vllm.entrypoints.openai.cli_args": "from dataclasses import dataclass\n\n\n@dataclass\nclass FrontendArgs:\n    pass\n",
+    "vllm.entrypoints.openai.cli_args": (
+        "from dataclasses import dataclass\n\n\n@dataclass\nclass FrontendArgs:\n    pass\n"
+    ),
     "vllm.v1.engine.exceptions": "class EngineDeadError(Exception):\n    pass\n",
 }
 
@@ -76,13 +99,21 @@ def build_app(args: dict[str, Any]) -> Any:
             self.model_id = model_id
 
         async def completions(self, body: Any, raw_request_info: Any = None) -> Any:
-            yield CompletionResponse(id="cmpl-standin", model=self.model_id, choices=[{"index": 0, "text": f"echo: {body.prompt}", "finish_reason": "stop"}])
+            yield CompletionResponse(
+                id="cmpl-standin",
+                model=self.model_id,
+                choices=[{"index": 0, "text": f"echo: {body.prompt}", "finish_reason": "stop"}],
+            )
 
         async def check_health(self) -> None:
             return None
 
-    def stand_in(llm_config: Any, *, name_prefix: str | None = None, bind_kwargs: dict[str, Any] | None = None, **_: Any) -> Any:
-        return StandInLLMServer.options(name=f"{name_prefix or ''}StandIn").bind(llm_config.model_id, **(bind_kwargs or {}))
+    def stand_in(
+        llm_config: Any, *, name_prefix: str | None = None, bind_kwargs: dict[str, Any] | None = None, **_: Any
+    ) -> Any:
+        return StandInLLMServer.options(name=f"{name_prefix or ''}StandIn").bind(
+            llm_config.model_id, **(bind_kwargs or {})
+        )
 
     builder.build_llm_deployment = stand_in  # type: ignore[assignment]
     return builder.build_pd_openai_app(args)

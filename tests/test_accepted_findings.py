@@ -23,7 +23,15 @@ def test_every_entry_has_a_reason_and_a_known_check() -> None:
 
 
 def test_a_new_finding_and_a_stale_acceptance_both_fail() -> None:
-    entries = [Accepted("checkov-kubernetes", "CKV_K8S_16", ("Pod.*.ray-llm-prefill", "Pod.*.ray-llm-decode"), "*", "privileged for EFA")]
+    entries = [
+        Accepted(
+            "checkov-kubernetes",
+            "CKV_K8S_16",
+            ("Pod.*.ray-llm-prefill", "Pod.*.ray-llm-decode"),
+            "*",
+            "privileged for EFA",
+        )
+    ]
     ok = Finding("checkov-kubernetes", "CKV_K8S_16", "Pod.inference.ray-llm-prefill")
     new = Finding("checkov-kubernetes", "CKV_K8S_16", "Pod.inference.ray-llm-head")  # the head must never be privileged
     assert unaccepted([ok, new], entries) == [new]
@@ -52,7 +60,15 @@ def test_the_checkov_gate(tmp_path: Path, capsys: pytest.CaptureFixture[str]) ->
     assert checkov_findings(json.loads(_report(tmp_path, every_accepted).read_text()))
     assert main(["checkov-kubernetes", str(_report(tmp_path, every_accepted))]) == 0
     # A privileged head would be new.
-    assert main(["checkov-kubernetes", str(_report(tmp_path, [*every_accepted, ("CKV_K8S_16", "Pod.inference.ray-llm-head")]))]) == 1
+    assert (
+        main(
+            [
+                "checkov-kubernetes",
+                str(_report(tmp_path, [*every_accepted, ("CKV_K8S_16", "Pod.inference.ray-llm-head")])),
+            ]
+        )
+        == 1
+    )
     assert "CKV_K8S_16 at Pod.inference.ray-llm-head: not in accepted-findings.yaml" in capsys.readouterr().err
     # Fewer findings than accepted: the list has gone stale.
     assert main(["checkov-kubernetes", str(_report(tmp_path, every_accepted[1:]))]) == 1

@@ -22,7 +22,9 @@ def _releases(synth: Synth) -> dict[str, tuple[str, dict[str, object]]]:
     }
 
 
-def test_each_enabled_add_on_is_installed_by_its_stack_as_declared(default_synth: Synth, hf_token_synth: Synth, endpoint_synth: Synth) -> None:
+def test_each_enabled_add_on_is_installed_by_its_stack_as_declared(
+    default_synth: Synth, hf_token_synth: Synth, endpoint_synth: Synth
+) -> None:
     for synth in (default_synth, hf_token_synth, endpoint_synth):
         releases = _releases(synth)
         assert set(releases) == {a.release for a in enabled_addons(synth.settings)}
@@ -64,9 +66,9 @@ def _identity_problems(addon: HelmAddon) -> list[str]:
 
     named = _service_accounts_named(addon.all_values(settings_for(), PLACEHOLDERS))
     declared = {addon.pod_identity.service_account} if addon.pod_identity else set()
-    return [f"{addon.release}: service account {name} without a Pod Identity grant" for name in sorted(named - declared)] + [
-        f"{addon.release}: Pod Identity for {name}, which its values never name" for name in sorted(declared - named)
-    ]
+    return [
+        f"{addon.release}: service account {name} without a Pod Identity grant" for name in sorted(named - declared)
+    ] + [f"{addon.release}: Pod Identity for {name}, which its values never name" for name in sorted(declared - named)]
 
 
 def test_every_service_account_an_add_on_names_has_its_grant() -> None:
@@ -89,20 +91,31 @@ def test_an_add_on_with_a_grant_gets_its_role_before_its_pods(autoscaling_synth:
 
     template = autoscaling_synth.templates["system"]
     resources = template["Resources"]
-    (release_id,) = [k for k, r in resources.items() if r["Type"] == "Custom::AWSCDK-EKS-HelmChart" and r["Properties"]["Release"] == "cluster-autoscaler"]
+    (release_id,) = [
+        k
+        for k, r in resources.items()
+        if r["Type"] == "Custom::AWSCDK-EKS-HelmChart" and r["Properties"]["Release"] == "cluster-autoscaler"
+    ]
     (association_id,) = [k for k, r in resources.items() if r["Type"] == "AWS::EKS::PodIdentityAssociation"]
     association = resources[association_id]["Properties"]
     assert association_id.startswith("ClusterAutoscalerPodIdentity")
-    assert (association["Namespace"], association["ServiceAccount"]) == ("kube-system", cluster_autoscaler.SERVICE_ACCOUNT)
+    assert (association["Namespace"], association["ServiceAccount"]) == (
+        "kube-system",
+        cluster_autoscaler.SERVICE_ACCOUNT,
+    )
     assert association_id in resources[release_id]["DependsOn"]
-    (role_id,) = [k for k, r in resources.items() if r["Type"] == "AWS::IAM::Role" and k.startswith("ClusterAutoscalerRole")]
+    (role_id,) = [
+        k for k, r in resources.items() if r["Type"] == "AWS::IAM::Role" and k.startswith("ClusterAutoscalerRole")
+    ]
     assert association["RoleArn"] == {"Fn::GetAtt": [role_id, "Arn"]}
 
 
 def test_the_secrets_provider_comes_only_with_a_token() -> None:
     releases = {a.release for a in enabled_addons(settings_for())}
     assert "secrets-store-csi-driver-provider-aws" not in releases
-    assert "secrets-store-csi-driver-provider-aws" in {a.release for a in enabled_addons(settings_for({"HF_TOKEN_SECRET_NAME": "x/y"}))}
+    assert "secrets-store-csi-driver-provider-aws" in {
+        a.release for a in enabled_addons(settings_for({"HF_TOKEN_SECRET_NAME": "x/y"}))
+    }
 
 
 def test_the_cluster_autoscaler_comes_only_with_a_maximum() -> None:
@@ -149,7 +162,9 @@ def test_each_managed_add_on_is_installed_by_its_stack(default_synth: Synth, obs
             assert stack == addon.stack
             assert props.get("ResolveConflicts") == ("OVERWRITE" if addon.follows_kubernetes_version else None)
             configuration = addon.configuration(synth.settings)
-            assert (json.loads(props["ConfigurationValues"]) if "ConfigurationValues" in props else None) == configuration
+            assert (
+                json.loads(props["ConfigurationValues"]) if "ConfigurationValues" in props else None
+            ) == configuration
 
 
 def test_a_managed_add_on_with_a_grant_gets_its_role_before_it(observed_synth: Synth) -> None:
@@ -163,6 +178,9 @@ def test_a_managed_add_on_with_a_grant_gets_its_role_before_it(observed_synth: S
     (association_id,) = [k for k, r in resources.items() if r["Type"] == "AWS::EKS::PodIdentityAssociation"]
     association = resources[association_id]["Properties"]
     assert association_id == "CloudWatchAgentPodIdentity"
-    assert (association["Namespace"], association["ServiceAccount"]) == (addon.pod_identity.namespace, addon.pod_identity.service_account)
+    assert (association["Namespace"], association["ServiceAccount"]) == (
+        addon.pod_identity.namespace,
+        addon.pod_identity.service_account,
+    )
     (addon_id,) = [k for k, r in resources.items() if r["Type"] == "AWS::EKS::Addon"]
     assert association_id in resources[addon_id]["DependsOn"]

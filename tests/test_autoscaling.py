@@ -47,7 +47,9 @@ def _node_types(rs: dict[str, Any]) -> dict[str, Any]:
     """The worker node types Ray's KubeRay autoscaler derives from the RayCluster (its own code)."""
     from ray.autoscaler._private.kuberay.autoscaling_config import _derive_autoscaling_config_from_ray_cr
 
-    config = _derive_autoscaling_config_from_ray_cr({"metadata": {"name": "ray-llm", "namespace": "inference"}, "spec": rs["spec"]["rayClusterConfig"]})
+    config = _derive_autoscaling_config_from_ray_cr(
+        {"metadata": {"name": "ray-llm", "namespace": "inference"}, "spec": rs["spec"]["rayClusterConfig"]}
+    )
     return {name: t for name, t in config["available_node_types"].items() if name != "headgroup"}
 
 
@@ -63,7 +65,11 @@ def test_each_phase_autoscales_between_its_minimum_and_maximum(autoscaling_synth
         deployment = config["deployment_config"]
         assert "num_replicas" not in deployment
         scaling = deployment["autoscaling_config"]
-        assert (scaling["min_replicas"], scaling["max_replicas"], scaling["target_ongoing_requests"]) == (low, high, target)
+        assert (scaling["min_replicas"], scaling["max_replicas"], scaling["target_ongoing_requests"]) == (
+            low,
+            high,
+            target,
+        )
         assert "accelerator_type" not in config
 
 
@@ -72,24 +78,33 @@ def test_the_raycluster_runs_the_in_tree_autoscaler_with_each_groups_nodes(autos
     cluster = rs["spec"]["rayClusterConfig"]
     assert crd_errors(rs) == [] and kuberay_cluster_errors(cluster) == []
     assert cluster["enableInTreeAutoscaling"] is True
-    assert cluster["autoscalerOptions"]["idleTimeoutSeconds"] == 120 and cluster["autoscalerOptions"]["upscalingMode"] == "Default"
+    assert (
+        cluster["autoscalerOptions"]["idleTimeoutSeconds"] == 120
+        and cluster["autoscalerOptions"]["upscalingMode"] == "Default"
+    )
     groups = {g["groupName"]: (g["replicas"], g["minReplicas"], g["maxReplicas"]) for g in cluster["workerGroupSpecs"]}
     assert groups == {"prefill": (1, 1, 2), "decode": (1, 1, 3)}
     for group in cluster["workerGroupSpecs"]:
-        assert group["template"]["metadata"]["annotations"] == {"cluster-autoscaler.kubernetes.io/safe-to-evict": "false"}
+        assert group["template"]["metadata"]["annotations"] == {
+            "cluster-autoscaler.kubernetes.io/safe-to-evict": "false"
+        }
 
 
 def _mounts_kube_api_token(container: dict[str, Any], volumes: dict[str, dict[str, Any]]) -> bool:
     """Whether the container can read a Kubernetes API token: a projected service-account token or the standard path."""
     for mount in container.get("volumeMounts", []):
         sources = volumes.get(mount["name"], {}).get("projected", {}).get("sources", [])
-        if mount["mountPath"].startswith(SERVICE_ACCOUNT_MOUNT) or any("serviceAccountToken" in source for source in sources):
+        if mount["mountPath"].startswith(SERVICE_ACCOUNT_MOUNT) or any(
+            "serviceAccountToken" in source for source in sources
+        ):
             return True
     return False
 
 
 @pytest.mark.parametrize("synth_name", ["autoscaling_synth", "default_synth"])
-def test_only_the_autoscaler_container_holds_a_kubernetes_token(synth_name: str, request: pytest.FixtureRequest) -> None:
+def test_only_the_autoscaler_container_holds_a_kubernetes_token(
+    synth_name: str, request: pytest.FixtureRequest
+) -> None:
     """KubeRay 1.7's autoscaler Role (rbac.go) may get/list/watch/patch every pod of the namespace and patch RayClusters;
     automountServiceAccountToken is pod-wide. The head pod mounts none; with autoscaling a projected token (what the
     kubelet would mount) goes into KubeRay's autoscaler container only, at the path Ray's KubeRay node provider reads
@@ -109,7 +124,9 @@ def test_only_the_autoscaler_container_holds_a_kubernetes_token(synth_name: str,
         assert pod["spec"]["automountServiceAccountToken"] is False
         volumes = {v["name"]: v for v in pod["spec"].get("volumes", [])}
         holders = [c["name"] for c in pod["spec"]["containers"] if _mounts_kube_api_token(c, volumes)]
-        assert holders == ([AUTOSCALER_CONTAINER] if pod is pods[0] and synth.settings.autoscaling else []), pod["metadata"]["name"]
+        assert holders == ([AUTOSCALER_CONTAINER] if pod is pods[0] and synth.settings.autoscaling else []), pod[
+            "metadata"
+        ]["name"]
     if not synth.settings.autoscaling:
         assert AUTOSCALER_CONTAINER not in containers
         return
@@ -135,17 +152,34 @@ def test_without_maxima_nothing_of_it_is_there(default_synth: Synth) -> None:
     rs = _ray_service(default_synth)
     cluster = rs["spec"]["rayClusterConfig"]
     assert "enableInTreeAutoscaling" not in cluster and "autoscalerOptions" not in cluster
-    assert all(c["deployment_config"]["num_replicas"] == 1 and "autoscaling_config" not in c["deployment_config"] for c in _llm_configs(rs).values())
+    assert all(
+        c["deployment_config"]["num_replicas"] == 1 and "autoscaling_config" not in c["deployment_config"]
+        for c in _llm_configs(rs).values()
+    )
     assert all(c["accelerator_type"] == "L4" for c in _llm_configs(rs).values())
-    assert not [r for r in default_synth.resources("system", "Custom::AWSCDK-EKS-HelmChart").values() if r["Properties"]["Chart"] == "cluster-autoscaler"]
+    assert not [
+        r
+        for r in default_synth.resources("system", "Custom::AWSCDK-EKS-HelmChart").values()
+        if r["Properties"]["Chart"] == "cluster-autoscaler"
+    ]
     (nodegroup,) = default_synth.resources("gpu", "AWS::EKS::Nodegroup").values()
     assert nodegroup["Properties"]["ScalingConfig"] == {"MinSize": 2, "DesiredSize": 2, "MaxSize": 2}
 
 
-def test_the_cluster_autoscaler_is_pinned_on_the_system_nodes_and_discovers_only_the_gpu_group(autoscaling_synth: Synth) -> None:
-    (release,) = [r for r in autoscaling_synth.resources("system", "Custom::AWSCDK-EKS-HelmChart").values() if r["Properties"]["Chart"] == "cluster-autoscaler"]
+def test_the_cluster_autoscaler_is_pinned_on_the_system_nodes_and_discovers_only_the_gpu_group(
+    autoscaling_synth: Synth,
+) -> None:
+    (release,) = [
+        r
+        for r in autoscaling_synth.resources("system", "Custom::AWSCDK-EKS-HelmChart").values()
+        if r["Properties"]["Chart"] == "cluster-autoscaler"
+    ]
     props = release["Properties"]
-    assert (props["Repository"], props["Version"], props["Namespace"]) == (cluster_autoscaler.PIN.repository, cluster_autoscaler.PIN.version, "kube-system")
+    assert (props["Repository"], props["Version"], props["Namespace"]) == (
+        cluster_autoscaler.PIN.repository,
+        cluster_autoscaler.PIN.version,
+        "kube-system",
+    )
     values = json.loads(props["Values"])
     assert values["image"]["tag"] == "v1.35.2" and values["nodeSelector"] == {"role": "system"}
     assert values["autoDiscovery"]["tags"] == [
@@ -164,10 +198,19 @@ def test_the_cluster_autoscaler_is_pinned_on_the_system_nodes_and_discovers_only
 def test_the_cluster_autoscaler_may_resize_only_the_gpu_nodegroup(autoscaling_synth: Synth) -> None:
     resources = autoscaling_synth.templates["system"]["Resources"]
     (association,) = [a for a in autoscaling_synth.resources("system", "AWS::EKS::PodIdentityAssociation").values()]
-    assert (association["Properties"]["Namespace"], association["Properties"]["ServiceAccount"]) == ("kube-system", "cluster-autoscaler")
+    assert (association["Properties"]["Namespace"], association["Properties"]["ServiceAccount"]) == (
+        "kube-system",
+        "cluster-autoscaler",
+    )
     role_id = association["Properties"]["RoleArn"]["Fn::GetAtt"][0]
-    (policy,) = [v for v in resources.values() if v["Type"] == "AWS::IAM::Policy" and {"Ref": role_id} in v["Properties"]["Roles"]]
-    document = Resolver(autoscaling_synth.templates, autoscaling_synth.settings.region).resolve(policy["Properties"]["PolicyDocument"], "system")
+    (policy,) = [
+        v
+        for v in resources.values()
+        if v["Type"] == "AWS::IAM::Policy" and {"Ref": role_id} in v["Properties"]["Roles"]
+    ]
+    document = Resolver(autoscaling_synth.templates, autoscaling_synth.settings.region).resolve(
+        policy["Properties"]["PolicyDocument"], "system"
+    )
     asg = "arn:aws:autoscaling:sa-east-1:123456789012:autoScalingGroup:1234:autoScalingGroupName/eks-gpu-workers-abc"
     gpu = {"aws:ResourceTag/eks:cluster-name": "ray-llm-multinode", "aws:ResourceTag/eks:nodegroup-name": "gpu-workers"}
     system = {**gpu, "aws:ResourceTag/eks:nodegroup-name": "system-nodes"}
@@ -180,8 +223,14 @@ def test_the_cluster_autoscaler_may_resize_only_the_gpu_nodegroup(autoscaling_sy
             Request("autoscaling:SetDesiredCapacity", asg, other_cluster),
             Request("autoscaling:UpdateAutoScalingGroup", asg, gpu),
             Request("autoscaling:DescribeAutoScalingGroups", "*"),
-            Request("eks:DescribeNodegroup", "arn:aws:eks:sa-east-1:123456789012:nodegroup/ray-llm-multinode/gpu-workers/0c1"),
-            Request("eks:DescribeNodegroup", "arn:aws:eks:sa-east-1:123456789012:nodegroup/ray-llm-multinode/system-nodes/0c1"),
+            Request(
+                "eks:DescribeNodegroup",
+                "arn:aws:eks:sa-east-1:123456789012:nodegroup/ray-llm-multinode/gpu-workers/0c1",
+            ),
+            Request(
+                "eks:DescribeNodegroup",
+                "arn:aws:eks:sa-east-1:123456789012:nodegroup/ray-llm-multinode/system-nodes/0c1",
+            ),
             Request("ec2:TerminateInstances", "arn:aws:ec2:sa-east-1:123456789012:instance/i-1"),
         ],
         identity_policy=document,
@@ -195,10 +244,18 @@ def test_the_cluster_autoscaler_may_resize_only_the_gpu_nodegroup(autoscaling_sy
 @pytest.mark.parametrize(
     ("env", "name", "fragment"),
     [
-        ({"PREFILL_REPLICAS": "2", "PREFILL_MAX_REPLICAS": "1"}, "PREFILL_MAX_REPLICAS", "at least PREFILL_REPLICAS (2)"),
+        (
+            {"PREFILL_REPLICAS": "2", "PREFILL_MAX_REPLICAS": "1"},
+            "PREFILL_MAX_REPLICAS",
+            "at least PREFILL_REPLICAS (2)",
+        ),
         ({"DECODE_MAX_REPLICAS": "0"}, "DECODE_MAX_REPLICAS", "empty, or integer 1-64"),
         ({"DECODE_MAX_REPLICAS": "many"}, "DECODE_MAX_REPLICAS", "empty, or integer 1-64"),
-        ({"PREFILL_MAX_REPLICAS": "40", "DECODE_MAX_REPLICAS": "40"}, "PREFILL_MAX_REPLICAS", "fit the GPU nodegroup's 64: 40 prefill + 40 decode"),
+        (
+            {"PREFILL_MAX_REPLICAS": "40", "DECODE_MAX_REPLICAS": "40"},
+            "PREFILL_MAX_REPLICAS",
+            "fit the GPU nodegroup's 64: 40 prefill + 40 decode",
+        ),
     ],
 )
 def test_a_bad_maximum_is_one_line(env: dict[str, str], name: str, fragment: str) -> None:
@@ -207,10 +264,13 @@ def test_a_bad_maximum_is_one_line(env: dict[str, str], name: str, fragment: str
     assert error.value.env_name == name and fragment in str(error.value) and "\n" not in str(error.value)
 
 
-@pytest.mark.parametrize("env", [{}, {"DECODE_MAX_REPLICAS": "2"}, {"MAX_MODEL_LEN": "16384", "GPU_NODE_TYPE": "g6e.8xlarge"}])
+@pytest.mark.parametrize(
+    "env", [{}, {"DECODE_MAX_REPLICAS": "2"}, {"MAX_MODEL_LEN": "16384", "GPU_NODE_TYPE": "g6e.8xlarge"}]
+)
 def test_decode_and_the_ingress_drain_their_streams_for_the_longest_response(env: dict[str, str]) -> None:
     """Serve's default graceful_shutdown_timeout_s (20 s) would cut every stream longer than that when Serve removes a
-    decode or ingress replica (a scale-down or a rolling change): both wait MAX_MODEL_LEN tokens at the slowest decode."""
+    decode or ingress replica (a scale-down or a rolling change): both wait MAX_MODEL_LEN tokens at the slowest decode.
+    """
     from ray.serve._private.constants import DEFAULT_GRACEFUL_SHUTDOWN_TIMEOUT_S
     from ray.serve.schema import DeploymentSchema
 
@@ -222,7 +282,10 @@ def test_decode_and_the_ingress_drain_their_streams_for_the_longest_response(env
     decode = args["decode_config"]["deployment_config"]
     ingress = args["ingress_deployment_config"]
     for options in (decode, ingress):
-        assert longest <= options["graceful_shutdown_timeout_s"] < longest + 1 and options["graceful_shutdown_timeout_s"] > DEFAULT_GRACEFUL_SHUTDOWN_TIMEOUT_S
+        assert (
+            longest <= options["graceful_shutdown_timeout_s"] < longest + 1
+            and options["graceful_shutdown_timeout_s"] > DEFAULT_GRACEFUL_SHUTDOWN_TIMEOUT_S
+        )
         DeploymentSchema.model_validate({"name": "x", **options})  # Ray's own options schema takes it
     # Prefill holds a request for one forward pass: Serve's default.
     assert "graceful_shutdown_timeout_s" not in args["prefill_config"]["deployment_config"]
@@ -232,9 +295,15 @@ def test_decode_and_the_ingress_drain_their_streams_for_the_longest_response(env
 def test_one_phase_can_scale_alone() -> None:
     settings = settings_for({"DECODE_MAX_REPLICAS": "2"})
     configs = _llm_configs(build_rayservice_chart(settings).ray_service.to_json())
-    assert configs["prefill"]["deployment_config"] == {"num_replicas": 1} and configs["prefill"]["accelerator_type"] == "L4"
+    assert (
+        configs["prefill"]["deployment_config"] == {"num_replicas": 1}
+        and configs["prefill"]["accelerator_type"] == "L4"
+    )
     assert configs["decode"]["deployment_config"]["graceful_shutdown_timeout_s"] == 328
-    assert configs["decode"]["deployment_config"]["autoscaling_config"]["max_replicas"] == 2 and "accelerator_type" not in configs["decode"]
+    assert (
+        configs["decode"]["deployment_config"]["autoscaling_config"]["max_replicas"] == 2
+        and "accelerator_type" not in configs["decode"]
+    )
     assert (settings.gpu_node_count, settings.gpu_node_max) == (2, 3)
     assert settings_for({"DECODE_MAX_REPLICAS": "2", "GPU_NODE_COUNT": "0"}).gpu_node_max == 0  # parked
 
@@ -252,7 +321,9 @@ def test_a_new_node_of_the_phases_group_takes_its_bundles_and_only_with_the_fix(
         bundles, _ = ray_serve_llm_placement(llm)
         own, other = types[phase]["resources"], types["decode" if phase == "prefill" else "prefill"]["resources"]
         assert get_bin_pack_residual([dict(own)], bundles)[0] == [], (phase, own, bundles)
-        assert get_bin_pack_residual([dict(other)], bundles)[0] != [], "a phase's bundle must not fit the other phase's node"
+        assert get_bin_pack_residual([dict(other)], bundles)[0] != [], (
+            "a phase's bundle must not fit the other phase's node"
+        )
     # The control: the same phase with accelerator_type, as a fixed deployment has it.
     fixed = _llm_configs(_ray_service_of({}))["decode"]
     bundles, _ = ray_serve_llm_placement(fixed)
@@ -278,11 +349,18 @@ def test_load_on_decode_adds_a_decode_node_only_and_the_cluster_returns_to_its_m
         # Ours, with the delays of a test (seconds, not Ray's 30 s up and 10 min down).
         scaling.update({"upscale_delay_s": 1, "downscale_delay_s": 5, "look_back_period_s": 2})
         draining = llm["deployment_config"].get("graceful_shutdown_timeout_s")  # ours, unchanged
-        phases[phase] = {"bundles": bundles, "strategy": strategy, "autoscaling_config": scaling, "graceful_shutdown_timeout_s": draining}
+        phases[phase] = {
+            "bundles": bundles,
+            "strategy": strategy,
+            "autoscaling_config": scaling,
+            "graceful_shutdown_timeout_s": draining,
+        }
     for name, node_type in _node_types(rs).items():
         # The node type as derived; Ray's object store kept small (four raylets on a CI machine) and memory left
         # out (a fake node would try to reserve the GPU node's 113 GiB; no bundle asks for memory).
-        resources = {k: v for k, v in node_type["resources"].items() if k != "memory"} | {"object_store_memory": 78643200}
+        resources = {k: v for k, v in node_type["resources"].items() if k != "memory"} | {
+            "object_store_memory": 78643200
+        }
         node_types[name] = {**node_type, "resources": resources}
     control, _ = ray_serve_llm_placement(_llm_configs(_ray_service_of({}))["decode"])
     serve_args = yaml.safe_load(rs["spec"]["serveConfigV2"])["applications"][0]["args"]
@@ -300,11 +378,17 @@ def test_load_on_decode_adds_a_decode_node_only_and_the_cluster_returns_to_its_m
         # Streams that outlive Ray Serve's default graceful_shutdown_timeout_s (20 s) counted from the replica's stop, which
         # comes a downscale delay after they start: with Ray's default they are cut.
         "streams": 4,
-        "stream_s": DEFAULT_GRACEFUL_SHUTDOWN_TIMEOUT_S + phases["decode"]["autoscaling_config"]["downscale_delay_s"] + 5,
+        "stream_s": (
+            DEFAULT_GRACEFUL_SHUTDOWN_TIMEOUT_S + phases["decode"]["autoscaling_config"]["downscale_delay_s"] + 5
+        ),
     }
     (tmp_path / "spec.json").write_text(json.dumps(spec))
     done = subprocess.run(
-        [sys.executable, "-m", "tests.autoscaling_scenario", str(tmp_path / "spec.json")], capture_output=True, text=True, cwd=REPO, timeout=420
+        [sys.executable, "-m", "tests.autoscaling_scenario", str(tmp_path / "spec.json")],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=420,
     )
     assert done.returncode == 0, done.stderr[-3000:]
     seen = json.loads(done.stdout.strip().splitlines()[-1])
@@ -336,13 +420,17 @@ def test_a_new_maximum_is_refused_while_the_autoscaler_holds_more_nodes_than_the
     # The Cluster Autoscaler has grown the group to 4 nodes; the new maximum changes ScalingConfig (MaxSize), so
     # CloudFormation would send DesiredSize 2 with it.
     busy = check_stack_changes(after, deployed_as(before, gpu_desired=4))
-    assert not busy.ok and "runs 4 nodes (the Cluster Autoscaler grew it)" in busy.fix and "set it back to 2" in busy.fix
+    assert (
+        not busy.ok and "runs 4 nodes (the Cluster Autoscaler grew it)" in busy.fix and "set it back to 2" in busy.fix
+    )
     # At the minimum, the same change applies in place; a deploy that leaves ScalingConfig alone never asks.
     assert check_stack_changes(after, deployed_as(before, gpu_desired=2)).ok
     assert check_stack_changes(redeploy_of(DECODE_MAX_REPLICAS="3"), deployed_as(before, gpu_desired=4)).ok
     # A lower minimum, with the group at the old minimum: the reset is what was asked for.
     lower = {"PREFILL_REPLICAS": "2", "PREFILL_MAX_REPLICAS": "2", "DECODE_MAX_REPLICAS": "3"}
-    assert check_stack_changes(redeploy_of(PREFILL_MAX_REPLICAS="2", DECODE_MAX_REPLICAS="3"), deployed_as(lower, gpu_desired=3)).ok
+    assert check_stack_changes(
+        redeploy_of(PREFILL_MAX_REPLICAS="2", DECODE_MAX_REPLICAS="3"), deployed_as(lower, gpu_desired=3)
+    ).ok
 
 
 def test_the_preflight_counts_quota_and_reservation_room_for_the_maxima() -> None:

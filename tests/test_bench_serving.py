@@ -22,7 +22,9 @@ SETTINGS = settings_for()
 
 
 def _job() -> dict[str, Any]:
-    (obj,) = yaml.safe_load_all(cdk8s.App.of(BenchJobChart(cdk8s.App(), "bench", props=bench_props(SETTINGS))).synth_yaml())
+    (obj,) = yaml.safe_load_all(
+        cdk8s.App.of(BenchJobChart(cdk8s.App(), "bench", props=bench_props(SETTINGS))).synth_yaml()
+    )
     return obj
 
 
@@ -34,9 +36,9 @@ def test_the_job_passes_strict_validation_and_is_a_cpu_client_of_the_serve_servi
     (container,) = pod["containers"]
     assert container["image"] == SETTINGS.dlc_image  # the image with vLLM inside
     assert set(container["resources"]["limits"]) == {"cpu", "memory"}  # no GPU
-    assert pod["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"][0]["matchExpressions"] == [
-        {"key": "role", "operator": "In", "values": ["system"]}
-    ]
+    assert pod["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"][0][
+        "matchExpressions"
+    ] == [{"key": "role", "operator": "In", "values": ["system"]}]
     script = container["command"][-1]
     assert "--base-url http://ray-llm-serve-svc.inference.svc.cluster.local:8000" in script
     assert script.count("vllm bench serve") == 10  # long and short streams at three rates, then the ramp's four steps
@@ -62,7 +64,13 @@ def _run_script(tmp_path: Path, fail_at: str = "none") -> subprocess.CompletedPr
     fake.write_text(FAKE_VLLM.replace("FAIL_AT", repr(fail_at)))
     fake.chmod(stat.S_IRWXU)
     script = bench_script(bench_props(SETTINGS)).replace("/tmp", str(tmp_path))
-    return subprocess.run(["/bin/bash", "-c", script], env={"PATH": f"{bin_dir}:/usr/bin:/bin"}, capture_output=True, text=True, timeout=120)
+    return subprocess.run(
+        ["/bin/bash", "-c", script],
+        env={"PATH": f"{bin_dir}:/usr/bin:/bin"},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
 
 
 def test_the_script_runs_both_streams_at_each_rate_and_reports_every_run(tmp_path: Path) -> None:
@@ -139,8 +147,12 @@ class _Cluster:
         out = ""
         if args[:2] == ["get", "pods"]:
             self.samples += 1
-            pods = [("prefill", "Running"), ("decode", "Running")] + ([("decode", "Running"), ("decode", "Pending")] if self.samples >= 2 else [])
-            out = json.dumps({"items": [{"metadata": {"labels": {"ray.io/group": g}}, "status": {"phase": p}} for g, p in pods]})
+            pods = [("prefill", "Running"), ("decode", "Running")] + (
+                [("decode", "Running"), ("decode", "Pending")] if self.samples >= 2 else []
+            )
+            out = json.dumps(
+                {"items": [{"metadata": {"labels": {"ray.io/group": g}}, "status": {"phase": p}} for g, p in pods]}
+            )
         elif args[:2] == ["get", "nodes"]:
             ready = {"type": "Ready", "status": "True"}
             out = json.dumps({"items": [{"status": {"conditions": [ready]}}] * (3 if self.samples >= 2 else 2)})
@@ -164,7 +176,10 @@ def test_every_run_draws_a_png_beside_its_json(tmp_path: Path) -> None:
     from tools.bench_chart import draw
 
     rows = summarize(parse_results(_run_script(tmp_path).stdout))
-    timeline = [{"t": 0, "prefill": 1, "decode": 1, "gpu_nodes": 2}, {"t": 600, "prefill": 1, "decode": 2, "gpu_nodes": 3}]
+    timeline = [
+        {"t": 0, "prefill": 1, "decode": 1, "gpu_nodes": 2},
+        {"t": 600, "prefill": 1, "decode": 2, "gpu_nodes": 3},
+    ]
     chart = draw(rows, timeline, tmp_path / "bench-serving.png", title="test")
     assert chart.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     height, width, _ = image.imread(chart).shape

@@ -33,7 +33,14 @@ EXISTING_PROVIDER = "arn:aws:iam::123456789012:oidc-provider/token.actions.githu
 HOST = "token.actions.githubusercontent.com"
 ACCOUNT = "${AWS::AccountId}"  # how _render writes the account pseudo parameter
 # Settings of the CI app that a developer's shell (or a GitHub runner: GITHUB_REPOSITORY) may hold.
-CI_ENV_NAMES = ("GITHUB_REPOSITORY", "GITHUB_OIDC_PROVIDER_ARN", "CDK_QUALIFIER", "CI_SESSION_HOURS", "REGION", "CLUSTER_NAME")
+CI_ENV_NAMES = (
+    "GITHUB_REPOSITORY",
+    "GITHUB_OIDC_PROVIDER_ARN",
+    "CDK_QUALIFIER",
+    "CI_SESSION_HOURS",
+    "REGION",
+    "CLUSTER_NAME",
+)
 
 
 @dataclass
@@ -52,7 +59,9 @@ class CiSynth:
         return {k: v for k, v in self.template_json["Resources"].items() if v["Type"] == resource_type}
 
     def role_id(self, role_name: str) -> str:
-        (logical_id,) = [k for k, v in self.resources("AWS::IAM::Role").items() if v["Properties"]["RoleName"] == role_name]
+        (logical_id,) = [
+            k for k, v in self.resources("AWS::IAM::Role").items() if v["Properties"]["RoleName"] == role_name
+        ]
         return logical_id
 
     def statements_of(self, role_name: str) -> list[dict[str, Any]]:
@@ -119,7 +128,11 @@ def test_creates_the_github_oidc_provider_natively(ci: CiSynth) -> None:
         {"Url": "https://token.actions.githubusercontent.com", "ClientIdList": Match.exact(["sts.amazonaws.com"])},
     )
     # The native resource: no Lambda-backed custom resource, nothing else than IAM in the stack.
-    assert {r["Type"] for r in ci.template_json["Resources"].values()} == {"AWS::IAM::OIDCProvider", "AWS::IAM::Role", "AWS::IAM::Policy"}
+    assert {r["Type"] for r in ci.template_json["Resources"].values()} == {
+        "AWS::IAM::OIDCProvider",
+        "AWS::IAM::Role",
+        "AWS::IAM::Policy",
+    }
     assert ci.stack.stack_name == "ray-llm-multinode-ci-access"
     assert "Parameters" not in ci.template_json  # CLI credentials: no bootstrap version check
 
@@ -187,10 +200,19 @@ def test_diff_role_may_assume_exactly_the_lookup_role(ci: CiSynth) -> None:
 
 
 def test_an_s3_model_source_lets_the_deploy_role_read_that_bucket_and_prefix_only() -> None:
-    settings = load_ci_access_settings({"GITHUB_REPOSITORY": "octo-org/ray-llm", "MODEL_SOURCE": "s3://example-models/qwen"}, {}, PINNED)
-    stack = CiAccessStack(new_app(), settings.stack_name, settings=settings, env=Environment(account="123456789012", region=settings.region))
+    settings = load_ci_access_settings(
+        {"GITHUB_REPOSITORY": "octo-org/ray-llm", "MODEL_SOURCE": "s3://example-models/qwen"}, {}, PINNED
+    )
+    stack = CiAccessStack(
+        new_app(),
+        settings.stack_name,
+        settings=settings,
+        env=Environment(account="123456789012", region=settings.region),
+    )
     resources = Template.from_stack(stack).to_json()["Resources"].values()
-    statements = [s for r in resources if r["Type"] == "AWS::IAM::Policy" for s in r["Properties"]["PolicyDocument"]["Statement"]]
+    statements = [
+        s for r in resources if r["Type"] == "AWS::IAM::Policy" for s in r["Properties"]["PolicyDocument"]["Statement"]
+    ]
     model = {s["Sid"]: s for s in statements if s.get("Sid", "").startswith("ReadTheModel")}
     model.update({s["Sid"]: s for s in statements if s.get("Sid") == "ListTheModelPrefix"})
     assert (model["ReadTheModelBucketRegion"]["Action"], model["ReadTheModelBucketRegion"]["Resource"]) == (
@@ -198,20 +220,38 @@ def test_an_s3_model_source_lets_the_deploy_role_read_that_bucket_and_prefix_onl
         "arn:aws:s3:::example-models",
     )
     assert model["ListTheModelPrefix"]["Condition"] == {"StringLike": {"s3:prefix": ["qwen/*"]}}
-    assert (model["ReadTheModelPrefix"]["Action"], model["ReadTheModelPrefix"]["Resource"]) == ("s3:GetObject", "arn:aws:s3:::example-models/qwen/*")
+    assert (model["ReadTheModelPrefix"]["Action"], model["ReadTheModelPrefix"]["Resource"]) == (
+        "s3:GetObject",
+        "arn:aws:s3:::example-models/qwen/*",
+    )
 
 
 def test_deploy_role_has_exactly_the_read_only_calls_it_needs(ci: CiSynth) -> None:
     statements = ci.statements_of(ci.settings.deploy_role_name)
     actions = {a for s in statements for a in _as_list(s["Action"])}
     # Without HF_TOKEN_SECRET_NAME there is no secret for the preflight to read, with a Hub MODEL_SOURCE no bucket.
-    scoped = set(SCOPED_READS) - {"secretsmanager:GetSecretValue", "s3:GetBucketLocation", "s3:GetObject", "s3:ListBucket"}
-    assert actions - set(PROMQL_QUERY_ACTIONS) == {"sts:AssumeRole", *DEPLOY_READ_ONLY_UNSCOPED, *scoped} and set(PROMQL_QUERY_ACTIONS) <= actions
+    scoped = set(SCOPED_READS) - {
+        "secretsmanager:GetSecretValue",
+        "s3:GetBucketLocation",
+        "s3:GetObject",
+        "s3:ListBucket",
+    }
+    assert (
+        actions - set(PROMQL_QUERY_ACTIONS) == {"sts:AssumeRole", *DEPLOY_READ_ONLY_UNSCOPED, *scoped}
+        and set(PROMQL_QUERY_ACTIONS) <= actions
+    )
     # Exactly what the preflight checks and the leftovers check declare they call (preflight/registry.py).
     assert set(read_only_actions()) == set(DEPLOY_READ_ONLY_UNSCOPED) | set(SCOPED_READS)
-    assert all(a.split(":")[1].startswith(("Describe", "Get", "List", "BatchGet")) for a in actions - {"sts:AssumeRole"})
+    assert all(
+        a.split(":")[1].startswith(("Describe", "Get", "List", "BatchGet")) for a in actions - {"sts:AssumeRole"}
+    )
     # The scoped ones name this cluster and these stacks, not "*".
-    by_action = {a: {_render(r) for r in _as_list(s["Resource"])} for s in statements for a in _as_list(s["Action"]) if a in scoped}
+    by_action = {
+        a: {_render(r) for r in _as_list(s["Resource"])}
+        for s in statements
+        for a in _as_list(s["Action"])
+        if a in scoped
+    }
     assert by_action["eks:DescribeCluster"] == {f"arn:aws:eks:sa-east-1:{ACCOUNT}:cluster/ray-llm-multinode"}
     assert by_action["eks:DescribeNodegroup"] == {f"arn:aws:eks:sa-east-1:{ACCOUNT}:nodegroup/ray-llm-multinode/*/*"}
     assert by_action["cloudformation:DescribeStacks"] == {
@@ -221,7 +261,9 @@ def test_deploy_role_has_exactly_the_read_only_calls_it_needs(ci: CiSynth) -> No
     assert by_action["servicequotas:GetServiceQuota"] == {f"arn:aws:servicequotas:sa-east-1:{ACCOUNT}:ec2/*"}
     assert by_action["cloudwatch:GetDataset"] == {f"arn:aws:cloudwatch:sa-east-1:{ACCOUNT}:dataset/default"}
     # The preflight's admin-principals check: this account's roles and users, read only.
-    assert by_action["iam:GetRole"] == {f"arn:aws:iam::{ACCOUNT}:role/*"} and by_action["iam:GetUser"] == {f"arn:aws:iam::{ACCOUNT}:user/*"}
+    assert by_action["iam:GetRole"] == {f"arn:aws:iam::{ACCOUNT}:role/*"} and by_action["iam:GetUser"] == {
+        f"arn:aws:iam::{ACCOUNT}:user/*"
+    }
 
 
 @cache
@@ -259,7 +301,9 @@ def test_diff_role_only_reads_the_cluster_stacks(ci: CiSynth) -> None:
         resources = {_render(r) for r in _as_list(statement["Resource"])}
         if actions == ["sts:AssumeRole"]:
             continue
-        assert all(a.startswith("cloudformation:") and a.split(":")[1].startswith(("Describe", "Get", "List")) for a in actions)
+        assert all(
+            a.startswith("cloudformation:") and a.split(":")[1].startswith(("Describe", "Get", "List")) for a in actions
+        )
         if resources == {"*"}:
             assert actions == ["cloudformation:ListStacks"]  # no resource-level permission exists for it
         else:
@@ -293,7 +337,9 @@ def test_an_existing_provider_is_reused_not_created(ci_existing_provider: CiSynt
         "AWS::IAM::Role",
         {
             "RoleName": synth.settings.deploy_role_name,
-            "AssumeRolePolicyDocument": Match.object_equals(_trust(list(synth.settings.deploy_subjects), EXISTING_PROVIDER)),
+            "AssumeRolePolicyDocument": Match.object_equals(
+                _trust(list(synth.settings.deploy_subjects), EXISTING_PROVIDER)
+            ),
         },
     )
     assert synth.template_json["Outputs"]["OidcProviderArn"]["Value"] == EXISTING_PROVIDER
@@ -303,14 +349,20 @@ def test_an_existing_provider_is_reused_not_created(ci_existing_provider: CiSynt
 def test_cfn_lint_reports_no_error(ci: CiSynth, ci_existing_provider: CiSynth) -> None:
     templates = [str(s.outdir / f"{s.settings.stack_name}.template.json") for s in (ci, ci_existing_provider)]
     cfn_lint = Path(sys.executable).parent / "cfn-lint"
-    result = subprocess.run([str(cfn_lint), "--format", "parseable", *templates], capture_output=True, text=True, timeout=300)
+    result = subprocess.run(
+        [str(cfn_lint), "--format", "parseable", *templates], capture_output=True, text=True, timeout=300
+    )
     errors = [line for line in result.stdout.splitlines() if ":E" in line]
     assert errors == [] and not result.returncode & 2, result.stdout + result.stderr
 
 
 def test_cdk_nag_aws_solutions_has_no_unacknowledged_finding(ci: CiSynth) -> None:
     report = json.loads((ci.outdir / "validation-report.json").read_text())
-    findings = [f"{v['ruleName']} at {[c['constructPath'] for c in v['violatingConstructs']]}" for p in report["pluginReports"] for v in p["violations"]]
+    findings = [
+        f"{v['ruleName']} at {[c['constructPath'] for c in v['violatingConstructs']]}"
+        for p in report["pluginReports"]
+        for v in p["violations"]
+    ]
     assert findings == [] and ci.nag_error == "", "\n".join(findings) or ci.nag_error
     acknowledged: dict[str, str] = {}
     for path, entries in json.loads((ci.outdir / f"{ci.settings.stack_name}.metadata.json").read_text()).items():
@@ -331,7 +383,9 @@ def _run_ci_app(env: Mapping[str, str], outdir: Path) -> subprocess.Popen[str]:
     tmp.mkdir(parents=True)
     clean = {k: v for k, v in os.environ.items() if k not in CI_ENV_NAMES}
     full_env = clean | {"CDK_OUTDIR": str(outdir), "TMPDIR": str(tmp)} | pinned_environ(env)
-    return subprocess.Popen([sys.executable, "ci_app.py"], cwd=REPO, env=full_env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    return subprocess.Popen(
+        [sys.executable, "ci_app.py"], cwd=REPO, env=full_env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
 
 
 @pytest.mark.parametrize(
@@ -340,7 +394,13 @@ def _run_ci_app(env: Mapping[str, str], outdir: Path) -> subprocess.Popen[str]:
         ({}, "GITHUB_REPOSITORY"),
         ({"GITHUB_REPOSITORY": "octo-org"}, "GITHUB_REPOSITORY"),
         ({"GITHUB_REPOSITORY": "octo-org/ray-llm:*"}, "GITHUB_REPOSITORY"),
-        ({"GITHUB_REPOSITORY": REPOSITORY, "GITHUB_OIDC_PROVIDER_ARN": "arn:aws:iam::123456789012:oidc-provider/example.com"}, "GITHUB_OIDC_PROVIDER_ARN"),
+        (
+            {
+                "GITHUB_REPOSITORY": REPOSITORY,
+                "GITHUB_OIDC_PROVIDER_ARN": "arn:aws:iam::123456789012:oidc-provider/example.com",
+            },
+            "GITHUB_OIDC_PROVIDER_ARN",
+        ),
         ({"GITHUB_REPOSITORY": REPOSITORY, "CI_SESSION_HOURS": "13"}, "CI_SESSION_HOURS"),
     ],
     ids=["missing", "no-slash", "wildcard", "other-provider", "session-too-long"],
@@ -349,14 +409,19 @@ def test_ci_app_stops_with_one_line_on_a_bad_setting(tmp_path: Path, env: dict[s
     run = _run_ci_app(env, tmp_path / "out")
     out, err = run.communicate(timeout=300)
     assert run.returncode == 2, err
-    lines = [line for line in err.splitlines() if line.strip() and not line.startswith(("b'", 'b"'))]  # jsii's Node warning, if any
+    lines = [
+        line for line in err.splitlines() if line.strip() and not line.startswith(("b'", 'b"'))
+    ]  # jsii's Node warning, if any
     assert len(lines) == 1 and lines[0].startswith(f"error: {setting}="), err
     assert "Traceback" not in err and out == ""
 
 
 def test_two_synths_are_byte_identical(tmp_path: Path) -> None:
     first, second = tmp_path / "a", tmp_path / "b"
-    runs = [_run_ci_app({"GITHUB_REPOSITORY": REPOSITORY}, first), _run_ci_app({"GITHUB_REPOSITORY": REPOSITORY}, second)]
+    runs = [
+        _run_ci_app({"GITHUB_REPOSITORY": REPOSITORY}, first),
+        _run_ci_app({"GITHUB_REPOSITORY": REPOSITORY}, second),
+    ]
     for run in runs:
         _, err = run.communicate(timeout=300)
         assert run.returncode == 0, err
@@ -378,11 +443,21 @@ def test_settings_defaults_follow_the_main_app() -> None:
     assert (settings.cdk_qualifier, settings.session_hours, settings.session_seconds) == ("hnb659fds", 2, 7200)
     assert settings.github_oidc_provider_arn == ""
     # CLUSTER_NAME and REGION are read where the main app reads them: `-c` / cdk.json context too.
-    other = load_ci_access_settings({"GITHUB_REPOSITORY": REPOSITORY}, {"cluster_name": "llm-a", "region": "us-east-2"}, PINNED)
+    other = load_ci_access_settings(
+        {"GITHUB_REPOSITORY": REPOSITORY}, {"cluster_name": "llm-a", "region": "us-east-2"}, PINNED
+    )
     assert (other.stack_name, other.deploy_role_name) == ("llm-a-ci-access", "llm-a-ci-deploy-us-east-2")
     # The qualifier defaults to the one the CDK synthesizer of the main stacks reads from cdk.json.
-    assert load_ci_access_settings({"GITHUB_REPOSITORY": REPOSITORY}, {"@aws-cdk/core:bootstrapQualifier": "abc123"}, PINNED).cdk_qualifier == "abc123"
-    assert load_ci_access_settings({"GITHUB_REPOSITORY": REPOSITORY, "CI_SESSION_HOURS": "12"}, {}, PINNED).session_seconds == 43200
+    assert (
+        load_ci_access_settings(
+            {"GITHUB_REPOSITORY": REPOSITORY}, {"@aws-cdk/core:bootstrapQualifier": "abc123"}, PINNED
+        ).cdk_qualifier
+        == "abc123"
+    )
+    assert (
+        load_ci_access_settings({"GITHUB_REPOSITORY": REPOSITORY, "CI_SESSION_HOURS": "12"}, {}, PINNED).session_seconds
+        == 43200
+    )
 
 
 @pytest.mark.parametrize(
@@ -394,8 +469,14 @@ def test_settings_defaults_follow_the_main_app() -> None:
         ({"GITHUB_REPOSITORY": "octo/ray/extra"}, "GITHUB_REPOSITORY"),
         ({"REGION": "us-east-9"}, "REGION"),
         ({"CLUSTER_NAME": "Ray_LLM"}, "CLUSTER_NAME"),
-        ({"CLUSTER_NAME": "a" * 40, "REGION": "ap-southeast-2"}, "CLUSTER_NAME"),  # the role name would pass 64 characters
-        ({"GITHUB_OIDC_PROVIDER_ARN": "arn:aws:iam::12345:oidc-provider/token.actions.githubusercontent.com"}, "GITHUB_OIDC_PROVIDER_ARN"),
+        (
+            {"CLUSTER_NAME": "a" * 40, "REGION": "ap-southeast-2"},
+            "CLUSTER_NAME",
+        ),  # the role name would pass 64 characters
+        (
+            {"GITHUB_OIDC_PROVIDER_ARN": "arn:aws:iam::12345:oidc-provider/token.actions.githubusercontent.com"},
+            "GITHUB_OIDC_PROVIDER_ARN",
+        ),
         ({"CDK_QUALIFIER": "Has-Upper"}, "CDK_QUALIFIER"),
         ({"CDK_QUALIFIER": "elevenchars"}, "CDK_QUALIFIER"),
         ({"CI_SESSION_HOURS": "0"}, "CI_SESSION_HOURS"),
@@ -412,7 +493,11 @@ def test_each_bad_setting_names_itself(env: dict[str, str], setting: str) -> Non
 def test_with_a_hub_token_the_deploy_role_may_read_that_one_secret(tmp_path: Path) -> None:
     """The preflight's model-source check of a gated model reads the token: only that secret, by its name."""
     ci = _synthesize({"GITHUB_REPOSITORY": REPOSITORY, "HF_TOKEN_SECRET_NAME": "prod/hf-token"}, tmp_path)
-    statements = [s for s in ci.statements_of(ci.settings.deploy_role_name) if "secretsmanager:GetSecretValue" in _as_list(s["Action"])]
+    statements = [
+        s
+        for s in ci.statements_of(ci.settings.deploy_role_name)
+        if "secretsmanager:GetSecretValue" in _as_list(s["Action"])
+    ]
     (statement,) = statements
     assert _as_list(statement["Action"]) == ["secretsmanager:GetSecretValue"]
     (resource,) = _as_list(statement["Resource"])

@@ -16,10 +16,14 @@ from tests.conftest import REPO, Synth
 
 def test_cfn_lint_reports_no_error(default_synth: Synth, features_synth: Synth) -> None:
     # The default, and the features that add resources of their own (S3 model roles, the Cluster Autoscaler, the GCS store).
-    templates = sorted(str(p) for synth in (default_synth, features_synth) for p in synth.outdir.glob("*.template.json"))
+    templates = sorted(
+        str(p) for synth in (default_synth, features_synth) for p in synth.outdir.glob("*.template.json")
+    )
     assert len(templates) == 10
     cfn_lint = Path(sys.executable).parent / "cfn-lint"
-    result = subprocess.run([str(cfn_lint), "--format", "parseable", *templates], capture_output=True, text=True, timeout=300)
+    result = subprocess.run(
+        [str(cfn_lint), "--format", "parseable", *templates], capture_output=True, text=True, timeout=300
+    )
     # Exit bits: 2 = error, 4 = warning, 8 = informational. Warnings are CDK's own (W3005 in its
     # generated Lambda roles) and are reported, not failed on.
     errors = [line for line in result.stdout.splitlines() if ":E" in line]
@@ -31,7 +35,9 @@ def test_cdk_nag_aws_solutions_has_no_unacknowledged_finding(synth_name: str, re
     synth: Synth = request.getfixturevalue(synth_name)
     report = synth.nag_report
     findings = [
-        f"{v['ruleName']} at {[c['constructPath'] for c in v['violatingConstructs']]}" for plugin in report["pluginReports"] for v in plugin["violations"]
+        f"{v['ruleName']} at {[c['constructPath'] for c in v['violatingConstructs']]}"
+        for plugin in report["pluginReports"]
+        for v in plugin["violations"]
     ]
     assert findings == [] and synth.nag_error == "", "\n".join(findings)
 
@@ -42,7 +48,9 @@ def test_every_nag_acknowledgement_has_a_reason(default_synth: Synth) -> None:
         for path, entries in json.loads(metadata_file.read_text()).items():
             for entry in entries:
                 if entry["type"] == "aws:cdk:acknowledged-rules":
-                    acknowledged.update({f"{path} {rule}": reason for rule, reason in entry["data"].items() if "AwsSolutions" in rule})
+                    acknowledged.update(
+                        {f"{path} {rule}": reason for rule, reason in entry["data"].items() if "AwsSolutions" in rule}
+                    )
     # The node roles' and the kubectl provider's managed policies, its wildcard and its runtime.
     assert len(acknowledged) >= 8, acknowledged
     assert all(len(reason) > 40 for reason in acknowledged.values())
@@ -66,7 +74,9 @@ def _synth_in_subprocess(outdir: Path) -> subprocess.Popen[str]:
     tmp = outdir.parent / f"{outdir.name}-tmp"
     tmp.mkdir()
     env = {k: v for k, v in os.environ.items()} | {"CDK_OUTDIR": str(outdir), "TMPDIR": str(tmp)}
-    return subprocess.Popen([sys.executable, "app.py"], cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    return subprocess.Popen(
+        [sys.executable, "app.py"], cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
 
 
 def test_two_synths_are_byte_identical(tmp_path: Path) -> None:

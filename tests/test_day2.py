@@ -36,7 +36,14 @@ def test_planner_reads_create_only_properties_from_the_cloudformation_schemas() 
     after = {"Resources": {"Vpc": {"Type": "AWS::EC2::VPC", "Properties": {"CidrBlock": "10.1.0.0/16", "Tags": []}}}}
     (change,) = plan(before, after)
     assert (change.action, change.replaced_by, change.protected) == (REPLACE, ("CidrBlock",), True)
-    tagged = {"Resources": {"Vpc": {"Type": "AWS::EC2::VPC", "Properties": {"CidrBlock": "10.0.0.0/16", "Tags": [{"Key": "a", "Value": "b"}]}}}}
+    tagged = {
+        "Resources": {
+            "Vpc": {
+                "Type": "AWS::EC2::VPC",
+                "Properties": {"CidrBlock": "10.0.0.0/16", "Tags": [{"Key": "a", "Value": "b"}]},
+            }
+        }
+    }
     assert [c.action for c in plan(before, tagged)] == [MODIFY]
 
 
@@ -47,7 +54,12 @@ def test_a_replacement_propagates_to_what_refers_to_it() -> None:
             "Subnet": {"Type": "AWS::EC2::Subnet", "Properties": {"VpcId": {"Ref": "Vpc"}, "CidrBlock": "10.0.0.0/19"}},
         }
     }
-    after = {"Resources": {**before["Resources"], "Vpc": {"Type": "AWS::EC2::VPC", "Properties": {"CidrBlock": "10.1.0.0/16"}}}}
+    after = {
+        "Resources": {
+            **before["Resources"],
+            "Vpc": {"Type": "AWS::EC2::VPC", "Properties": {"CidrBlock": "10.1.0.0/16"}},
+        }
+    }
     assert {c.logical_id: c.action for c in plan(before, after)} == {"Vpc": REPLACE, "Subnet": REPLACE}
 
 
@@ -82,7 +94,9 @@ def test_gpu_az_with_a_new_nodegroup_name_goes_through_when_parked_only() -> Non
     moved = {"GPU_AZ": "sa-east-1b", "GPU_NODEGROUP_NAME": "gpu-workers-b"}
     running = check_stack_changes(redeploy_of(**moved), deployed_as())
     assert not running.ok and "park first (`GPU_NODE_COUNT=0 make deploy`)" in running.fix
-    parked = check_stack_changes(redeploy_of(**moved, GPU_NODE_COUNT="0"), deployed_as({"GPU_NODE_COUNT": "0"}, gpu_desired=0))
+    parked = check_stack_changes(
+        redeploy_of(**moved, GPU_NODE_COUNT="0"), deployed_as({"GPU_NODE_COUNT": "0"}, gpu_desired=0)
+    )
     assert parked.ok, parked.fix
 
 
@@ -134,14 +148,20 @@ def _with_addon_versions(redeploy: Redeploy, kubernetes_version: str) -> Redeplo
         app = new_app(str(outdir))
         build_stacks(app, settings)
         app.synth()
-        templates = {name: json.loads((outdir / f"{name}.template.json").read_text()) for name in settings.stack_names.values()}
+        templates = {
+            name: json.loads((outdir / f"{name}.template.json").read_text()) for name in settings.stack_names.values()
+        }
     return replace(redeploy, templates=templates)
 
 
 def test_cached_add_on_versions_follow_the_kubernetes_version() -> None:
     upgraded = _with_addon_versions(redeploy_of(K8S_VERSION="1.36"), "1.36")
     cluster = upgraded.templates["ray-llm-multinode-cluster"]
-    addons = {r["Properties"]["AddonName"]: r["Properties"].get("AddonVersion") for r in cluster["Resources"].values() if r["Type"] == "AWS::EKS::Addon"}
+    addons = {
+        r["Properties"]["AddonName"]: r["Properties"].get("AddonVersion")
+        for r in cluster["Resources"].values()
+        if r["Type"] == "AWS::EKS::Addon"
+    }
     assert addons["kube-proxy"] == "v1.36.0-eksbuild.2" and None not in addons.values()
     found = plan(synth()[1]["cluster"], cluster)
     assert sorted(c.properties for c in found if c.resource_type == "AWS::EKS::Addon") == [("AddonVersion",)] * 3
@@ -162,7 +182,9 @@ def test_an_upgrade_without_add_on_versions_is_refused() -> None:
     ],
 )
 def test_kubernetes_version_steps(current: str, target: str, ok: bool, fragment: str) -> None:
-    result = check_kubernetes_version(_with_addon_versions(redeploy_of(K8S_VERSION=target), target), deployed_as(cluster_version=current))
+    result = check_kubernetes_version(
+        _with_addon_versions(redeploy_of(K8S_VERSION=target), target), deployed_as(cluster_version=current)
+    )
     assert result.ok is ok
     assert fragment in (result.detail + result.fix)
 
@@ -178,19 +200,31 @@ def test_renaming_the_rayservice_deletes_the_old_one_and_keeps_the_namespace() -
 
 
 def test_renaming_the_namespace_moves_both_manifests() -> None:
-    found = [c for c in changes("serving", {"NAMESPACE": "serving"}) if c.resource_type == "Custom::AWSCDK-EKS-KubernetesResource"]
+    found = [
+        c
+        for c in changes("serving", {"NAMESPACE": "serving"})
+        if c.resource_type == "Custom::AWSCDK-EKS-KubernetesResource"
+    ]
     assert sorted(c.action for c in found) == [ADD, ADD, REMOVE, REMOVE]
 
 
 def test_a_serve_config_change_touches_only_the_rayservice_manifest() -> None:
     assert [c for p in ("network", "cluster", "gpu") for c in changes(p, {"MAX_MODEL_LEN": "2048"})] == []
     (change,) = changes("serving", {"MAX_MODEL_LEN": "2048"})
-    assert (change.resource_type, change.action, change.properties) == ("Custom::AWSCDK-EKS-KubernetesResource", MODIFY, ("Manifest",))
+    assert (change.resource_type, change.action, change.properties) == (
+        "Custom::AWSCDK-EKS-KubernetesResource",
+        MODIFY,
+        ("Manifest",),
+    )
 
 
 def test_parking_changes_only_the_gpu_nodegroup_scaling() -> None:
     (change,) = changes("gpu", {"GPU_NODE_COUNT": "0"})
-    assert (change.resource_type, change.properties, rolls(change)) == ("AWS::EKS::Nodegroup", ("ScalingConfig",), False)
+    assert (change.resource_type, change.properties, rolls(change)) == (
+        "AWS::EKS::Nodegroup",
+        ("ScalingConfig",),
+        False,
+    )
 
 
 def test_every_protected_type_is_a_cloudformation_type() -> None:

@@ -23,7 +23,11 @@ from tests.day2_helpers import changes, deployed_as, redeploy_of, synth
 
 def test_a_cluster_of_the_name_made_outside_the_stacks_is_refused() -> None:
     result = check_stack_states(redeploy_of(), Deployed(stacks={}, cluster_version="1.35"))
-    assert not result.ok and "exists, but not the stack ray-llm-multinode-cluster" in result.detail and "eksctl" in result.fix
+    assert (
+        not result.ok
+        and "exists, but not the stack ray-llm-multinode-cluster" in result.detail
+        and "eksctl" in result.fix
+    )
 
 
 @pytest.mark.parametrize(
@@ -60,7 +64,9 @@ def _as_kuberay(deployed: Deployed, version: str) -> Deployed:
 def _kubectl(returncode: int, stdout: str, seen: list[list[str]]) -> Any:
     def run(args: list[str]) -> subprocess.CompletedProcess[str]:
         seen.append(args)
-        return subprocess.CompletedProcess(["kubectl", *args], returncode, stdout, "" if returncode == 0 else "Unable to connect to the server")
+        return subprocess.CompletedProcess(
+            ["kubectl", *args], returncode, stdout, "" if returncode == 0 else "Unable to connect to the server"
+        )
 
     return run
 
@@ -88,7 +94,11 @@ def test_same_kuberay_needs_no_cluster_access() -> None:
 def test_a_kuberay_namespace_change_is_refused() -> None:
     """The chart's ClusterRoles have fixed names: a release in a second namespace cannot be installed
     beside the first, and `helm upgrade --install` in place would leave the old operator running."""
-    found = [c for c in changes("system", {"KUBERAY_NAMESPACE": "ray-system"}) if c.resource_type == "Custom::AWSCDK-EKS-HelmChart"]
+    found = [
+        c
+        for c in changes("system", {"KUBERAY_NAMESPACE": "ray-system"})
+        if c.resource_type == "Custom::AWSCDK-EKS-HelmChart"
+    ]
     assert [(c.action, c.properties) for c in found] == [(MODIFY, ("Namespace",))]
     result = check_stack_changes(redeploy_of(KUBERAY_NAMESPACE="ray-system"), deployed_as())
     assert not result.ok
@@ -112,10 +122,15 @@ def test_a_resource_created_beside_one_of_the_same_identity_is_refused() -> None
     b = "arn:aws:iam::123456789012:role/b"
     _, after = synth(ADMIN_PRINCIPAL_ARNS=b)
     before = copy.deepcopy(after["cluster"])
-    (logical_id,) = [k for k, v in before["Resources"].items() if v["Type"] == "AWS::EKS::AccessEntry" and v["Properties"]["PrincipalArn"] == b]
+    (logical_id,) = [
+        k
+        for k, v in before["Resources"].items()
+        if v["Type"] == "AWS::EKS::AccessEntry" and v["Properties"]["PrincipalArn"] == b
+    ]
     before["Resources"]["Admin0"] = before["Resources"].pop(logical_id)
     assert clashes_across_stacks([("cluster", plan(before, after["cluster"]))]) == [
-        f"cluster: AWS::EKS::AccessEntry {logical_id} would be created while the one of the same identity in cluster still exists"
+        f"cluster: AWS::EKS::AccessEntry {logical_id} would be created while the one of the same identity in cluster"
+        " still exists"
     ]
 
 
@@ -137,16 +152,28 @@ def test_an_old_layout_whose_manifest_holds_the_same_objects_is_refused() -> Non
     first = next(iter(manifests.values()))
     for logical_id in manifests:
         del before["Resources"][logical_id]
-    before["Resources"]["PdRayService9A1B2C3D"] = {**first, "Properties": {**first["Properties"], "Manifest": json.dumps(merged)}}
+    before["Resources"]["PdRayService9A1B2C3D"] = {
+        **first,
+        "Properties": {**first["Properties"], "Manifest": json.dumps(merged)},
+    }
     doomed = " ".join(clashes_across_stacks([("serving", plan(before, templates["serving"]))]))
-    assert "Namespace -/inference" in doomed and "RayService inference/ray-llm" in doomed and "NetworkPolicy inference/default-deny-ingress" in doomed
+    assert (
+        "Namespace -/inference" in doomed
+        and "RayService inference/ray-llm" in doomed
+        and "NetworkPolicy inference/default-deny-ingress" in doomed
+    )
     deployed = deployed_as()
     stacks = dict(deployed.stacks)
     serving = settings.stack_names["serving"]
     stacks[serving] = DeployedStack(serving, "UPDATE_COMPLETE", {}, before)
-    result = check_stack_changes(redeploy_of(), Deployed(stacks=stacks, cluster_version="1.35", nodegroups=deployed.nodegroups))
+    result = check_stack_changes(
+        redeploy_of(), Deployed(stacks=stacks, cluster_version="1.35", nodegroups=deployed.nodegroups)
+    )
     assert not result.ok
-    assert f"{serving}: RayService inference/ray-llm would be applied and then deleted with an old resource of {serving}" in result.fix
+    assert (
+        f"{serving}: RayService inference/ray-llm would be applied and then deleted with an old resource of {serving}"
+        in result.fix
+    )
     assert "destroy the stack that holds it (`make destroy STACKS=...`)" in result.fix
 
 
@@ -174,8 +201,8 @@ def test_a_helm_release_moving_to_an_earlier_stack_is_refused() -> None:
     result = check_stack_changes(redeploy_of(), old)
     assert not result.ok
     assert (
-        "ray-llm-multinode-system: Helm release kuberay-operator/kuberay-operator would be applied and then deleted with an old resource of ray-llm-multinode-serving"
-        in result.fix
+        "ray-llm-multinode-system: Helm release kuberay-operator/kuberay-operator would be applied and then deleted"
+        " with an old resource of ray-llm-multinode-serving" in result.fix
     )
 
 

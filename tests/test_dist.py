@@ -12,7 +12,11 @@ pytestmark = pytest.mark.defaults
 
 
 def test_dist_is_in_step_with_the_code() -> None:
-    stale = [name for name, text in render(default_settings()).items() if not (REPO / "dist" / name).exists() or (REPO / "dist" / name).read_text() != text]
+    stale = [
+        name
+        for name, text in render(default_settings()).items()
+        if not (REPO / "dist" / name).exists() or (REPO / "dist" / name).read_text() != text
+    ]
     assert stale == [], f"dist/ is out of date for {stale}: run `make synth` and commit dist/"
 
 

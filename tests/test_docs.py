@@ -16,7 +16,9 @@ from tools.docs_tables import PAGES, upgrade_notes
 def test_every_page_of_the_docs_is_listed_once() -> None:
     listed = [page for _, page, _ in PAGES]
     assert len(listed) == len(set(listed))
-    assert sorted(["index.md", *listed]) == sorted(p.name for p in (REPO / "docs").glob("*.md")), "a page of docs/ is missing from PAGES"
+    assert sorted(["index.md", *listed]) == sorted(p.name for p in (REPO / "docs").glob("*.md")), (
+        "a page of docs/ is missing from PAGES"
+    )
 
 
 def _nav() -> list[object]:

@@ -15,7 +15,13 @@ import kubernetes_validate
 import yaml
 
 from k8s_constructs.endpoint import HEALTH_PATH, KEYS_FILE, TLS_POLICY
-from k8s_constructs.serve_config import API_KEYS_DIR, AUTH_INGRESS_CLASS, AUTH_MODULE_DIR, AUTH_MODULE_FILE, graceful_shutdown_timeout_s
+from k8s_constructs.serve_config import (
+    API_KEYS_DIR,
+    AUTH_INGRESS_CLASS,
+    AUTH_MODULE_DIR,
+    AUTH_MODULE_FILE,
+    graceful_shutdown_timeout_s,
+)
 from settings.endpoint import idle_timeout_s
 from stacks.addons import aws_load_balancer_controller as lbc
 from tests.conftest import CERTIFICATE_ARN, ENDPOINT, Synth, settings_for
@@ -37,13 +43,25 @@ def _application(synth: Synth) -> dict[str, Any]:
     return application
 
 
-def test_the_controller_is_installed_with_its_pinned_chart_on_the_system_nodes(endpoint_synth: Synth, default_synth: Synth) -> None:
-    releases = {r["Properties"]["Release"]: r["Properties"] for r in endpoint_synth.resources("system", "Custom::AWSCDK-EKS-HelmChart").values()}
+def test_the_controller_is_installed_with_its_pinned_chart_on_the_system_nodes(
+    endpoint_synth: Synth, default_synth: Synth
+) -> None:
+    releases = {
+        r["Properties"]["Release"]: r["Properties"]
+        for r in endpoint_synth.resources("system", "Custom::AWSCDK-EKS-HelmChart").values()
+    }
     props = releases["aws-load-balancer-controller"]
-    assert (props["Chart"], props["Version"], props["Repository"]) == ("aws-load-balancer-controller", "3.5.0", "https://aws.github.io/eks-charts")
+    assert (props["Chart"], props["Version"], props["Repository"]) == (
+        "aws-load-balancer-controller",
+        "3.5.0",
+        "https://aws.github.io/eks-charts",
+    )
     resolved = json.loads(Resolver(endpoint_synth.templates, "sa-east-1").resolve(props["Values"], "system"))
     assert resolved["vpcId"] != lbc.deploy_values.__name__ and resolved["vpcId"]  # the network stack's VPC, imported
-    assert resolved["image"] == {"repository": "602401143452.dkr.ecr.sa-east-1.amazonaws.com/amazon/aws-load-balancer-controller", "tag": "v3.5.0"}
+    assert resolved["image"] == {
+        "repository": "602401143452.dkr.ecr.sa-east-1.amazonaws.com/amazon/aws-load-balancer-controller",
+        "tag": "v3.5.0",
+    }
     assert resolved["nodeSelector"] == {"role": "system"} and resolved["enableServiceMutatorWebhook"] is False
     # Only the serving namespace's Ingress gets a load balancer; no WAF or Shield.
     assert resolved["watchNamespace"] == "inference"
@@ -56,11 +74,19 @@ def test_the_controller_is_installed_with_its_pinned_chart_on_the_system_nodes(e
 def _controller_policy(synth: Synth) -> dict[str, Any]:
     resources = synth.templates["system"]["Resources"]
     (association,) = [
-        a for a in synth.resources("system", "AWS::EKS::PodIdentityAssociation").values() if a["Properties"]["ServiceAccount"] == lbc.SERVICE_ACCOUNT
+        a
+        for a in synth.resources("system", "AWS::EKS::PodIdentityAssociation").values()
+        if a["Properties"]["ServiceAccount"] == lbc.SERVICE_ACCOUNT
     ]
     role_id = association["Properties"]["RoleArn"]["Fn::GetAtt"][0]
-    (policy,) = [v for v in resources.values() if v["Type"] == "AWS::IAM::Policy" and {"Ref": role_id} in v["Properties"]["Roles"]]
-    document: dict[str, Any] = Resolver(synth.templates, synth.settings.region).resolve(policy["Properties"]["PolicyDocument"], "system")
+    (policy,) = [
+        v
+        for v in resources.values()
+        if v["Type"] == "AWS::IAM::Policy" and {"Ref": role_id} in v["Properties"]["Roles"]
+    ]
+    document: dict[str, Any] = Resolver(synth.templates, synth.settings.region).resolve(
+        policy["Properties"]["PolicyDocument"], "system"
+    )
     return document
 
 
@@ -71,14 +97,19 @@ def test_the_controllers_role_is_its_published_policy_narrowed_to_this_cluster(e
     document = _controller_policy(endpoint_synth)
     published = json.loads(lbc.PUBLISHED_POLICY.read_text())
     # The published actions but WAF's and Shield's (the chart values turn them off; the role cannot touch a web ACL).
-    assert sorted(a for s in document["Statement"] for a in ([s["Action"]] if isinstance(s["Action"], str) else s["Action"])) == sorted(
+    assert sorted(
+        a for s in document["Statement"] for a in ([s["Action"]] if isinstance(s["Action"], str) else s["Action"])
+    ) == sorted(
         a
         for s in published["Statement"]
         for a in s["Action"]
         if a.split(":")[0] not in ("shield", "wafv2", "waf-regional") and a != "elasticloadbalancing:SetWebAcl"
     )
     assert any(a.startswith("wafv2:") for s in published["Statement"] for a in s["Action"])
-    ours, theirs = {"aws:ResourceTag/elbv2.k8s.aws/cluster": "ray-llm-multinode"}, {"aws:ResourceTag/elbv2.k8s.aws/cluster": "prod"}
+    ours, theirs = (
+        {"aws:ResourceTag/elbv2.k8s.aws/cluster": "ray-llm-multinode"},
+        {"aws:ResourceTag/elbv2.k8s.aws/cluster": "prod"},
+    )
     lb = "arn:aws:elasticloadbalancing:sa-east-1:123456789012:loadbalancer/app/k8s-inferenc-rayllmse-0a1b2c3d4e/0123456789abcdef"
     sg = "arn:aws:ec2:sa-east-1:123456789012:security-group/sg-0123456789abcdef0"
     sg_elsewhere = sg.replace("sa-east-1", "us-east-1")
@@ -102,7 +133,21 @@ def test_the_controllers_role_is_its_published_policy_narrowed_to_this_cluster(e
         ],
         identity_policy=document,
     )
-    assert got == [ALLOWED, DENIED, DENIED, ALLOWED, DENIED, ALLOWED, DENIED, ALLOWED, DENIED, ALLOWED, DENIED, DENIED, DENIED]
+    assert got == [
+        ALLOWED,
+        DENIED,
+        DENIED,
+        ALLOWED,
+        DENIED,
+        ALLOWED,
+        DENIED,
+        ALLOWED,
+        DENIED,
+        ALLOWED,
+        DENIED,
+        DENIED,
+        DENIED,
+    ]
 
 
 def test_the_ingress_is_an_https_only_load_balancer_for_the_allowed_sources(endpoint_synth: Synth) -> None:
@@ -111,34 +156,55 @@ def test_the_ingress_is_an_https_only_load_balancer_for_the_allowed_sources(endp
     settings = endpoint_synth.settings
     assert annotations["alb.ingress.kubernetes.io/scheme"] == "internal"
     assert annotations["alb.ingress.kubernetes.io/target-type"] == "ip"
-    assert json.loads(annotations["alb.ingress.kubernetes.io/listen-ports"]) == [{"HTTPS": 443}]  # no plain HTTP listener
+    assert json.loads(annotations["alb.ingress.kubernetes.io/listen-ports"]) == [
+        {"HTTPS": 443}
+    ]  # no plain HTTP listener
     assert annotations["alb.ingress.kubernetes.io/certificate-arn"] == CERTIFICATE_ARN
     assert annotations["alb.ingress.kubernetes.io/ssl-policy"] == TLS_POLICY
     assert annotations["alb.ingress.kubernetes.io/inbound-cidrs"] == settings.vpc_cidr  # internal's default: the VPC
     assert annotations["alb.ingress.kubernetes.io/healthcheck-path"] == HEALTH_PATH == "/-/healthz"
     # Named, so that the controller's listener and rule changes are limited to it: the cluster and a digest.
     assert annotations["alb.ingress.kubernetes.io/load-balancer-name"] == "ray-llm-multinode-142296d0"
-    attributes = dict(a.split("=") for a in annotations["alb.ingress.kubernetes.io/load-balancer-attributes"].split(","))
+    attributes = dict(
+        a.split("=") for a in annotations["alb.ingress.kubernetes.io/load-balancer-attributes"].split(",")
+    )
     # MAX_MODEL_LEN 4096 tokens at the slowest decode (80 ms a token: 328 s, Serve's drain of decode and the ingress),
     # plus a minute of queueing: a non-streaming answer sends nothing until its end.
-    assert attributes["idle_timeout.timeout_seconds"] == str(idle_timeout_s(4096)) == str(graceful_shutdown_timeout_s(4096) + 60) == "388"
-    assert annotations["alb.ingress.kubernetes.io/target-group-attributes"] == "deregistration_delay.timeout_seconds=388"
+    assert (
+        attributes["idle_timeout.timeout_seconds"]
+        == str(idle_timeout_s(4096))
+        == str(graceful_shutdown_timeout_s(4096) + 60)
+        == "388"
+    )
+    assert (
+        annotations["alb.ingress.kubernetes.io/target-group-attributes"] == "deregistration_delay.timeout_seconds=388"
+    )
     # The public subnets, whatever the scheme (the network stack's, imported).
     subnets = annotations["alb.ingress.kubernetes.io/subnets"].split(",")
     network = endpoint_synth.templates["network"]["Resources"]
-    public = sorted(k for k, r in network.items() if r["Type"] == "AWS::EC2::Subnet" and r["Properties"]["MapPublicIpOnLaunch"] is False and "public" in k)
+    public = sorted(
+        k
+        for k, r in network.items()
+        if r["Type"] == "AWS::EC2::Subnet" and r["Properties"]["MapPublicIpOnLaunch"] is False and "public" in k
+    )
     assert sorted(subnets) == public
     (rule,) = ingress["spec"]["rules"]
     assert ingress["spec"]["ingressClassName"] == "alb" and rule["host"] == "llm.example.com"
     assert rule["http"]["paths"] == [
-        {"path": "/", "pathType": "Prefix", "backend": {"service": {"name": settings.serve_service_name, "port": {"number": 8000}}}}
+        {
+            "path": "/",
+            "pathType": "Prefix",
+            "backend": {"service": {"name": settings.serve_service_name, "port": {"number": 8000}}},
+        }
     ]
 
 
 def test_internet_facing_and_plain_http_internal_listeners() -> None:
     from k8s_constructs.endpoint import ingress_annotations
 
-    public = settings_for({**ENDPOINT, "SERVE_EXPOSURE": "internet-facing", "SERVE_ALLOWED_CIDRS": "203.0.113.0/24,198.51.100.7/32"})
+    public = settings_for(
+        {**ENDPOINT, "SERVE_EXPOSURE": "internet-facing", "SERVE_ALLOWED_CIDRS": "203.0.113.0/24,198.51.100.7/32"}
+    )
     annotations = ingress_annotations(public, ("subnet-a", "subnet-b"))
     assert annotations["alb.ingress.kubernetes.io/scheme"] == "internet-facing"
     assert annotations["alb.ingress.kubernetes.io/inbound-cidrs"] == "203.0.113.0/24,198.51.100.7/32"
@@ -153,23 +219,41 @@ def test_the_public_subnets_the_network_policy_names_are_the_network_stacks(endp
 
     settings = endpoint_synth.settings
     network = endpoint_synth.templates["network"]["Resources"]
-    public = [r["Properties"]["CidrBlock"] for k, r in network.items() if r["Type"] == "AWS::EC2::Subnet" and "public" in k]
-    private = [r["Properties"]["CidrBlock"] for k, r in network.items() if r["Type"] == "AWS::EC2::Subnet" and "private" in k]
+    public = [
+        r["Properties"]["CidrBlock"] for k, r in network.items() if r["Type"] == "AWS::EC2::Subnet" and "public" in k
+    ]
+    private = [
+        r["Properties"]["CidrBlock"] for k, r in network.items() if r["Type"] == "AWS::EC2::Subnet" and "private" in k
+    ]
     expected = public_subnet_cidrs(settings.vpc_cidr, len(settings.availability_zones))
     assert sorted(public) == sorted(expected)
-    assert not any(ipaddress.ip_network(p).overlaps(ipaddress.ip_network(q)) for p in expected for q in private)  # no pod there
-    (policy,) = [p for p in _objects(endpoint_synth, "NetworkPolicy") if p["metadata"]["name"] == "load-balancer-to-serve"]
-    assert policy["spec"]["ingress"] == [{"from": [{"ipBlock": {"cidr": c}}], "ports": [{"port": 8000, "protocol": "TCP"}]} for c in expected]
+    assert not any(
+        ipaddress.ip_network(p).overlaps(ipaddress.ip_network(q)) for p in expected for q in private
+    )  # no pod there
+    (policy,) = [
+        p for p in _objects(endpoint_synth, "NetworkPolicy") if p["metadata"]["name"] == "load-balancer-to-serve"
+    ]
+    assert policy["spec"]["ingress"] == [
+        {"from": [{"ipBlock": {"cidr": c}}], "ports": [{"port": 8000, "protocol": "TCP"}]} for c in expected
+    ]
 
 
-def test_the_api_keys_come_from_a_secret_generated_at_deploy_and_mounted_on_every_ray_pod(endpoint_synth: Synth) -> None:
+def test_the_api_keys_come_from_a_secret_generated_at_deploy_and_mounted_on_every_ray_pod(
+    endpoint_synth: Synth,
+) -> None:
     (secret,) = endpoint_synth.resources("serving", "AWS::SecretsManager::Secret").values()
     generator = secret["Properties"]["GenerateSecretString"]
-    assert (generator["SecretStringTemplate"], generator["GenerateStringKey"], generator["PasswordLength"]) == ("{}", "default", 48)
+    assert (generator["SecretStringTemplate"], generator["GenerateStringKey"], generator["PasswordLength"]) == (
+        "{}",
+        "default",
+        48,
+    )
     assert "SecretString" not in secret["Properties"]
     (provider,) = _objects(endpoint_synth, "SecretProviderClass")
     (entry,) = yaml.safe_load(provider["spec"]["parameters"]["objects"])
-    assert entry["objectAlias"] == KEYS_FILE and entry["objectName"].startswith("arn:aws:secretsmanager:sa-east-1:123456789012:secret:ApiKeys")
+    assert entry["objectAlias"] == KEYS_FILE and entry["objectName"].startswith(
+        "arn:aws:secretsmanager:sa-east-1:123456789012:secret:ApiKeys"
+    )
     assert provider["spec"]["parameters"]["usePodIdentity"] == "true" and "secretObjects" not in provider["spec"]
     (module,) = _objects(endpoint_synth, "ConfigMap")
     assert module["data"] == {AUTH_MODULE_FILE.name: AUTH_MODULE_FILE.read_text()}
@@ -181,17 +265,27 @@ def test_the_api_keys_come_from_a_secret_generated_at_deploy_and_mounted_on_ever
         assert {AUTH_MODULE_DIR, API_KEYS_DIR} <= mounts
         assert pod["serviceAccountName"] in ("ray-llm-head", "ray-llm-worker")
     # Both service accounts' roles may read the secret (and the head's nothing else).
-    associations = {a["Properties"]["ServiceAccount"] for a in endpoint_synth.resources("serving", "AWS::EKS::PodIdentityAssociation").values()}
+    associations = {
+        a["Properties"]["ServiceAccount"]
+        for a in endpoint_synth.resources("serving", "AWS::EKS::PodIdentityAssociation").values()
+    }
     assert associations == {"ray-llm-head", "ray-llm-worker"}
 
 
 def test_the_serve_config_names_the_auth_ingress_with_two_replicas_that_reserve_no_cpu(endpoint_synth: Synth) -> None:
     application = _application(endpoint_synth)
     args = application["args"]
-    assert args["ingress_cls_config"] == {"ingress_cls": AUTH_INGRESS_CLASS, "ingress_extra_kwargs": {"api_keys_dir": API_KEYS_DIR}}
+    assert args["ingress_cls_config"] == {
+        "ingress_cls": AUTH_INGRESS_CLASS,
+        "ingress_extra_kwargs": {"api_keys_dir": API_KEYS_DIR},
+    }
     # Two CPU-free replicas, draining their streams as decode does (graceful_shutdown_timeout_s).
     drain = graceful_shutdown_timeout_s(endpoint_synth.settings.max_model_len)
-    assert args["ingress_deployment_config"] == {"num_replicas": 2, "ray_actor_options": {"num_cpus": 0}, "graceful_shutdown_timeout_s": drain}
+    assert args["ingress_deployment_config"] == {
+        "num_replicas": 2,
+        "ray_actor_options": {"num_cpus": 0},
+        "graceful_shutdown_timeout_s": drain,
+    }
     assert application["runtime_env"] == {"env_vars": {"PYTHONPATH": f"{AUTH_MODULE_DIR}:${{PYTHONPATH}}"}}
     (service,) = _objects(endpoint_synth, "RayService")
     assert ray_serve_errors(yaml.safe_load(service["spec"]["serveConfigV2"])) == []
@@ -226,13 +320,19 @@ def test_the_load_balancer_reaches_the_serve_port_and_nothing_else(endpoint_synt
 
     directory = tmp_path / "resources"
     directory.mkdir()
-    (directory / "world.yaml").write_text(yaml.safe_dump_all(_world(deployed_manifest(endpoint_synth), endpoint_synth.settings)))
+    (directory / "world.yaml").write_text(
+        yaml.safe_dump_all(_world(deployed_manifest(endpoint_synth), endpoint_synth.settings))
+    )
     ns = endpoint_synth.settings.namespace
     for name, to in (("lb-to-head", HEAD), ("lb-to-prefill", PREFILL), ("lb-to-decode", DECODE)):
-        result = _nca("permits", _address_flow(f"{name}-serve", ns, to, LOAD_BALANCER_ADDRESS, 8000), directory, tmp_path)
+        result = _nca(
+            "permits", _address_flow(f"{name}-serve", ns, to, LOAD_BALANCER_ADDRESS, 8000), directory, tmp_path
+        )
         assert result.returncode == 0, result.stdout + result.stderr
     for port in (8265, 6379, 8080, 10001, 20000):
-        result = _nca("forbids", _address_flow(f"lb-to-head-{port}", ns, HEAD, LOAD_BALANCER_ADDRESS, port), directory, tmp_path)
+        result = _nca(
+            "forbids", _address_flow(f"lb-to-head-{port}", ns, HEAD, LOAD_BALANCER_ADDRESS, port), directory, tmp_path
+        )
         assert result.returncode == 0, result.stdout + result.stderr
     # A pod's or node's address (the private subnets) and one outside the VPC still do not reach the Serve port.
     for name, address in (("node-subnet", NODE_ADDRESS), ("outside", OUTSIDE_ADDRESS)):

@@ -27,7 +27,17 @@ class _Ingress(BaseHTTPRequestHandler):
     def do_POST(self) -> None:
         self.rfile.read(int(self.headers.get("Content-Length", "0")))
         ok = self.headers.get("Authorization") == f"Bearer {KEY}"
-        body = ANSWER if ok else {"error": {"message": "Missing or invalid API key", "type": "invalid_request_error", "code": "invalid_api_key"}}
+        body = (
+            ANSWER
+            if ok
+            else {
+                "error": {
+                    "message": "Missing or invalid API key",
+                    "type": "invalid_request_error",
+                    "code": "invalid_api_key",
+                }
+            }
+        )
         data = json.dumps(body).encode()
         self.send_response(200 if ok else 401)
         self.send_header("Content-Type", "application/json")
@@ -74,14 +84,27 @@ def test_verify_sends_no_key_to_a_load_balancer_its_certificate_cannot_name(monk
 
 def _exposed_run(endpoint_probe: Any) -> gate.Result:
     settings = settings_for(ENDPOINT)
-    cluster = Cluster(ray_service=_ray_service(True), nodes=[_node("a", 1, 1), _node("b", 1, 1)], logs={"prefill-0": "", "decode-0": ""}, answer=ANSWER)
+    cluster = Cluster(
+        ray_service=_ray_service(True),
+        nodes=[_node("a", 1, 1), _node("b", 1, 1)],
+        logs={"prefill-0": "", "decode-0": ""},
+        answer=ANSWER,
+    )
     calls: list[list[str]] = []
 
     def recording(args: list[str], stdin: str | None = None) -> Any:
         calls.append(args)
         return cluster(args, stdin)
 
-    result = gate.verify(settings, recording, timeout_s=0, start=None, cloudformation_done=None, endpoint_probe=endpoint_probe, sleep=lambda s: None)
+    result = gate.verify(
+        settings,
+        recording,
+        timeout_s=0,
+        start=None,
+        cloudformation_done=None,
+        endpoint_probe=endpoint_probe,
+        sleep=lambda s: None,
+    )
     (exec_call,) = [c for c in calls if c[0] == "exec" and "ray-head" in c]
     recording_script = exec_call[exec_call.index("-c", exec_call.index("--")) + 1]
     result.steps.append(gate.Step("script", True, recording_script))
@@ -102,11 +125,17 @@ def test_the_url_the_sdk_example_and_the_key_command_name_no_key() -> None:
     settings = settings_for(ENDPOINT)
     assert base_url(settings, "internal-k8s-x.sa-east-1.elb.amazonaws.com") == "https://llm.example.com"
     plain = settings_for({"SERVE_EXPOSURE": "internal", "SERVE_CERTIFICATE_ARN": "none"})
-    assert base_url(plain, "internal-k8s-x.sa-east-1.elb.amazonaws.com") == "http://internal-k8s-x.sa-east-1.elb.amazonaws.com"
+    assert (
+        base_url(plain, "internal-k8s-x.sa-east-1.elb.amazonaws.com")
+        == "http://internal-k8s-x.sa-east-1.elb.amazonaws.com"
+    )
     example = sdk_example("https://llm.example.com", settings)
     assert 'base_url="https://llm.example.com/v1"' in example and 'os.environ["OPENAI_API_KEY"]' in example
     command = api_key_howto(settings, "arn:aws:secretsmanager:sa-east-1:123456789012:secret:ApiKeys-AbCdEf")
-    assert command.startswith("aws secretsmanager get-secret-value --region sa-east-1 --secret-id arn:aws:secretsmanager:") and '["default"]' in command
+    assert (
+        command.startswith("aws secretsmanager get-secret-value --region sa-east-1 --secret-id arn:aws:secretsmanager:")
+        and '["default"]' in command
+    )
 
 
 def test_the_benchmark_job_takes_the_key_from_a_secret_of_the_run() -> None:
@@ -128,7 +157,9 @@ def _default_job_env() -> list[dict[str, Any]]:
     from k8s_constructs.bench_job import BenchJobChart
     from tools.bench_serving import bench_props
 
-    (job,) = yaml.safe_load_all(cdk8s.App.of(BenchJobChart(cdk8s.App(), "bench", props=bench_props(settings_for()))).synth_yaml())
+    (job,) = yaml.safe_load_all(
+        cdk8s.App.of(BenchJobChart(cdk8s.App(), "bench", props=bench_props(settings_for()))).synth_yaml()
+    )
     env: list[dict[str, Any]] = job["spec"]["template"]["spec"]["containers"][0]["env"]
     return env
 

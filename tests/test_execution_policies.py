@@ -40,62 +40,116 @@ CFN_DATA = Path(cfnlint.__file__).parent / "data"
 # handler may make whatever the properties say (a log group's data protection, index and resource
 # policies; a function's code signing, recursion and scaling configuration) are granted all the same.
 UNUSED_FEATURES: dict[tuple[str, str], str] = {
-    ("AWS::APS::Scraper", "aps:DescribeWorkspace"): "an Amazon Managed Prometheus workspace destination (ours is CloudWatch)",
+    (
+        "AWS::APS::Scraper",
+        "aps:DescribeWorkspace",
+    ): "an Amazon Managed Prometheus workspace destination (ours is CloudWatch)",
     ("AWS::APS::Scraper", "kafka:*"): "an Amazon MSK source (ours is EKS)",
-    ("AWS::APS::Scraper", "logs:*LogDeliver*"): "the collector's own log delivery (ScraperLoggingConfiguration, not set)",
-    ("AWS::APS::Scraper", "logs:PutResourcePolicy"): "the collector's own log delivery (ScraperLoggingConfiguration, not set)",
-    ("AWS::APS::Scraper", "aps:*ScraperLoggingConfiguration"): "the collector's own log delivery (ScraperLoggingConfiguration, not set; the read is granted)",
+    (
+        "AWS::APS::Scraper",
+        "logs:*LogDeliver*",
+    ): "the collector's own log delivery (ScraperLoggingConfiguration, not set)",
+    (
+        "AWS::APS::Scraper",
+        "logs:PutResourcePolicy",
+    ): "the collector's own log delivery (ScraperLoggingConfiguration, not set)",
+    (
+        "AWS::APS::Scraper",
+        "aps:*ScraperLoggingConfiguration",
+    ): "the collector's own log delivery (ScraperLoggingConfiguration, not set; the read is granted)",
     ("AWS::EC2::Subnet", "ec2:*SubnetCidrBlock"): "IPv6 blocks on subnets (IPv4 only)",
     ("AWS::IAM::Role", "iam:*RolePermissionsBoundary"): "permissions boundaries on roles (none set)",
     ("AWS::IAM::Policy", "iam:*GroupPolicy"): "policies on IAM groups (ours attach to roles only)",
     ("AWS::IAM::Policy", "iam:*UserPolicy"): "policies on IAM users (ours attach to roles only)",
-    ("AWS::EC2::EIP", "ec2:AcceptAddressTransfer"): "an Elastic IP transferred from another account (ours is allocated)",
+    (
+        "AWS::EC2::EIP",
+        "ec2:AcceptAddressTransfer",
+    ): "an Elastic IP transferred from another account (ours is allocated)",
     ("AWS::EC2::NatGateway", "ec2:*PrivateNatGatewayAddress"): "secondary private addresses of a NAT gateway (none)",
     ("AWS::EC2::NatGateway", "ec2:*NatGatewayAddress"): "secondary Elastic IPs of a NAT gateway (one)",
     ("AWS::EC2::VPC", "ec2:CreateVpcEncryptionControl"): "VPC encryption controls (not set)",
     ("AWS::EC2::VPC", "ec2:ModifyVpcTenancy"): "dedicated tenancy (default tenancy)",
     ("AWS::EC2::VPCGatewayAttachment", "ec2:*VpnGateway"): "a VPN gateway (the attachment is the internet gateway's)",
     ("AWS::EC2::FlowLog", "s3:*BucketPolicy"): "flow logs to S3 (ours go to CloudWatch Logs)",
-    ("AWS::EC2::VPCEndpoint", "vpc-lattice:*"): "VPC Lattice service network endpoints (ours is an S3 gateway endpoint)",
+    (
+        "AWS::EC2::VPCEndpoint",
+        "vpc-lattice:*",
+    ): "VPC Lattice service network endpoints (ours is an S3 gateway endpoint)",
     ("AWS::EC2::VPCEndpoint", "vpce:AllowMultiRegion"): "a cross-Region endpoint (ours is this Region's S3)",
-    ("AWS::ElastiCache::ReplicationGroup", "firehose:*"): "log delivery to Firehose (LogDeliveryConfigurations not set)",
-    ("AWS::ElastiCache::ReplicationGroup", "logs:*"): "log delivery to CloudWatch Logs (LogDeliveryConfigurations not set)",
-    ("AWS::ElastiCache::ReplicationGroup", "kms:*"): "a customer managed key at rest (KmsKeyId not set: ElastiCache's own key)",
+    (
+        "AWS::ElastiCache::ReplicationGroup",
+        "firehose:*",
+    ): "log delivery to Firehose (LogDeliveryConfigurations not set)",
+    (
+        "AWS::ElastiCache::ReplicationGroup",
+        "logs:*",
+    ): "log delivery to CloudWatch Logs (LogDeliveryConfigurations not set)",
+    (
+        "AWS::ElastiCache::ReplicationGroup",
+        "kms:*",
+    ): "a customer managed key at rest (KmsKeyId not set: ElastiCache's own key)",
     ("AWS::ElastiCache::ReplicationGroup", "s3:GetObject"): "seeding from a snapshot in S3 (SnapshotArns not set)",
-    ("AWS::ElastiCache::ReplicationGroup", "elasticache:CreateSnapshot"): "snapshots (SnapshotRetentionLimit 0, no final snapshot)",
+    (
+        "AWS::ElastiCache::ReplicationGroup",
+        "elasticache:CreateSnapshot",
+    ): "snapshots (SnapshotRetentionLimit 0, no final snapshot)",
     ("AWS::SecretsManager::Secret", "secretsmanager:*Regions*"): "replicas in other Regions (ReplicaRegions not set)",
-    ("AWS::S3::Bucket", "s3tables:*"): "S3 Metadata tables of the access-log bucket (MetadataTableConfiguration not set)",
+    (
+        "AWS::S3::Bucket",
+        "s3tables:*",
+    ): "S3 Metadata tables of the access-log bucket (MetadataTableConfiguration not set)",
     ("AWS::S3::Bucket", "s3:*BucketMetadata*TableConfiguration"): "S3 Metadata tables (MetadataConfiguration not set)",
     ("AWS::S3::Bucket", "s3:Put*Analytics*"): "analytics configurations (none; the read is granted)",
     ("AWS::S3::Bucket", "s3:PutInventoryConfiguration"): "inventory configurations (none; the read is granted)",
     ("AWS::S3::Bucket", "s3:PutMetricsConfiguration"): "request metrics configurations (none; the read is granted)",
-    ("AWS::S3::Bucket", "s3:PutIntelligentTieringConfiguration"): "Intelligent-Tiering configurations (none; the read is granted)",
+    (
+        "AWS::S3::Bucket",
+        "s3:PutIntelligentTieringConfiguration",
+    ): "Intelligent-Tiering configurations (none; the read is granted)",
     ("AWS::S3::Bucket", "s3:PutAccelerateConfiguration"): "Transfer Acceleration (off; the read is granted)",
     ("AWS::S3::Bucket", "s3:PutReplicationConfiguration"): "replication (none; the read is granted)",
     ("AWS::S3::Bucket", "s3:*BucketCORS"): "CORS (none; the read is granted)",
     ("AWS::S3::Bucket", "s3:*BucketWebsite"): "static website hosting (none; the read is granted)",
     ("AWS::S3::Bucket", "s3:PutBucketNotification"): "event notifications (none; the read is granted)",
-    ("AWS::S3::Bucket", "s3:PutBucketLogging"): "server access logging of the log bucket (none: AwsSolutions-S1 says why)",
+    (
+        "AWS::S3::Bucket",
+        "s3:PutBucketLogging",
+    ): "server access logging of the log bucket (none: AwsSolutions-S1 says why)",
     ("AWS::S3::Bucket", "s3:PutBucketVersioning"): "versioning (off: logs expire after 30 days)",
     ("AWS::S3::Bucket", "s3:PutBucketObjectLockConfiguration"): "Object Lock (off)",
     ("AWS::S3::Bucket", "s3:Put*Acl"): "ACLs (disabled: BucketOwnerEnforced)",
-    ("AWS::S3::Bucket", "s3:PutBucketAbac"): "attribute-based access control on the bucket (not set; the read is granted)",
-    ("AWS::EKS::Cluster", "iam:*InstanceProfile"): "EKS Auto Mode's node instance profile (Auto Mode off: managed nodegroups only)",
+    (
+        "AWS::S3::Bucket",
+        "s3:PutBucketAbac",
+    ): "attribute-based access control on the bucket (not set; the read is granted)",
+    (
+        "AWS::EKS::Cluster",
+        "iam:*InstanceProfile",
+    ): "EKS Auto Mode's node instance profile (Auto Mode off: managed nodegroups only)",
     ("AWS::Lambda::Function", "kms:*"): "a customer managed key on a function's environment (KmsKeyArn not set)",
     ("AWS::Lambda::Function", "lambda:*CodeSigningConfig"): "code signing (CodeSigningConfigArn not set)",
     ("AWS::Lambda::Function", "lambda:*FunctionConcurrency"): "reserved concurrency (not set)",
-    ("AWS::Lambda::Function", "lambda:PutFunctionRecursionConfig"): "recursive loop detection changes (RecursiveLoop not set)",
+    (
+        "AWS::Lambda::Function",
+        "lambda:PutFunctionRecursionConfig",
+    ): "recursive loop detection changes (RecursiveLoop not set)",
     ("AWS::Lambda::Function", "lambda:PutFunctionScalingConfig"): "capacity providers (not used)",
     ("AWS::Lambda::Function", "lambda:PassCapacityProvider"): "capacity providers (not used)",
     ("AWS::Lambda::Function", "lambda:PublishVersion"): "published versions (AutoPublishAlias not used)",
     ("AWS::Lambda::Function", "lambda:AssociateRuntimeAlias"): "runtime aliases (not used)",
     ("AWS::Lambda::Function", "elasticfilesystem:*"): "EFS file systems on a function (none)",
     ("AWS::Lambda::Function", "s3files:*"): "S3 Files mounts on a function (none)",
-    ("AWS::Logs::LogGroup", "logs:*DataProtectionPolicy"): "data protection policies on log groups (none; the read is granted)",
+    (
+        "AWS::Logs::LogGroup",
+        "logs:*DataProtectionPolicy",
+    ): "data protection policies on log groups (none; the read is granted)",
     ("AWS::Logs::LogGroup", "logs:*IndexPolic*"): "field index policies (none; the read is granted)",
     ("AWS::Logs::LogGroup", "logs:*ResourcePolic*"): "log group resource policies (none; the read is granted)",
     ("AWS::Logs::LogGroup", "logs:PutBearerTokenAuthentication"): "bearer token authentication (not set)",
-    ("AWS::Logs::LogGroup", "logs:PutLogGroupDeletionProtection"): "deletion protection (not set: the stacks delete their log groups)",
+    (
+        "AWS::Logs::LogGroup",
+        "logs:PutLogGroupDeletionProtection",
+    ): "deletion protection (not set: the stacks delete their log groups)",
     ("AWS::Logs::LogGroup", "logs:CreateLogDelivery"): "log delivery from the log group (none)",
     ("AWS::Logs::LogGroup", "firehose:*"): "delivery to Firehose (none)",
     ("AWS::Logs::LogGroup", "s3:*"): "delivery to S3 (none)",
@@ -106,8 +160,18 @@ UNUSED_FEATURES: dict[tuple[str, str], str] = {
 NOT_IAM_ACTIONS: dict[tuple[str, str], str] = {
     ("AWS::S3::Bucket", action): "an S3 API operation, not an IAM action"
     for action in (
-        *("s3:DeleteBucketAnalyticsConfiguration", "s3:DeleteBucketCors", "s3:DeleteBucketEncryption", "s3:DeleteBucketLifecycle"),
-        *("s3:DeleteBucketMetricsConfiguration", "s3:DeleteBucketReplication", "s3:PutBucketReplication", "s3:PutObjectLockConfiguration"),
+        *(
+            "s3:DeleteBucketAnalyticsConfiguration",
+            "s3:DeleteBucketCors",
+            "s3:DeleteBucketEncryption",
+            "s3:DeleteBucketLifecycle",
+        ),
+        *(
+            "s3:DeleteBucketMetricsConfiguration",
+            "s3:DeleteBucketReplication",
+            "s3:PutBucketReplication",
+            "s3:PutObjectLockConfiguration",
+        ),
     )
 }
 
@@ -139,8 +203,12 @@ def handler_permissions(resource_type: str) -> frozenset[str]:
     if resource_type not in index:
         assert resource_type.startswith("Custom::"), resource_type
         return frozenset()
-    handlers = json.loads((CFN_DATA / "schemas" / "resources" / f"{index[resource_type]}.json").read_text()).get("handlers", {})
-    return frozenset(p for h in ("create", "read", "update", "delete", "list") for p in handlers.get(h, {}).get("permissions", []))
+    handlers = json.loads((CFN_DATA / "schemas" / "resources" / f"{index[resource_type]}.json").read_text()).get(
+        "handlers", {}
+    )
+    return frozenset(
+        p for h in ("create", "read", "update", "delete", "list") for p in handlers.get(h, {}).get("permissions", [])
+    )
 
 
 # What the ARNs' name parts can be here: the cluster, a resource named after a stack, an add-on or association
@@ -169,7 +237,10 @@ def arns(action: str) -> list[str]:
     formats = [f for t in types for f in known[t.lower()]["ARNFormats"]]
     if not formats:
         return ["*"]
-    filled = [f.replace("${Partition}", "aws").replace("${Region}", "us-east-2").replace("${Account}", "123456789012") for f in formats]
+    filled = [
+        f.replace("${Partition}", "aws").replace("${Region}", "us-east-2").replace("${Account}", "123456789012")
+        for f in formats
+    ]
     return [f.replace(".*", n) for f in filled for n in NAMES]
 
 
@@ -187,13 +258,20 @@ def granted(action: str, statements: list[dict[str, Any]]) -> bool:
 
 
 def _unused(resource_type: str, action: str) -> bool:
-    return any(t == resource_type and fnmatch.fnmatchcase(action.lower(), p.lower()) for t, p in (*UNUSED_FEATURES, *NOT_IAM_ACTIONS))
+    return any(
+        t == resource_type and fnmatch.fnmatchcase(action.lower(), p.lower())
+        for t, p in (*UNUSED_FEATURES, *NOT_IAM_ACTIONS)
+    )
 
 
 def gaps(resource_types: set[str], statements: list[dict[str, Any]]) -> dict[str, list[str]]:
     missing = {}
     for resource_type in sorted(resource_types):
-        lacking = sorted(p for p in handler_permissions(resource_type) if not _unused(resource_type, p) and not granted(p, statements))
+        lacking = sorted(
+            p
+            for p in handler_permissions(resource_type)
+            if not _unused(resource_type, p) and not granted(p, statements)
+        )
         if lacking:
             missing[resource_type] = lacking
     return missing
@@ -205,18 +283,34 @@ def test_the_documented_cfn_execution_policies_are_valid_managed_policies(name: 
     document = execution_policy(name)
     assert len(json.dumps(document, separators=(",", ":"))) < 6144  # IAM's managed policy size limit
     assert not any(s["Effect"] == "Allow" and s["Action"] in ("*", "iam:*") for s in document["Statement"])
-    template = {"Resources": {"ExecutionPolicy": {"Type": "AWS::IAM::ManagedPolicy", "Properties": {"PolicyDocument": document}}}}
+    template = {
+        "Resources": {
+            "ExecutionPolicy": {"Type": "AWS::IAM::ManagedPolicy", "Properties": {"PolicyDocument": document}}
+        }
+    }
     path = tmp_path / "policy.template.json"
     path.write_text(json.dumps(template))
-    result = subprocess.run([str(Path(sys.executable).parent / "cfn-lint"), "--format", "parseable", str(path)], capture_output=True, text=True, timeout=120)
+    result = subprocess.run(
+        [str(Path(sys.executable).parent / "cfn-lint"), "--format", "parseable", str(path)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert result.returncode == 0, result.stdout
 
 
 @pytest.mark.parametrize("synth_name", SYNTHS)
-def test_the_execution_policies_cover_what_cloudformation_needs_for_every_stack(synth_name: str, request: pytest.FixtureRequest) -> None:
+def test_the_execution_policies_cover_what_cloudformation_needs_for_every_stack(
+    synth_name: str, request: pytest.FixtureRequest
+) -> None:
     synth: Synth = request.getfixturevalue(synth_name)
     types = {r["Type"] for t in synth.templates.values() for r in t["Resources"].values()}
-    assert {"AWS::EKS::Cluster", "AWS::Logs::LogGroup", "AWS::Lambda::LayerVersion", "AWS::EC2::LaunchTemplate"} <= types
+    assert {
+        "AWS::EKS::Cluster",
+        "AWS::Logs::LogGroup",
+        "AWS::Lambda::LayerVersion",
+        "AWS::EC2::LaunchTemplate",
+    } <= types
     assert gaps(types, _allowed_statements()) == {}
 
 
@@ -226,8 +320,16 @@ def test_the_coverage_check_can_fail() -> None:
     assert arns("eks:CreateCluster") == ["*"] and arns("lambda:ListLayerVersions") == ["*"]
     scoped_only = [
         {"Effect": "Allow", "Action": "eks:*", "Resource": [f"arn:aws:eks:us-east-2:123456789012:cluster/{CLUSTER}"]},
-        {"Effect": "Allow", "Action": "lambda:ListLayerVersions", "Resource": "arn:aws:lambda:us-east-2:123456789012:layer:*"},
-        {"Effect": "Allow", "Action": ["logs:CreateLogGroup"], "Resource": f"arn:aws:logs:us-east-2:123456789012:log-group:/aws/eks/{CLUSTER}/*"},
+        {
+            "Effect": "Allow",
+            "Action": "lambda:ListLayerVersions",
+            "Resource": "arn:aws:lambda:us-east-2:123456789012:layer:*",
+        },
+        {
+            "Effect": "Allow",
+            "Action": ["logs:CreateLogGroup"],
+            "Resource": f"arn:aws:logs:us-east-2:123456789012:log-group:/aws/eks/{CLUSTER}/*",
+        },
     ]
     missing = gaps({"AWS::EKS::Cluster", "AWS::Lambda::LayerVersion", "AWS::Logs::LogGroup"}, scoped_only)
     assert "eks:CreateCluster" in missing["AWS::EKS::Cluster"]

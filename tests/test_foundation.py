@@ -44,7 +44,9 @@ def test_one_nat_gateway_in_the_gpu_az(default_synth: Synth) -> None:
 
 
 def test_vpc_flow_logs_rejected_traffic(default_synth: Synth) -> None:
-    default_synth.template("network").has_resource_properties("AWS::EC2::FlowLog", {"TrafficType": "REJECT", "LogDestinationType": "cloud-watch-logs"})
+    default_synth.template("network").has_resource_properties(
+        "AWS::EC2::FlowLog", {"TrafficType": "REJECT", "LogDestinationType": "cloud-watch-logs"}
+    )
 
 
 def test_cluster_version_logging_encryption_and_no_auto_mode(default_synth: Synth) -> None:
@@ -65,7 +67,10 @@ def test_control_plane_log_group_has_a_retention_and_exists_before_the_cluster(d
     resources = default_synth.templates["cluster"]["Resources"]
     (group_id,) = [k for k, v in resources.items() if v["Type"] == "AWS::Logs::LogGroup"]
     group = resources[group_id]
-    assert (group["Properties"]["LogGroupName"], group["Properties"]["RetentionInDays"]) == ("/aws/eks/ray-llm-multinode/cluster", 30)
+    assert (group["Properties"]["LogGroupName"], group["Properties"]["RetentionInDays"]) == (
+        "/aws/eks/ray-llm-multinode/cluster",
+        30,
+    )
     assert group["DeletionPolicy"] == "Delete"
     (cluster,) = [v for v in resources.values() if v["Type"] == "AWS::EKS::Cluster"]
     assert group_id in cluster["DependsOn"]
@@ -115,7 +120,11 @@ def test_system_nodegroup(default_synth: Synth) -> None:
 def test_system_launch_template_imdsv2_and_encrypted_gp3(default_synth: Synth) -> None:
     data = _only(default_synth.resources("system", "AWS::EC2::LaunchTemplate"))["Properties"]["LaunchTemplateData"]
     assert data["InstanceType"] == "m7i.xlarge"
-    assert data["MetadataOptions"] == {"HttpEndpoint": "enabled", "HttpTokens": "required", "HttpPutResponseHopLimit": 1}
+    assert data["MetadataOptions"] == {
+        "HttpEndpoint": "enabled",
+        "HttpTokens": "required",
+        "HttpPutResponseHopLimit": 1,
+    }
     ebs = data["BlockDeviceMappings"][0]["Ebs"]
     assert ebs == {"VolumeSize": 100, "VolumeType": "gp3", "Encrypted": True, "DeleteOnTermination": True}
 
@@ -123,7 +132,10 @@ def test_system_launch_template_imdsv2_and_encrypted_gp3(default_synth: Synth) -
 def test_kubectl_provider_uses_the_1_35_layer(default_synth: Synth) -> None:
     from settings import versions
 
-    descriptions = [v["Properties"].get("Description", "") for v in default_synth.resources("cluster", "AWS::Lambda::LayerVersion").values()]
+    descriptions = [
+        v["Properties"].get("Description", "")
+        for v in default_synth.resources("cluster", "AWS::Lambda::LayerVersion").values()
+    ]
     (kubectl,) = [d for d in descriptions if "kubectl" in d]
     # kubectl 1.35.x serves clusters at 1.34-1.36 (one minor version of skew either way).
     assert f"kubectl 1.{versions.KUBECTL_LAYER_KUBERNETES_MINOR}." in kubectl and "helm" in kubectl
@@ -132,7 +144,10 @@ def test_kubectl_provider_uses_the_1_35_layer(default_synth: Synth) -> None:
 def test_outputs(default_synth: Synth) -> None:
     outputs = default_synth.templates["cluster"]["Outputs"]
     assert outputs["Region"]["Value"] == "sa-east-1"
-    assert outputs["UpdateKubeconfigCommand"]["Value"] == "aws eks update-kubeconfig --region sa-east-1 --name ray-llm-multinode"
+    assert (
+        outputs["UpdateKubeconfigCommand"]["Value"]
+        == "aws eks update-kubeconfig --region sa-east-1 --name ray-llm-multinode"
+    )
     assert "ClusterName" in outputs
 
 
@@ -141,10 +156,20 @@ def test_admin_access_entries_and_private_endpoint(tmp_path_factory: Any) -> Non
 
     arn = "arn:aws:iam::123456789012:role/ci-deploy"
     synth = synthesize(
-        settings_for({"ADMIN_PRINCIPAL_ARNS": arn, "ENDPOINT_ACCESS": "public-and-private", "PUBLIC_ACCESS_CIDRS": "203.0.113.0/24"}),
+        settings_for(
+            {
+                "ADMIN_PRINCIPAL_ARNS": arn,
+                "ENDPOINT_ACCESS": "public-and-private",
+                "PUBLIC_ACCESS_CIDRS": "203.0.113.0/24",
+            }
+        ),
         tmp_path_factory.mktemp("admin"),
     )
-    entries = [v["Properties"] for v in synth.resources("cluster", "AWS::EKS::AccessEntry").values() if v["Properties"]["PrincipalArn"] == arn]
+    entries = [
+        v["Properties"]
+        for v in synth.resources("cluster", "AWS::EKS::AccessEntry").values()
+        if v["Properties"]["PrincipalArn"] == arn
+    ]
     assert len(entries) == 1
     (policy,) = entries[0]["AccessPolicies"]
     assert policy["AccessScope"] == {"Type": "cluster"}
@@ -154,13 +179,19 @@ def test_admin_access_entries_and_private_endpoint(tmp_path_factory: Any) -> Non
 
 
 @pytest.mark.parametrize("synth_name", ["default_synth", "private_synth"])
-def test_the_kubectl_provider_in_the_vpc_has_a_security_group_of_its_own(synth_name: str, request: pytest.FixtureRequest) -> None:
+def test_the_kubectl_provider_in_the_vpc_has_a_security_group_of_its_own(
+    synth_name: str, request: pytest.FixtureRequest
+) -> None:
     """aws-cdk-lib puts the provider's Lambdas in the VPC whenever the endpoint has private access (the
     default too) and would give them the cluster security group, which their late ENIs then hold at teardown."""
     synth: Synth = request.getfixturevalue(synth_name)
     groups = synth.resources("cluster", "AWS::EC2::SecurityGroup")
     (own,) = [k for k in groups if k.startswith("KubectlProviderSecurityGroup")]
-    functions = [v["Properties"] for k, v in synth.resources("cluster", "AWS::Lambda::Function").items() if k.startswith("ClusterKubectlProvider")]
+    functions = [
+        v["Properties"]
+        for k, v in synth.resources("cluster", "AWS::Lambda::Function").items()
+        if k.startswith("ClusterKubectlProvider")
+    ]
     assert len(functions) == 2
     for function in functions:
         assert function["VpcConfig"]["SecurityGroupIds"] == [{"Fn::GetAtt": [own, "GroupId"]}]

@@ -31,7 +31,8 @@ PASSWORD = "local-test-password-not-a-secret"
 REDIS = shutil.which("redis-server")
 # In CI the server is installed by .ci/run: there the test must run, not skip.
 pytestmark = pytest.mark.skipif(
-    REDIS is None and os.environ.get("CI") != "true", reason="redis-server is not installed (.ci/run installs it: apt-get install redis-server)"
+    REDIS is None and os.environ.get("CI") != "true",
+    reason="redis-server is not installed (.ci/run installs it: apt-get install redis-server)",
 )
 
 
@@ -39,9 +40,34 @@ def _tls_files(directory: Path) -> dict[str, Path]:
     """A CA and a server certificate for 127.0.0.1 signed by it (openssl), as ElastiCache's chain to Amazon's roots."""
     files = {name: directory / f"{name}.pem" for name in ("ca", "ca-key", "server", "server-key")}
     run = lambda *args: subprocess.run(["openssl", *args], check=True, capture_output=True, timeout=60)  # noqa: E731
-    run("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj", "/CN=test CA", "-keyout", str(files["ca-key"]), "-out", str(files["ca"]))
+    run(
+        "req",
+        "-x509",
+        "-newkey",
+        "rsa:2048",
+        "-nodes",
+        "-days",
+        "1",
+        "-subj",
+        "/CN=test CA",
+        "-keyout",
+        str(files["ca-key"]),
+        "-out",
+        str(files["ca"]),
+    )
     csr = directory / "server.csr"
-    run("req", "-newkey", "rsa:2048", "-nodes", "-subj", "/CN=127.0.0.1", "-keyout", str(files["server-key"]), "-out", str(csr))
+    run(
+        "req",
+        "-newkey",
+        "rsa:2048",
+        "-nodes",
+        "-subj",
+        "/CN=127.0.0.1",
+        "-keyout",
+        str(files["server-key"]),
+        "-out",
+        str(csr),
+    )
     ext = directory / "san.cnf"
     ext.write_text("subjectAltName=IP:127.0.0.1,DNS:localhost\n")
     run(
@@ -115,7 +141,9 @@ def _scenario(tmp_path: Path, name: str, spec: dict[str, Any], env: dict[str, st
     raise AssertionError("unreachable")
 
 
-def test_the_worker_serves_through_a_gcs_outage_with_the_store_and_not_without(tls_redis: tuple[str, Path], tmp_path: Path) -> None:
+def test_the_worker_serves_through_a_gcs_outage_with_the_store_and_not_without(
+    tls_redis: tuple[str, Path], tmp_path: Path
+) -> None:
     address, ca = tls_redis
     # With the store, the worker's reconnect timeout KubeRay 1.7 sets (600 s); without it Ray's default (60 s), shorter
     # here so that the control shows its end within the test.

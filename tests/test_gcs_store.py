@@ -34,22 +34,35 @@ def test_the_store_is_encrypted_replicated_and_reachable_only_from_the_nodes(gcs
     (group,) = gcs_synth.resources("system", "AWS::ElastiCache::ReplicationGroup").values()
     props = group["Properties"]
     assert (props["Engine"], props["EngineVersion"], props["CacheNodeType"]) == ("valkey", "8.1", "cache.t4g.micro")
-    assert props["AtRestEncryptionEnabled"] and props["TransitEncryptionEnabled"] and props["TransitEncryptionMode"] == "required"
+    assert (
+        props["AtRestEncryptionEnabled"]
+        and props["TransitEncryptionEnabled"]
+        and props["TransitEncryptionMode"] == "required"
+    )
     assert props["NumCacheClusters"] == 2 and props["MultiAZEnabled"] and props["AutomaticFailoverEnabled"]
     assert group["DeletionPolicy"] == "Delete" and props["SnapshotRetentionLimit"] == 0
     # The token: a dynamic reference to the generated secret, resolved by CloudFormation, never a value.
     token = json.dumps(props["AuthToken"])
     assert "{{resolve:secretsmanager:" in token
     (secret,) = gcs_synth.resources("system", "AWS::SecretsManager::Secret").values()
-    assert "SecretString" not in secret["Properties"] and secret["Properties"]["GenerateSecretString"]["PasswordLength"] == 64
+    assert (
+        "SecretString" not in secret["Properties"]
+        and secret["Properties"]["GenerateSecretString"]["PasswordLength"] == 64
+    )
     (subnets,) = gcs_synth.resources("system", "AWS::ElastiCache::SubnetGroup").values()
     assert len(subnets["Properties"]["SubnetIds"]) == len(gcs_synth.settings.availability_zones)
     # Its security group: the port from the cluster security group (every node carries it), no egress.
     (sg_id,) = [sg["Fn::GetAtt"][0] for sg in props["SecurityGroupIds"]]
     sg = gcs_synth.templates["system"]["Resources"][sg_id]["Properties"]
     (ingress,) = sg["SecurityGroupIngress"]
-    assert (ingress["FromPort"], ingress["ToPort"], ingress["IpProtocol"]) == (6379, 6379, "tcp") and "SourceSecurityGroupId" in ingress
-    assert "CidrIp" not in ingress and sg["SecurityGroupEgress"][0]["CidrIp"] == "255.255.255.255/32"  # CDK's "no egress" rule
+    assert (ingress["FromPort"], ingress["ToPort"], ingress["IpProtocol"]) == (
+        6379,
+        6379,
+        "tcp",
+    ) and "SourceSecurityGroupId" in ingress
+    assert (
+        "CidrIp" not in ingress and sg["SecurityGroupEgress"][0]["CidrIp"] == "255.255.255.255/32"
+    )  # CDK's "no egress" rule
 
 
 def test_no_literal_secret_in_any_template_or_manifest(gcs_synth: Synth) -> None:
@@ -64,7 +77,9 @@ def test_no_literal_secret_in_any_template_or_manifest(gcs_synth: Synth) -> None
         assert obj["kind"] != "Secret"
         if obj["kind"] == "RayService":
             password = obj["spec"]["rayClusterConfig"]["gcsFaultToleranceOptions"]["redisPassword"]
-            assert "value" not in password and password["valueFrom"] == {"secretKeyRef": {"name": "gcs-store", "key": "password"}}
+            assert "value" not in password and password["valueFrom"] == {
+                "secretKeyRef": {"name": "gcs-store", "key": "password"}
+            }
 
 
 def test_the_raycluster_takes_the_store_as_kuberay_and_ray_do(gcs_synth: Synth) -> None:
@@ -88,10 +103,18 @@ def test_the_raycluster_takes_the_store_as_kuberay_and_ray_do(gcs_synth: Synth) 
 def test_the_head_objects_outlive_the_rayservice_for_kuberays_cleanup_job(gcs_synth: Synth) -> None:
     manifests = {k: v for k, v in gcs_synth.resources("serving", "Custom::AWSCDK-EKS-KubernetesResource").items()}
     resolver = Resolver(gcs_synth.templates, gcs_synth.settings.region)
-    namespace = [json.loads(resolver.resolve(v["Properties"]["Manifest"], "serving")) for k, v in manifests.items() if k.startswith("Namespace")]
+    namespace = [
+        json.loads(resolver.resolve(v["Properties"]["Manifest"], "serving"))
+        for k, v in manifests.items()
+        if k.startswith("Namespace")
+    ]
     assert namespace, manifests.keys()
     kinds = {(o["kind"], o["metadata"]["name"]) for o in namespace[0]}
-    assert {("ServiceAccount", "ray-llm-head"), ("SecretProviderClass", "gcs-store"), ("ConfigMap", "gcs-store-ca")} <= kinds
+    assert {
+        ("ServiceAccount", "ray-llm-head"),
+        ("SecretProviderClass", "gcs-store"),
+        ("ConfigMap", "gcs-store-ca"),
+    } <= kinds
     for obj in namespace[0]:
         if obj["kind"] in ("ServiceAccount", "ConfigMap"):
             kubernetes_validate.validate(obj, "1.35", strict=True)
@@ -101,20 +124,33 @@ def test_the_head_objects_outlive_the_rayservice_for_kuberays_cleanup_job(gcs_sy
 
 def test_the_heads_identity_reads_the_stores_token_and_nothing_else(gcs_synth: Synth) -> None:
     (association,) = [
-        a for a in gcs_synth.resources("serving", "AWS::EKS::PodIdentityAssociation").values() if a["Properties"]["ServiceAccount"] == "ray-llm-head"
+        a
+        for a in gcs_synth.resources("serving", "AWS::EKS::PodIdentityAssociation").values()
+        if a["Properties"]["ServiceAccount"] == "ray-llm-head"
     ]
     role_id = association["Properties"]["RoleArn"]["Fn::GetAtt"][0]
     resources = gcs_synth.templates["serving"]["Resources"]
-    (policy,) = [v for v in resources.values() if v["Type"] == "AWS::IAM::Policy" and {"Ref": role_id} in v["Properties"]["Roles"]]
-    document = Resolver(gcs_synth.templates, gcs_synth.settings.region).resolve(policy["Properties"]["PolicyDocument"], "serving")
+    (policy,) = [
+        v
+        for v in resources.values()
+        if v["Type"] == "AWS::IAM::Policy" and {"Ref": role_id} in v["Properties"]["Roles"]
+    ]
+    document = Resolver(gcs_synth.templates, gcs_synth.settings.region).resolve(
+        policy["Properties"]["PolicyDocument"], "serving"
+    )
     token = json.dumps(document).split("arn:aws:secretsmanager:")[1].split('"')[0]
     token_arn = f"arn:aws:secretsmanager:{token}"
     got = decisions(
         [
             Request("secretsmanager:GetSecretValue", token_arn),
-            Request("secretsmanager:GetSecretValue", "arn:aws:secretsmanager:sa-east-1:123456789012:secret:prod/hf-token-AbCdEf"),
+            Request(
+                "secretsmanager:GetSecretValue",
+                "arn:aws:secretsmanager:sa-east-1:123456789012:secret:prod/hf-token-AbCdEf",
+            ),
             Request("secretsmanager:PutSecretValue", token_arn),
-            Request("elasticache:ModifyReplicationGroup", "arn:aws:elasticache:sa-east-1:123456789012:replicationgroup:x"),
+            Request(
+                "elasticache:ModifyReplicationGroup", "arn:aws:elasticache:sa-east-1:123456789012:replicationgroup:x"
+            ),
         ],
         identity_policy=document,
     )
@@ -128,7 +164,10 @@ def test_the_default_synth_has_none_of_it(default_synth: Synth) -> None:
     assert not default_synth.resources("system", "AWS::ElastiCache::ReplicationGroup")
     assert not default_synth.resources("system", "AWS::SecretsManager::Secret")
     cluster = _rayservice(default_synth)["spec"]["rayClusterConfig"]
-    assert "gcsFaultToleranceOptions" not in cluster and "serviceAccountName" not in cluster["headGroupSpec"]["template"]["spec"]
+    assert (
+        "gcsFaultToleranceOptions" not in cluster
+        and "serviceAccountName" not in cluster["headGroupSpec"]["template"]["spec"]
+    )
 
 
 @pytest.mark.parametrize("value", ["cache.t4g", "t4g.micro", "cache.T4G.micro"])
@@ -136,7 +175,9 @@ def test_a_bad_store_type_is_one_line(value: str) -> None:
     from settings import SettingError
     from tests.conftest import settings_for
 
-    with pytest.raises(SettingError, match=r"GCS_STORE_NODE_TYPE=.* is not allowed: an ElastiCache node type, cache\.FAMILY\.SIZE"):
+    with pytest.raises(
+        SettingError, match=r"GCS_STORE_NODE_TYPE=.* is not allowed: an ElastiCache node type, cache\.FAMILY\.SIZE"
+    ):
         settings_for({"GCS_FAULT_TOLERANCE": "redis", "GCS_STORE_NODE_TYPE": value})
 
 
@@ -150,9 +191,15 @@ def _stubbed(offerings: list[dict[str, Any]], versions: list[dict[str, Any]]) ->
     client = boto3.client("elasticache", region_name="sa-east-1", aws_access_key_id="x", aws_secret_access_key="x")
     stub = Stubber(client)
     stub.add_response(
-        "describe_reserved_cache_nodes_offerings", {"ReservedCacheNodesOfferings": offerings}, {"CacheNodeType": "cache.t4g.micro", "MaxRecords": 20}
+        "describe_reserved_cache_nodes_offerings",
+        {"ReservedCacheNodesOfferings": offerings},
+        {"CacheNodeType": "cache.t4g.micro", "MaxRecords": 20},
     )
-    stub.add_response("describe_cache_engine_versions", {"CacheEngineVersions": versions}, {"Engine": "valkey", "EngineVersion": "8.1"})
+    stub.add_response(
+        "describe_cache_engine_versions",
+        {"CacheEngineVersions": versions},
+        {"Engine": "valkey", "EngineVersion": "8.1"},
+    )
     stub.activate()
     return client
 
@@ -165,10 +212,16 @@ def test_the_preflight_wants_the_store_type_and_version_offered_in_the_region() 
     args = {"node_type": "cache.t4g.micro", "engine": "valkey", "engine_version": "8.1", "region": "sa-east-1"}
     assert check_gcs_store(_stubbed(offering, version), **args).ok
     missing_type = check_gcs_store(_stubbed([], version), **args)
-    assert not missing_type.ok and "offers no cache.t4g.micro in sa-east-1" in missing_type.detail and "GCS_STORE_NODE_TYPE" in missing_type.fix
+    assert (
+        not missing_type.ok
+        and "offers no cache.t4g.micro in sa-east-1" in missing_type.detail
+        and "GCS_STORE_NODE_TYPE" in missing_type.fix
+    )
     missing_version = check_gcs_store(_stubbed(offering, []), **args)
     assert not missing_version.ok and "no valkey 8.1" in missing_version.detail
-    assert check_gcs_store(None, node_type="", engine="valkey", engine_version="8.1", region="sa-east-1").ok  # off: nothing asked
+    assert check_gcs_store(
+        None, node_type="", engine="valkey", engine_version="8.1", region="sa-east-1"
+    ).ok  # off: nothing asked
 
 
 # --- system nodes that can lose one (SYSTEM_NODE_COUNT >= 2) -----------------------------------------------------------
@@ -180,8 +233,12 @@ def test_two_system_nodes_spread_coredns_and_the_operator_over_azs() -> None:
     settings, templates = synth(SYSTEM_NODE_COUNT="2")
     system = templates["system"]["Resources"]
     (nodegroup,) = [r for r in system.values() if r["Type"] == "AWS::EKS::Nodegroup"]
-    assert nodegroup["Properties"]["ScalingConfig"]["MinSize"] == 2 and len(nodegroup["Properties"]["Subnets"]) == len(settings.availability_zones)
-    (coredns,) = [r for r in system.values() if r["Type"] == "AWS::EKS::Addon" and r["Properties"]["AddonName"] == "coredns"]
+    assert nodegroup["Properties"]["ScalingConfig"]["MinSize"] == 2 and len(nodegroup["Properties"]["Subnets"]) == len(
+        settings.availability_zones
+    )
+    (coredns,) = [
+        r for r in system.values() if r["Type"] == "AWS::EKS::Addon" and r["Properties"]["AddonName"] == "coredns"
+    ]
     affinity = json.loads(coredns["Properties"]["ConfigurationValues"])["affinity"]
     zone_terms = [
         t
@@ -189,14 +246,23 @@ def test_two_system_nodes_spread_coredns_and_the_operator_over_azs() -> None:
         if t["podAffinityTerm"]["topologyKey"] == "topology.kubernetes.io/zone"
     ]
     assert zone_terms and zone_terms[0]["podAffinityTerm"]["labelSelector"] == {"matchLabels": {"k8s-app": "kube-dns"}}
-    (operator,) = [r for r in system.values() if r["Type"] == "Custom::AWSCDK-EKS-HelmChart" and r["Properties"]["Chart"] == "kuberay-operator"]
+    (operator,) = [
+        r
+        for r in system.values()
+        if r["Type"] == "Custom::AWSCDK-EKS-HelmChart" and r["Properties"]["Chart"] == "kuberay-operator"
+    ]
     values = json.loads(operator["Properties"]["Values"])
     assert values["replicas"] == 2 and "podAntiAffinity" in values["affinity"]
     (budget,) = [
-        json.loads(r["Properties"]["Manifest"]) for k, r in system.items() if k.startswith("KubeRayOperatorDisruptionBudget") and "Manifest" in r["Properties"]
+        json.loads(r["Properties"]["Manifest"])
+        for k, r in system.items()
+        if k.startswith("KubeRayOperatorDisruptionBudget") and "Manifest" in r["Properties"]
     ]
     kubernetes_validate.validate(budget[0], "1.35", strict=True)
-    assert budget[0]["spec"] == {"minAvailable": 1, "selector": {"matchLabels": {"app.kubernetes.io/name": "kuberay-operator"}}}
+    assert budget[0]["spec"] == {
+        "minAvailable": 1,
+        "selector": {"matchLabels": {"app.kubernetes.io/name": "kuberay-operator"}},
+    }
     # One system node: as before (the add-on's defaults, one operator, no budget that would block a drain).
     _, one = synth()
     assert not [k for k in one["system"]["Resources"] if k.startswith("KubeRayOperatorDisruptionBudget")]
@@ -212,7 +278,10 @@ def test_verify_wants_kuberays_ft_annotation_and_the_gcs_on_the_store() -> None:
     settings = settings_for({"GCS_FAULT_TOLERANCE": "redis"})
     head = {"metadata": {"name": "ray-llm-head-x", "annotations": {"ray.io/ft-enabled": "true"}}}
     # The line Ray 2.58's GCS logs at start, as the local failover test's head wrote it.
-    persist = "[2026-12-01 12:24:51,560 I 3884 3884] (gcs_server) gcs_server.cc:179: GCS storage type is StorageType::REDIS_PERSIST"
+    persist = (
+        "[2026-12-01 12:24:51,560 I 3884 3884] (gcs_server) gcs_server.cc:179: GCS storage type is"
+        " StorageType::REDIS_PERSIST"
+    )
     memory = persist.replace("REDIS_PERSIST", "IN_MEMORY")
     assert check_gcs_store(settings, head, persist).ok
     assert not check_gcs_store(settings, head, memory).ok

@@ -36,7 +36,11 @@ def test_gpu_nodegroup_uses_exactly_one_private_subnet_in_the_gpu_az(default_syn
     (subnet,) = nodegroup["Properties"]["Subnets"]
     export = subnet["Fn::ImportValue"]
     network = default_synth.templates["network"]
-    exported = {o["Export"]["Name"]: o["Value"]["Ref"] for o in network["Outputs"].values() if "Export" in o and "Ref" in o["Value"]}
+    exported = {
+        o["Export"]["Name"]: o["Value"]["Ref"]
+        for o in network["Outputs"].values()
+        if "Export" in o and "Ref" in o["Value"]
+    }
     subnet_resource = network["Resources"][exported[export]]
     assert subnet_resource["Properties"]["AvailabilityZone"] == default_synth.settings.gpu_az
     tags = {t["Key"]: t["Value"] for t in subnet_resource["Properties"]["Tags"]}
@@ -74,10 +78,24 @@ def test_efa_security_group_allows_all_traffic_within_itself(default_synth: Synt
     ingress = [v["Properties"] for v in default_synth.resources("gpu", "AWS::EC2::SecurityGroupIngress").values()]
     egress = [v["Properties"] for v in default_synth.resources("gpu", "AWS::EC2::SecurityGroupEgress").values()]
     self_ref = {"Fn::GetAtt": [group_id, "GroupId"]}
-    assert {"IpProtocol": "-1", "GroupId": self_ref, "SourceSecurityGroupId": self_ref, "Description": "EFA from the GPU nodes"} in ingress
-    assert {"IpProtocol": "-1", "GroupId": self_ref, "DestinationSecurityGroupId": self_ref, "Description": "EFA to the GPU nodes"} in egress
+    assert {
+        "IpProtocol": "-1",
+        "GroupId": self_ref,
+        "SourceSecurityGroupId": self_ref,
+        "Description": "EFA from the GPU nodes",
+    } in ingress
+    assert {
+        "IpProtocol": "-1",
+        "GroupId": self_ref,
+        "DestinationSecurityGroupId": self_ref,
+        "Description": "EFA to the GPU nodes",
+    } in egress
     # No rule to or from anywhere else: internet egress is the cluster security group's job.
-    assert all("CidrIp" not in rule for rule in group["Properties"].get("SecurityGroupEgress", []) if rule.get("IpProtocol") == "-1")
+    assert all(
+        "CidrIp" not in rule
+        for rule in group["Properties"].get("SecurityGroupEgress", [])
+        if rule.get("IpProtocol") == "-1"
+    )
 
 
 def test_multi_card_type_gets_one_efa_interface_per_card(p5_synth: Synth) -> None:
@@ -95,7 +113,11 @@ def test_multi_card_type_gets_one_efa_interface_per_card(p5_synth: Synth) -> Non
 
 
 def _helm(synth: Synth, chart: str) -> tuple[str, dict[str, Any]]:
-    matches = [(k, v) for k, v in synth.resources("gpu", "Custom::AWSCDK-EKS-HelmChart").items() if v["Properties"]["Chart"] == chart]
+    matches = [
+        (k, v)
+        for k, v in synth.resources("gpu", "Custom::AWSCDK-EKS-HelmChart").items()
+        if v["Properties"]["Chart"] == chart
+    ]
     assert len(matches) == 1, chart
     return matches[0]
 
@@ -104,7 +126,9 @@ def _helm(synth: Synth, chart: str) -> tuple[str, dict[str, Any]]:
     ("chart", "repository", "version"),
     [(pin.chart, pin.repository, pin.version) for pin in (nvidia_device_plugin.PIN, efa_device_plugin.PIN)],
 )
-def test_device_plugins_are_pinned_tolerate_the_taint_and_follow_the_nodegroup(default_synth: Synth, chart: str, repository: str, version: str) -> None:
+def test_device_plugins_are_pinned_tolerate_the_taint_and_follow_the_nodegroup(
+    default_synth: Synth, chart: str, repository: str, version: str
+) -> None:
     import json
 
     nodegroup_id, _ = _one(default_synth, "gpu", "AWS::EKS::Nodegroup")
@@ -118,20 +142,32 @@ def test_device_plugins_are_pinned_tolerate_the_taint_and_follow_the_nodegroup(d
     assert values["nodeSelector"] == {"role": "gpu-worker"}
     assert any(nodegroup_id in dep for dep in release["DependsOn"])
     if chart == efa_device_plugin.PIN.chart:  # the chart's own instance allow-list names our type
-        assert values["supportedInstanceLabels"] == {"keys": ["node.kubernetes.io/instance-type"], "values": ["g6.8xlarge"]}
+        assert values["supportedInstanceLabels"] == {
+            "keys": ["node.kubernetes.io/instance-type"],
+            "values": ["g6.8xlarge"],
+        }
         # The image from the deploy Region's EKS registry, not the chart's default us-west-2 one.
-        assert values["image"] == {"repository": "602401143452.dkr.ecr.sa-east-1.amazonaws.com/eks/aws-efa-k8s-device-plugin"}
+        assert values["image"] == {
+            "repository": "602401143452.dkr.ecr.sa-east-1.amazonaws.com/eks/aws-efa-k8s-device-plugin"
+        }
 
 
 @pytest.mark.parametrize(
     ("region", "registry"),
-    [("us-east-2", "602401143452.dkr.ecr.us-east-2.amazonaws.com"), ("af-south-1", "877085696533.dkr.ecr.af-south-1.amazonaws.com")],
+    [
+        ("us-east-2", "602401143452.dkr.ecr.us-east-2.amazonaws.com"),
+        ("af-south-1", "877085696533.dkr.ecr.af-south-1.amazonaws.com"),
+    ],
 )
 def test_the_efa_plugin_image_comes_from_the_deploy_regions_registry(region: str, registry: str) -> None:
     from stacks.addons import efa_device_plugin
     from tests.conftest import settings_for
 
-    env = {"REGION": region, "GPU_AZ": f"{region}a", **({"DLC_IMAGE": versions.DLC_PUBLIC_IMAGE} if region == "af-south-1" else {})}
+    env = {
+        "REGION": region,
+        "GPU_AZ": f"{region}a",
+        **({"DLC_IMAGE": versions.DLC_PUBLIC_IMAGE} if region == "af-south-1" else {}),
+    }
     settings = settings_for(env)
     values = efa_device_plugin.values(settings)
     assert values["image"]["repository"] == f"{registry}/eks/aws-efa-k8s-device-plugin"
@@ -141,11 +177,17 @@ def test_the_efa_plugin_image_comes_from_the_deploy_regions_registry(region: str
 def test_a_capacity_block_in_its_own_placement_group(tmp_path_factory: Any) -> None:
     from tests.conftest import settings_for, synthesize
 
-    env = {"GPU_CAPACITY_RESERVATION_ID": "cr-0123456789abcdef0", "GPU_CAPACITY_RESERVATION_TYPE": "capacity-block", "GPU_PLACEMENT_GROUP": "gpu-pg"}
+    env = {
+        "GPU_CAPACITY_RESERVATION_ID": "cr-0123456789abcdef0",
+        "GPU_CAPACITY_RESERVATION_TYPE": "capacity-block",
+        "GPU_PLACEMENT_GROUP": "gpu-pg",
+    }
     synth = synthesize(settings_for(env), tmp_path_factory.mktemp("capacity_block"))
     _, template = _one(synth, "gpu", "AWS::EC2::LaunchTemplate")
     data = template["Properties"]["LaunchTemplateData"]
-    assert data["CapacityReservationSpecification"] == {"CapacityReservationTarget": {"CapacityReservationId": "cr-0123456789abcdef0"}}
+    assert data["CapacityReservationSpecification"] == {
+        "CapacityReservationTarget": {"CapacityReservationId": "cr-0123456789abcdef0"}
+    }
     assert data["InstanceMarketOptions"] == {"MarketType": "capacity-block"}
     assert data["Placement"] == {"GroupName": "gpu-pg"}  # the user's, not one of the stack's
     assert synth.resources("gpu", "AWS::EC2::PlacementGroup") == {}
@@ -157,10 +199,15 @@ def test_a_capacity_block_in_its_own_placement_group(tmp_path_factory: Any) -> N
 def test_an_on_demand_reservation_without_a_placement_group(tmp_path_factory: Any, default_synth: Synth) -> None:
     from tests.conftest import settings_for, synthesize
 
-    synth = synthesize(settings_for({"GPU_CAPACITY_RESERVATION_ID": "cr-0123456789abcdef0", "GPU_PLACEMENT_GROUP": "off"}), tmp_path_factory.mktemp("odcr"))
+    synth = synthesize(
+        settings_for({"GPU_CAPACITY_RESERVATION_ID": "cr-0123456789abcdef0", "GPU_PLACEMENT_GROUP": "off"}),
+        tmp_path_factory.mktemp("odcr"),
+    )
     _, template = _one(synth, "gpu", "AWS::EC2::LaunchTemplate")
     data = template["Properties"]["LaunchTemplateData"]
-    assert data["CapacityReservationSpecification"]["CapacityReservationTarget"] == {"CapacityReservationId": "cr-0123456789abcdef0"}
+    assert data["CapacityReservationSpecification"]["CapacityReservationTarget"] == {
+        "CapacityReservationId": "cr-0123456789abcdef0"
+    }
     assert "Placement" not in data and "InstanceMarketOptions" not in data
     assert synth.resources("gpu", "AWS::EC2::PlacementGroup") == {}
     _, nodegroup = _one(synth, "gpu", "AWS::EKS::Nodegroup")

@@ -32,7 +32,11 @@ pytestmark = pytest.mark.skipif(SETPRIV is None, reason="needs util-linux's setp
 ROOT = os.geteuid() == 0
 # As root (the image's user, what the container runs) the bounding set is emptied too: root with no
 # capability. Any other user (a hosted CI runner) holds none to begin with; no_new_privs applies either way.
-NO_CAPABILITIES = [str(SETPRIV), "--no-new-privs", *(["--bounding-set=-all", "--inh-caps=-all", "--ambient-caps=-all"] if ROOT else [])]
+NO_CAPABILITIES = [
+    str(SETPRIV),
+    "--no-new-privs",
+    *(["--bounding-set=-all", "--inh-caps=-all", "--ambient-caps=-all"] if ROOT else []),
+]
 
 
 def _capabilities(pid: int) -> dict[str, int]:
@@ -63,7 +67,11 @@ def test_the_head_container_drops_every_capability() -> None:
 
     ray_service = build_rayservice_chart(settings_for()).ray_service.to_json()
     (head,) = ray_service["spec"]["rayClusterConfig"]["headGroupSpec"]["template"]["spec"]["containers"]
-    assert head["securityContext"] == {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}, "seccompProfile": {"type": "RuntimeDefault"}}
+    assert head["securityContext"] == {
+        "allowPrivilegeEscalation": False,
+        "capabilities": {"drop": ["ALL"]},
+        "seccompProfile": {"type": "RuntimeDefault"},
+    }
 
 
 @pytest.fixture(scope="module")

@@ -23,15 +23,23 @@ def _objects(synth: Synth, kind: str) -> list[dict[str, Any]]:
 def test_no_token_means_none_of_this(default_synth: Synth) -> None:
     assert not default_synth.resources("serving", "AWS::EKS::PodIdentityAssociation")
     assert not _objects(default_synth, "SecretProviderClass") and not _objects(default_synth, "ServiceAccount")
-    worker = _objects(default_synth, "RayService")[0]["spec"]["rayClusterConfig"]["workerGroupSpecs"][0]["template"]["spec"]
+    worker = _objects(default_synth, "RayService")[0]["spec"]["rayClusterConfig"]["workerGroupSpecs"][0]["template"][
+        "spec"
+    ]
     assert "serviceAccountName" not in worker
     assert all(e["name"] != "HF_TOKEN" for e in worker["containers"][0]["env"])
 
 
 def test_secrets_provider_release_is_pinned_and_runs_on_gpu_nodes(hf_token_synth: Synth) -> None:
-    releases = {v["Properties"]["Chart"]: v for v in hf_token_synth.resources("serving", "Custom::AWSCDK-EKS-HelmChart").values()}
+    releases = {
+        v["Properties"]["Chart"]: v
+        for v in hf_token_synth.resources("serving", "Custom::AWSCDK-EKS-HelmChart").values()
+    }
     props = releases[secrets_store_provider.PIN.chart]["Properties"]
-    assert props["Version"] == secrets_store_provider.PIN.version and props["Repository"] == secrets_store_provider.PIN.repository
+    assert (
+        props["Version"] == secrets_store_provider.PIN.version
+        and props["Repository"] == secrets_store_provider.PIN.repository
+    )
     values = json.loads(props["Values"])
     toleration = {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
     assert values["tolerations"] == [toleration]
@@ -48,9 +56,16 @@ def test_pod_identity_role_reads_only_that_secret(hf_token_synth: Synth) -> None
     assert association["Properties"]["ServiceAccount"] == "ray-llm-worker"
     role_id = association["Properties"]["RoleArn"]["Fn::GetAtt"][0]
     trust = resources[role_id]["Properties"]["AssumeRolePolicyDocument"]["Statement"]
-    assert {a for s in trust for a in ([s["Action"]] if isinstance(s["Action"], str) else s["Action"])} == {"sts:AssumeRole", "sts:TagSession"}
+    assert {a for s in trust for a in ([s["Action"]] if isinstance(s["Action"], str) else s["Action"])} == {
+        "sts:AssumeRole",
+        "sts:TagSession",
+    }
     assert all(s["Principal"] == {"Service": "pods.eks.amazonaws.com"} for s in trust)
-    (policy,) = [v for v in resources.values() if v["Type"] == "AWS::IAM::Policy" and {"Ref": role_id} in v["Properties"]["Roles"]]
+    (policy,) = [
+        v
+        for v in resources.values()
+        if v["Type"] == "AWS::IAM::Policy" and {"Ref": role_id} in v["Properties"]["Roles"]
+    ]
     (statement,) = policy["Properties"]["PolicyDocument"]["Statement"]
     assert sorted(statement["Action"]) == ["secretsmanager:DescribeSecret", "secretsmanager:GetSecretValue"]
     assert f":secret:{SECRET}-??????" in json.dumps(statement["Resource"])
@@ -63,7 +78,11 @@ def test_workers_get_the_token_from_the_synced_secret(hf_token_synth: Synth) -> 
     env = {e["name"]: e for e in pod["containers"][0]["env"]}
     assert env["HF_TOKEN"]["valueFrom"] == {"secretKeyRef": {"name": "hf-token", "key": "token"}}
     volumes = {v["name"]: v for v in pod["volumes"]}
-    assert volumes["hf-token"]["csi"] == {"driver": "secrets-store.csi.k8s.io", "readOnly": True, "volumeAttributes": {"secretProviderClass": "hf-token"}}
+    assert volumes["hf-token"]["csi"] == {
+        "driver": "secrets-store.csi.k8s.io",
+        "readOnly": True,
+        "volumeAttributes": {"secretProviderClass": "hf-token"},
+    }
     assert crd_errors(rs) == []
 
 
@@ -73,7 +92,9 @@ def test_secret_provider_class_and_service_account(hf_token_synth: Synth) -> Non
     params = spc["spec"]["parameters"]
     assert spc["spec"]["provider"] == "aws" and params["usePodIdentity"] == "true" and params["region"] == "sa-east-1"
     assert "objectName: prod/hf-token" in params["objects"] and "objectType: secretsmanager" in params["objects"]
-    assert spc["spec"]["secretObjects"] == [{"secretName": "hf-token", "type": "Opaque", "data": [{"objectName": "token", "key": "token"}]}]
+    assert spc["spec"]["secretObjects"] == [
+        {"secretName": "hf-token", "type": "Opaque", "data": [{"objectName": "token", "key": "token"}]}
+    ]
     (account,) = _objects(hf_token_synth, "ServiceAccount")
     assert account["metadata"] == {"name": "ray-llm-worker", "namespace": "inference"}
     assert account["automountServiceAccountToken"] is False  # the workers never call the Kubernetes API

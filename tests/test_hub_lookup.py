@@ -57,7 +57,10 @@ def _index(total: int) -> dict[str, Any]:
 
 FILES = {
     "Qwen/Qwen3.5-9B": {"config.json": QWEN35_CONFIG, "model.safetensors.index.json": _index(19_306_216_416)},
-    "meta-llama/Llama-3.1-8B-Instruct": {"config.json": LLAMA_CONFIG, "model.safetensors.index.json": _index(16_060_522_496)},
+    "meta-llama/Llama-3.1-8B-Instruct": {
+        "config.json": LLAMA_CONFIG,
+        "model.safetensors.index.json": _index(16_060_522_496),
+    },
     "acme/small-llama": {"config.json": LLAMA_CONFIG},  # one model.safetensors, no index
 }
 SINGLE_FILE_SIZE = 2_471_645_608
@@ -133,7 +136,12 @@ def test_a_gated_model_needs_the_token(hub: str) -> None:
         hub_model_facts("meta-llama/Llama-3.1-8B-Instruct", base=hub)
     assert caught.value.status == 401 and "set HF_TOKEN_SECRET_NAME" in str(caught.value)
     facts = hub_model_facts("meta-llama/Llama-3.1-8B-Instruct", token=TOKEN, base=hub)
-    assert (facts.kv_heads, facts.head_dim, facts.attention_layers, facts.multimodal) == (8, 128, 32, False)  # head_dim from hidden / heads
+    assert (facts.kv_heads, facts.head_dim, facts.attention_layers, facts.multimodal) == (
+        8,
+        128,
+        32,
+        False,
+    )  # head_dim from hidden / heads
     with pytest.raises(HubError, match="the token cannot read it"):
         hub_model_facts("meta-llama/Llama-3.1-8B-Instruct", token="hf_wrong", base=hub)
 
@@ -151,10 +159,14 @@ def test_an_index_without_its_size_is_refused() -> None:
 
 def test_the_cached_facts_drive_the_fit_check(hub: str) -> None:
     facts = hub_model_facts("Qwen/Qwen3.5-9B", base=hub)
-    context = {model_facts_context_key("Qwen/Qwen3.5-9B"): json.loads(json.dumps(facts.to_context()))}  # as cdk.context.json holds it
+    context = {
+        model_facts_context_key("Qwen/Qwen3.5-9B"): json.loads(json.dumps(facts.to_context()))
+    }  # as cdk.context.json holds it
     settings = settings_for({}, context)
     # What vLLM skips of a built-in model comes from the table (the index has no per-tensor sizes).
-    assert settings.model_facts == replace(facts, text_only_skipped_bytes=BUILT_IN_MODELS["Qwen/Qwen3.5-9B"].text_only_skipped_bytes)
+    assert settings.model_facts == replace(
+        facts, text_only_skipped_bytes=BUILT_IN_MODELS["Qwen/Qwen3.5-9B"].text_only_skipped_bytes
+    )
     assert settings.model_facts_source == "cached look-up"
     # And they decide: the same context fits as with the built-in facts, one past the largest does not.
     from settings.model_fit import fit
@@ -196,7 +208,9 @@ def test_a_gated_model_whose_licence_is_not_accepted_is_403(hub: str) -> None:
     assert caught.value.status == 403 and "accept the model's licence" in str(caught.value)
 
 
-def test_make_lookup_caches_the_models_facts(hub: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+def test_make_lookup_caches_the_models_facts(
+    hub: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     """tools/lookup.py: the AWS answers (stubbed out here: tests/test_lookup.py has them on moto) and the
     Hub's, with the token of HF_TOKEN_SECRET_NAME for a gated model, into cdk.context.json."""
     from tools import lookup

@@ -12,7 +12,11 @@ from tests.test_serving import _ray_service
 
 
 def _daemon_set(synth: Synth) -> tuple[str, dict[str, Any]]:
-    manifests = {k: v for k, v in synth.resources("gpu", "Custom::AWSCDK-EKS-KubernetesResource").items() if "ray-image-prepull" in v["Properties"]["Manifest"]}
+    manifests = {
+        k: v
+        for k, v in synth.resources("gpu", "Custom::AWSCDK-EKS-KubernetesResource").items()
+        if "ray-image-prepull" in v["Properties"]["Manifest"]
+    }
     ((logical_id, resource),) = manifests.items()
     (obj,) = json.loads(resource["Properties"]["Manifest"])
     return logical_id, obj
@@ -41,7 +45,9 @@ def test_it_pulls_exactly_the_ray_image_and_holds_no_device(default_synth: Synth
         assert container["image"] == head["image"] == synth.settings.dlc_image
         resources = container["resources"]
         assert set(resources["requests"]) == set(resources["limits"]) == {"cpu", "memory"}  # no nvidia.com/gpu, no EFA
-        assert container["securityContext"]["runAsNonRoot"] is True and container["securityContext"]["privileged"] is False
+        assert (
+            container["securityContext"]["runAsNonRoot"] is True and container["securityContext"]["privileged"] is False
+        )
         assert "volumes" not in pod and pod["automountServiceAccountToken"] is False
 
 

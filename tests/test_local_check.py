@@ -41,7 +41,14 @@ from tools.local_check.shape import (
 from tools.local_check.tokenizer import tokenizer_files, vocab_size
 
 REPO = Path(__file__).resolve().parent.parent
-H200 = Host(gpus=1, gpu_name="NVIDIA H200", gpu_total_bytes=150_754_820_096, compute_capability=(9, 0), efa=False, cutlass_dsl=False)
+H200 = Host(
+    gpus=1,
+    gpu_name="NVIDIA H200",
+    gpu_total_bytes=150_754_820_096,
+    compute_capability=(9, 0),
+    efa=False,
+    cutlass_dsl=False,
+)
 L4 = Target("L4", 23_034 * 1024 * 1024, hybrid_gdn=True)
 
 
@@ -70,7 +77,9 @@ def test_gpus_are_shared_in_turn_when_the_host_has_fewer(plan: dict[str, Any]) -
 
 def test_every_change_one_host_forces_is_named_and_nothing_else_changes(plan: dict[str, Any]) -> None:
     deployed = serve_config(plan["rayservice"])
-    patched, changes = patch_serve_config(deployed, host=H200, target=L4, model_path="/m", random_weights=True, shared_gpu=True, kv_cache_bytes=2 * GIB)
+    patched, changes = patch_serve_config(
+        deployed, host=H200, target=L4, model_path="/m", random_weights=True, shared_gpu=True, kv_cache_bytes=2 * GIB
+    )
     assert {c.what for c in changes} == {
         "model_source",
         "engine_kwargs.load_format",
@@ -85,7 +94,9 @@ def test_every_change_one_host_forces_is_named_and_nothing_else_changes(plan: di
         before, after = (c["applications"][0]["args"][f"{phase}_config"] for c in (deployed, patched))
         engine = after["engine_kwargs"]
         # The deployed GPU's budget on the bigger one: 0.9 x the L4's total.
-        assert engine["gpu_memory_utilization"] * H200.gpu_total_bytes == pytest.approx(0.9 * L4.gpu_total_bytes, rel=1e-3)
+        assert engine["gpu_memory_utilization"] * H200.gpu_total_bytes == pytest.approx(
+            0.9 * L4.gpu_total_bytes, rel=1e-3
+        )
         assert (engine["max_num_batched_tokens"], engine["max_num_seqs"]) == (2048, 256)
         assert engine["kv_transfer_config"]["kv_connector_extra_config"]["backends"] == ["UCX"]
         # What the deploy decides stays: roles, eager, length, placement, accelerator type.
@@ -98,9 +109,22 @@ def test_every_change_one_host_forces_is_named_and_nothing_else_changes(plan: di
 
 
 def test_a_host_like_the_target_changes_only_the_model(plan: dict[str, Any]) -> None:
-    host = Host(gpus=2, gpu_name="NVIDIA L4", gpu_total_bytes=L4.gpu_total_bytes, compute_capability=(8, 9), efa=True, cutlass_dsl=False)
+    host = Host(
+        gpus=2,
+        gpu_name="NVIDIA L4",
+        gpu_total_bytes=L4.gpu_total_bytes,
+        compute_capability=(8, 9),
+        efa=True,
+        cutlass_dsl=False,
+    )
     _, changes = patch_serve_config(
-        serve_config(plan["rayservice"]), host=host, target=L4, model_path="Qwen/Qwen3.5-9B", random_weights=False, shared_gpu=False, kv_cache_bytes=None
+        serve_config(plan["rayservice"]),
+        host=host,
+        target=L4,
+        model_path="Qwen/Qwen3.5-9B",
+        random_weights=False,
+        shared_gpu=False,
+        kv_cache_bytes=None,
     )
     assert changes == []
     extra, named = accelerator_resources(serve_config(plan["rayservice"]), host)
@@ -115,15 +139,36 @@ def test_the_bundles_accelerator_is_advertised_on_another_gpu(plan: dict[str, An
 
 def test_sharing_a_gpu_needs_the_kv_cache_size(plan: dict[str, Any]) -> None:
     with pytest.raises(ValueError, match="KV cache size"):
-        patch_serve_config(serve_config(plan["rayservice"]), host=H200, target=L4, model_path="/m", random_weights=True, shared_gpu=True, kv_cache_bytes=None)
+        patch_serve_config(
+            serve_config(plan["rayservice"]),
+            host=H200,
+            target=L4,
+            model_path="/m",
+            random_weights=True,
+            shared_gpu=True,
+            kv_cache_bytes=None,
+        )
 
 
 def test_the_lone_engine_has_the_servers_batch_sizes_whatever_the_host(plan: dict[str, Any]) -> None:
     """vllm.LLM's own defaults (UsageContext LLM_CLASS: 8,192 batched tokens) are not the server's (2,048 on an L4):
     written out even on a host like the target, where they are no change to name."""
-    l4 = Host(gpus=2, gpu_name="NVIDIA L4", gpu_total_bytes=L4.gpu_total_bytes, compute_capability=(8, 9), efa=True, cutlass_dsl=False)
+    l4 = Host(
+        gpus=2,
+        gpu_name="NVIDIA L4",
+        gpu_total_bytes=L4.gpu_total_bytes,
+        compute_capability=(8, 9),
+        efa=True,
+        cutlass_dsl=False,
+    )
     patched, changes = patch_serve_config(
-        serve_config(plan["rayservice"]), host=l4, target=L4, model_path="Qwen/Qwen3.5-9B", random_weights=False, shared_gpu=False, kv_cache_bytes=None
+        serve_config(plan["rayservice"]),
+        host=l4,
+        target=L4,
+        model_path="Qwen/Qwen3.5-9B",
+        random_weights=False,
+        shared_gpu=False,
+        kv_cache_bytes=None,
     )
     kwargs = reference_engine_kwargs(patched["applications"][0]["args"]["decode_config"])
     assert "kv_transfer_config" not in kwargs
@@ -134,11 +179,22 @@ def test_the_lone_engine_has_the_servers_batch_sizes_whatever_the_host(plan: dic
 def test_engines_that_cannot_share_a_gpu_stop_the_check(plan: dict[str, Any]) -> None:
     shape = cluster_shape(plan["rayservice"])
     deployed = serve_config(plan["rayservice"])
-    same_gpu = Host(gpus=1, gpu_name="NVIDIA L4", gpu_total_bytes=L4.gpu_total_bytes, compute_capability=(8, 9), efa=False, cutlass_dsl=False)
-    patched, _ = patch_serve_config(deployed, host=same_gpu, target=L4, model_path="/m", random_weights=True, shared_gpu=True, kv_cache_bytes=GIB)
+    same_gpu = Host(
+        gpus=1,
+        gpu_name="NVIDIA L4",
+        gpu_total_bytes=L4.gpu_total_bytes,
+        compute_capability=(8, 9),
+        efa=False,
+        cutlass_dsl=False,
+    )
+    patched, _ = patch_serve_config(
+        deployed, host=same_gpu, target=L4, model_path="/m", random_weights=True, shared_gpu=True, kv_cache_bytes=GIB
+    )
     assert "2 engines would share each GPU at gpu_memory_utilization 0.9" in shared_budget_error(patched, shape, 1)
     assert shared_budget_error(patched, shape, 2) == ""  # one GPU each
-    patched, _ = patch_serve_config(deployed, host=H200, target=L4, model_path="/m", random_weights=True, shared_gpu=True, kv_cache_bytes=GIB)
+    patched, _ = patch_serve_config(
+        deployed, host=H200, target=L4, model_path="/m", random_weights=True, shared_gpu=True, kv_cache_bytes=GIB
+    )
     assert shared_budget_error(patched, shape, 1) == ""  # an L4's budget twice is a fifth of an H200
 
 
@@ -147,13 +203,18 @@ def test_api_keys_come_from_a_directory_the_check_fills() -> None:
         "applications": [
             {
                 "args": {
-                    "ingress_cls_config": {"ingress_cls": "serve_auth_ingress:ApiKeyIngress", "ingress_extra_kwargs": {"api_keys_dir": "/mnt/serve-api-keys"}}
+                    "ingress_cls_config": {
+                        "ingress_cls": "serve_auth_ingress:ApiKeyIngress",
+                        "ingress_extra_kwargs": {"api_keys_dir": "/mnt/serve-api-keys"},
+                    }
                 }
             }
         ]
     }
     patched, changes = patch_api_keys(config, "/tmp/keys")
-    assert patched["applications"][0]["args"]["ingress_cls_config"]["ingress_extra_kwargs"]["api_keys_dir"] == "/tmp/keys"
+    assert (
+        patched["applications"][0]["args"]["ingress_cls_config"]["ingress_extra_kwargs"]["api_keys_dir"] == "/tmp/keys"
+    )
     assert [c.what for c in changes] == ["ingress_extra_kwargs.api_keys_dir"]
     assert patch_api_keys({"applications": [{"args": {}}]}, "/tmp/keys")[1] == []
 
@@ -164,7 +225,12 @@ def test_worker_env_is_the_pods_with_what_a_host_lacks_replaced(plan: dict[str, 
     assert env["VLLM_HOST_IP"] == "127.0.0.1"
     assert env["HF_HOME"] == str(tmp_path)
     assert env["TRITON_CACHE_DIR"] == f"{tmp_path}/triton"
-    assert {c.what for c in changes} == {"env VLLM_HOST_IP", "env HF_HOME", "env TRITON_CACHE_DIR", "env VLLM_CACHE_ROOT"}
+    assert {c.what for c in changes} == {
+        "env VLLM_HOST_IP",
+        "env HF_HOME",
+        "env TRITON_CACHE_DIR",
+        "env VLLM_CACHE_ROOT",
+    }
 
 
 def test_parity_lengths_reach_max_model_len() -> None:
@@ -233,18 +299,25 @@ def test_stand_in_tokenizer_covers_the_vocabulary_exactly() -> None:
 
 
 def test_nixl_lines_are_read_as_make_verify_reads_them(tmp_path: Path) -> None:
-    (tmp_path / "worker-1.out").write_text("x\n2026-12-01 22:27:26 NIXL INFO    _api.py:390 Backend UCX was instantiated\n")
+    (tmp_path / "worker-1.out").write_text(
+        "x\n2026-12-01 22:27:26 NIXL INFO    _api.py:390 Backend UCX was instantiated\n"
+    )
     (tmp_path / "worker-2.err").write_text("Transfer plan: TransferTopology(tp_ratio=1, num_kv_heads=4)\n")
     (tmp_path / "worker-3.out").write_text("libfabric: fi_mr_reg failed\n")
     (tmp_path / "worker-4.out").write_text(
-        "(ServeReplica:qwen:Decode pid=40) (EngineCore pid=41) (RayWorkerProc pid=42) NIXL INFO Backend UCX was instantiated\n"
+        "(ServeReplica:qwen:Decode pid=40) (EngineCore pid=41) (RayWorkerProc pid=42) NIXL INFO Backend UCX was"
+        " instantiated\n"
     )
     (tmp_path / "worker-5.out").write_text("(Worker pid=42) NIXL INFO _api.py:390 Backend UCX was instantiated\n")
     plan = "INFO 12-02 00:51:35 [base_worker.py:1565] Transfer plan: TransferTopology(tp_ratio=1)"
     (tmp_path / "worker-6.out").write_text(f"(Worker pid=43) {plan}\n(EngineCore pid=7) (Worker pid=43) {plan}\n")
     backends, plans = nixl_lines(tmp_path)
     # One engine per logging process: the line Ray repeats in a parent's log is the same engine (pid 42).
-    assert backends == {"42": "UCX", "worker-1.out": "UCX", "worker-3.out": "none, GPU memory registration failed (fi_mr_reg failed)"}
+    assert backends == {
+        "42": "UCX",
+        "worker-1.out": "UCX",
+        "worker-3.out": "none, GPU memory registration failed (fi_mr_reg failed)",
+    }
     assert len(plans) == 2  # worker-2's and pid 43's, whose line Ray repeated in its parent's log
 
 
@@ -262,12 +335,18 @@ def test_without_the_images_stack_it_stops_with_one_line(tmp_path: Path) -> None
     assert done.stderr.strip().count("\n") == 0
     assert "vllm is not installed (the image has 0.26.0)" in done.stderr and "requirements-gpu.txt" in done.stderr
     done = subprocess.run(
-        [sys.executable, "-m", "tools.local_check", "run", "--plan", str(tmp_path / "none.json")], capture_output=True, text=True, cwd=REPO, check=False
+        [sys.executable, "-m", "tools.local_check", "run", "--plan", str(tmp_path / "none.json")],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        check=False,
     )
     assert done.returncode == 2 and done.stderr.startswith("error: no plan at")
 
 
-def test_a_lone_engine_that_lingers_after_its_answers_is_stopped_with_its_children(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_lone_engine_that_lingers_after_its_answers_is_stopped_with_its_children(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setattr(engines, "EXIT_GRACE_S", 1)
     answers, child_pid = tmp_path / "answers.json", tmp_path / "child.pid"
     # Like vLLM's LLM: a child process (its engine core) that outlives the answers unless the group is stopped.
@@ -303,7 +382,9 @@ def test_ready_means_the_engines_run_not_only_the_ingress(monkeypatch: pytest.Mo
     client.wait_ready("http://x", "m", None, 60, running=lambda: next(states), sleep=naps.append)
     assert len(naps) == 2
     with pytest.raises(RuntimeError, match="failed to deploy: replica died"):
-        client.wait_ready("http://x", "m", None, 60, running=lambda: False, failed=lambda: "replica died", sleep=naps.append)
+        client.wait_ready(
+            "http://x", "m", None, 60, running=lambda: False, failed=lambda: "replica died", sleep=naps.append
+        )
 
 
 def test_the_whole_flow_on_a_real_ray_cluster_with_a_stand_in_engine(plan: dict[str, Any], tmp_path: Path) -> None:
@@ -321,7 +402,9 @@ def test_the_whole_flow_on_a_real_ray_cluster_with_a_stand_in_engine(plan: dict[
         "p50_ttft_ms": 12.0,
         "p50_itl_ms": 3.0,
     }
-    stand_in = "python3 -c " + json.dumps(f"import json,sys; print({marker!r} + json.dumps({{**{result!r}, 'workload': sys.argv[1], 'rate': 2.0}}))")
+    stand_in = "python3 -c " + json.dumps(
+        f"import json,sys; print({marker!r} + json.dumps({{**{result!r}, 'workload': sys.argv[1], 'rate': 2.0}}))"
+    )
     plan = {**plan, "bench": [{"rate": 2.0, "long": f"{stand_in} long", "short": f"{stand_in} short"}]}
     (tmp_path / "plan.json").write_text(json.dumps(plan))
     model = tmp_path / "model"
@@ -336,7 +419,15 @@ def test_the_whole_flow_on_a_real_ray_cluster_with_a_stand_in_engine(plan: dict[
     report = json.loads((out / "local-check.json").read_text())
     steps = {s["name"]: s for s in report["steps"]}
     assert code == 0, [s for s in report["steps"] if not s["ok"]]
-    assert {"GET /v1/models", "POST /v1/completions", "POST /v1/chat/completions", "parity", "nixl", "bench", "memory decode"} <= set(steps)
+    assert {
+        "GET /v1/models",
+        "POST /v1/completions",
+        "POST /v1/chat/completions",
+        "parity",
+        "nixl",
+        "bench",
+        "memory decode",
+    } <= set(steps)
     assert [p["prompt_tokens"] for p in report["parity"]] == parity_lengths(plan["max_model_len"], 32, count=3)
     assert all(p["equal"] for p in report["parity"])
     # Each of the two engines instantiated the backend the patched config asks for, by the process that logged it.

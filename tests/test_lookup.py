@@ -33,8 +33,14 @@ class _Session(boto3.session.Session):  # type: ignore[misc]
         for name in ADDONS:
             versions = [
                 # An older build that is no longer the default, and the default one; for another version too.
-                {"addonVersion": f"v1.0.0-{name}", "compatibilities": [{"clusterVersion": kubernetes_version, "defaultVersion": False}]},
-                {"addonVersion": f"v1.1.0-{name}", "compatibilities": [{"clusterVersion": kubernetes_version, "defaultVersion": True}]},
+                {
+                    "addonVersion": f"v1.0.0-{name}",
+                    "compatibilities": [{"clusterVersion": kubernetes_version, "defaultVersion": False}],
+                },
+                {
+                    "addonVersion": f"v1.1.0-{name}",
+                    "compatibilities": [{"clusterVersion": kubernetes_version, "defaultVersion": True}],
+                },
             ]
             stubber.add_response(
                 "describe_addon_versions",
@@ -62,7 +68,9 @@ def aws(monkeypatch: pytest.MonkeyPatch) -> boto3.session.Session:
 
 
 def test_look_up_caches_zones_offerings_and_unknown_type_facts(aws: boto3.session.Session, tmp_path: Path) -> None:
-    entries = look_up(aws, region="sa-east-1", gpu_node_type="g6.8xlarge", system_node_type="m6in.xlarge", kubernetes_version="1.35")
+    entries = look_up(
+        aws, region="sa-east-1", gpu_node_type="g6.8xlarge", system_node_type="m6in.xlarge", kubernetes_version="1.35"
+    )
     zones = entries[zones_context_key("sa-east-1")]
     offering = entries[offerings_context_key("sa-east-1", "g6.8xlarge")]
     assert zones == sorted(zones) and set(offering) <= set(zones) and offering
@@ -78,21 +86,34 @@ def test_look_up_caches_zones_offerings_and_unknown_type_facts(aws: boto3.sessio
     assert settings.system_node.vcpus == 4
     # The add-ons follow K8S_VERSION: EKS's default build of each, pinned in the template.
     assert entries[addon_versions_context_key("sa-east-1", "1.35")] == {name: f"v1.1.0-{name}" for name in ADDONS}
-    assert dict(settings.eks_addon_versions) == {name: f"v1.1.0-{name}" for name in ADDONS} and settings.unresolved_addons == ()
+    assert (
+        dict(settings.eks_addon_versions) == {name: f"v1.1.0-{name}" for name in ADDONS}
+        and settings.unresolved_addons == ()
+    )
     assert set(settings_for({"K8S_VERSION": "1.36"}, context).unresolved_addons) == set(ADDONS)
 
 
 def test_looked_up_gpu_type_outside_the_table_becomes_usable(aws: boto3.session.Session) -> None:
-    entries = look_up(_Session(), region="sa-east-1", gpu_node_type="g6.16xlarge", system_node_type="m7i.xlarge", kubernetes_version="1.35")
+    entries = look_up(
+        _Session(),
+        region="sa-east-1",
+        gpu_node_type="g6.16xlarge",
+        system_node_type="m7i.xlarge",
+        kubernetes_version="1.35",
+    )
     assert instance_type_context_key("g6.16xlarge") not in entries  # g6.16xlarge is built in
-    entries = look_up(aws, region="us-east-1", gpu_node_type="g4dn.8xlarge", system_node_type="m7i.xlarge", kubernetes_version="1.35")
+    entries = look_up(
+        aws, region="us-east-1", gpu_node_type="g4dn.8xlarge", system_node_type="m7i.xlarge", kubernetes_version="1.35"
+    )
     facts = entries[instance_type_context_key("g4dn.8xlarge")]
     assert facts["gpus"] == 1 and facts["efa_supported"] is True
     # A T4 (16 GB) cannot hold Qwen3.5-9B: the fit check says so, with the type's looked-up facts.
     with pytest.raises(SettingError, match=r"g4dn.8xlarge \(T4, TP 1\) needs"):
         settings_for({"REGION": "us-east-1", "GPU_NODE_TYPE": "g4dn.8xlarge"}, entries)
     # A model without facts is not checked (the synth says so): the type's facts are what is used.
-    settings = settings_for({"REGION": "us-east-1", "GPU_NODE_TYPE": "g4dn.8xlarge", "MODEL_SOURCE": "acme/tiny-model"}, entries)
+    settings = settings_for(
+        {"REGION": "us-east-1", "GPU_NODE_TYPE": "g4dn.8xlarge", "MODEL_SOURCE": "acme/tiny-model"}, entries
+    )
     assert settings.gpu_node.gpu_model == facts["gpu_model"]
 
 
@@ -110,22 +131,47 @@ def test_the_image_tag_is_resolved_to_its_digest_and_the_pods_use_it(aws: boto3.
     image = "123456789012.dkr.ecr.sa-east-1.amazonaws.com/ray:serve-llm-cuda-v1.0"
     ecr = boto3.client("ecr", region_name="sa-east-1")
     ecr.create_repository(repositoryName="ray")
-    manifest = json.dumps({"schemaVersion": 2, "mediaType": "application/vnd.docker.distribution.manifest.v2+json", "config": {"digest": "sha256:" + "1" * 64}})
+    manifest = json.dumps(
+        {
+            "schemaVersion": 2,
+            "mediaType": "application/vnd.docker.distribution.manifest.v2+json",
+            "config": {"digest": "sha256:" + "1" * 64},
+        }
+    )
     ecr.put_image(repositoryName="ray", imageManifest=manifest, imageTag="serve-llm-cuda-v1.0")
-    entries = look_up(aws, region="sa-east-1", gpu_node_type="g6.8xlarge", system_node_type="m7i.xlarge", kubernetes_version="1.35", image=image)
+    entries = look_up(
+        aws,
+        region="sa-east-1",
+        gpu_node_type="g6.8xlarge",
+        system_node_type="m7i.xlarge",
+        kubernetes_version="1.35",
+        image=image,
+    )
     digest = entries[image_digest_context_key(image)]
     assert digest.startswith("sha256:") and len(digest) == 71
 
     settings = settings_for({"DLC_IMAGE": image}, entries)
-    assert settings.dlc_image == f"123456789012.dkr.ecr.sa-east-1.amazonaws.com/ray@{digest}" and settings.dlc_image_source == "cached look-up"
+    assert (
+        settings.dlc_image == f"123456789012.dkr.ecr.sa-east-1.amazonaws.com/ray@{digest}"
+        and settings.dlc_image_source == "cached look-up"
+    )
     cluster = build_rayservice_chart(settings).ray_service.to_json()["spec"]["rayClusterConfig"]
     images = [cluster["headGroupSpec"]["template"]["spec"]["containers"][0]["image"]]
     images += [g["template"]["spec"]["containers"][0]["image"] for g in cluster["workerGroupSpecs"]]
     assert images == [settings.dlc_image] * 3
 
     # AWS moves the tag: a new digest, and the pods' image changes with it (what `cdk diff` then shows).
-    ecr.put_image(repositoryName="ray", imageManifest=manifest.replace("1" * 64, "2" * 64), imageTag="serve-llm-cuda-v1.0")
-    moved = look_up(_Session(), region="sa-east-1", gpu_node_type="g6.8xlarge", system_node_type="m7i.xlarge", kubernetes_version="1.35", image=image)
+    ecr.put_image(
+        repositoryName="ray", imageManifest=manifest.replace("1" * 64, "2" * 64), imageTag="serve-llm-cuda-v1.0"
+    )
+    moved = look_up(
+        _Session(),
+        region="sa-east-1",
+        gpu_node_type="g6.8xlarge",
+        system_node_type="m7i.xlarge",
+        kubernetes_version="1.35",
+        image=image,
+    )
     assert moved[image_digest_context_key(image)] != digest
     assert settings_for({"DLC_IMAGE": image}, moved).dlc_image != settings.dlc_image
 
@@ -139,7 +185,11 @@ def test_without_a_cached_digest_the_synth_says_so(tmp_path: Path) -> None:
     from tests.conftest import REPO
     from tests.pinned import pinned_environ
 
-    env = {k: v for k, v in os.environ.items() if k not in {spec.env for spec in SPECS}} | pinned_environ() | {"CDK_OUTDIR": str(tmp_path / "out")}
+    env = (
+        {k: v for k, v in os.environ.items() if k not in {spec.env for spec in SPECS}}
+        | pinned_environ()
+        | {"CDK_OUTDIR": str(tmp_path / "out")}
+    )
     result = subprocess.run([sys.executable, "app.py"], cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr
     notices = [line for line in result.stderr.splitlines() if line.startswith("notice: DLC_IMAGE=")]

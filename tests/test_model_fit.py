@@ -73,7 +73,9 @@ def test_the_vision_tower_counts_unless_the_endpoint_is_text_only() -> None:
         ({"MAX_MODEL_LEN": "131072"}, "MAX_MODEL_LEN", ["MAX_MODEL_LEN up to", "GPU_NODE_TYPE"]),
     ],
 )
-def test_what_does_not_fit_is_one_line_naming_the_setting(env: dict[str, str], setting: str, fragments: list[str]) -> None:
+def test_what_does_not_fit_is_one_line_naming_the_setting(
+    env: dict[str, str], setting: str, fragments: list[str]
+) -> None:
     with pytest.raises(SettingError) as caught:
         settings_for(env, {})
     assert caught.value.env_name == setting
@@ -82,7 +84,12 @@ def test_what_does_not_fit_is_one_line_naming_the_setting(env: dict[str, str], s
 
 
 def test_the_70b_model_passes_on_a_p5_at_tp_8() -> None:
-    env = {"MODEL_SOURCE": "meta-llama/Llama-3.3-70B-Instruct", "MODEL_ID": "llama-3.3-70b", "GPU_NODE_TYPE": "p5.48xlarge", "TENSOR_PARALLEL_SIZE": "8"}
+    env = {
+        "MODEL_SOURCE": "meta-llama/Llama-3.3-70B-Instruct",
+        "MODEL_ID": "llama-3.3-70b",
+        "GPU_NODE_TYPE": "p5.48xlarge",
+        "TENSOR_PARALLEL_SIZE": "8",
+    }
     settings = settings_for({**env, "REGION": "us-east-2", "GPU_AZ": "us-east-2b"}, {})
     assert settings.model_facts == LLAMA70 and not settings.text_only_multimodal
 
@@ -93,7 +100,9 @@ def test_an_architecture_vllm_026_does_not_serve_is_refused() -> None:
     with pytest.raises(SettingError, match="AcmeForCausalLM is not in its registry"):
         settings_for({"MODEL_SOURCE": "acme/new-model"}, context)
     served = ModelFacts("acme/llama-like", ("LlamaForCausalLM",), "bfloat16", 2 * GIB, 24, 24, 8, 128, 32_768, False)
-    settings = settings_for({"MODEL_SOURCE": "acme/llama-like"}, {model_facts_context_key("acme/llama-like"): served.to_context()})
+    settings = settings_for(
+        {"MODEL_SOURCE": "acme/llama-like"}, {model_facts_context_key("acme/llama-like"): served.to_context()}
+    )
     assert settings.model_facts == served and settings.model_facts_source == "cached look-up"
 
 
@@ -109,7 +118,9 @@ def _serve_engine(settings_env: dict[str, str]) -> dict[str, object]:
     from stacks.serving_stack import build_rayservice_chart
 
     ray_service = build_rayservice_chart(settings_for(settings_env)).ray_service.to_json()
-    engine: dict[str, object] = yaml.safe_load(ray_service["spec"]["serveConfigV2"])["applications"][0]["args"]["prefill_config"]["engine_kwargs"]
+    engine: dict[str, object] = yaml.safe_load(ray_service["spec"]["serveConfigV2"])["applications"][0]["args"][
+        "prefill_config"
+    ]["engine_kwargs"]
     return engine
 
 
@@ -117,13 +128,16 @@ def test_a_multimodal_model_serves_text_only_unless_images_are_asked_for() -> No
     assert _serve_engine({})["language_model_only"] is True
     # With the vision tower an L4 holds a shorter context: 2048 still fits.
     assert "language_model_only" not in _serve_engine({"MODEL_IMAGES": "on", "MAX_MODEL_LEN": "2048"})
-    assert "language_model_only" not in _serve_engine({"MODEL_SOURCE": "meta-llama/Llama-3.1-8B-Instruct", "MODEL_ID": "llama-3.1-8b"})
+    assert "language_model_only" not in _serve_engine(
+        {"MODEL_SOURCE": "meta-llama/Llama-3.1-8B-Instruct", "MODEL_ID": "llama-3.1-8b"}
+    )
 
 
 def test_a_model_the_synth_does_not_know_is_served_text_only_too() -> None:
     """An S3 MODEL_SOURCE (or a Hub id) without `make lookup` has no facts: with MODEL_IMAGES=off it still gets
     language_model_only, so a multimodal model behind it loads no vision tower. vLLM 0.26 passes the flag to the
-    multimodal config only (config/model.py, `if self._model_info.supports_multimodal`): a text-only model ignores it."""
+    multimodal config only (config/model.py, `if self._model_info.supports_multimodal`): a text-only model ignores it.
+    """
     from k8s_constructs.serve_config import pd_application
     from tests.conftest import settings_for
 
@@ -143,15 +157,24 @@ def test_a_model_the_synth_does_not_know_is_served_text_only_too() -> None:
 
 
 def _app(env: dict[str, str], outdir: Path) -> subprocess.CompletedProcess[str]:
-    full_env = {**os.environ, "JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION": "20", "CDK_OUTDIR": str(outdir), **pinned_environ(env)}
-    return subprocess.run([sys.executable, "app.py"], cwd=REPO, env=full_env, capture_output=True, text=True, timeout=300)
+    full_env = {
+        **os.environ,
+        "JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION": "20",
+        "CDK_OUTDIR": str(outdir),
+        **pinned_environ(env),
+    }
+    return subprocess.run(
+        [sys.executable, "app.py"], cwd=REPO, env=full_env, capture_output=True, text=True, timeout=300
+    )
 
 
 def test_the_app_stops_with_one_line_for_a_model_that_does_not_fit(tmp_path: Path) -> None:
     result = _app({"MODEL_SOURCE": "meta-llama/Llama-3.3-70B-Instruct", "MODEL_ID": "llama-3.3-70b"}, tmp_path)
     assert result.returncode == 2
     lines = result.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("error: MODEL_SOURCE='meta-llama/Llama-3.3-70B-Instruct' is not allowed:"), result.stderr
+    assert len(lines) == 1 and lines[0].startswith(
+        "error: MODEL_SOURCE='meta-llama/Llama-3.3-70B-Instruct' is not allowed:"
+    ), result.stderr
     assert "Traceback" not in result.stderr
 
 

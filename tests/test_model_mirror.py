@@ -114,26 +114,40 @@ def _keys(s3: Any, prefix: str) -> dict[str, bytes]:
     return {o["Key"][len(prefix) :]: s3.get_object(Bucket=BUCKET, Key=o["Key"])["Body"].read() for o in listed}
 
 
-def test_a_model_is_copied_verified_and_marked_finished(hub: tuple[FakeHub, str], s3: Any, capsys: pytest.CaptureFixture[str]) -> None:
+def test_a_model_is_copied_verified_and_marked_finished(
+    hub: tuple[FakeHub, str], s3: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
     fake, base = hub
-    result = script.mirror(repo=REPO, revision="main", dest=f"s3://{BUCKET}/qwen3.5-9b", endpoint=base, token="hf_secret", s3=s3)
+    result = script.mirror(
+        repo=REPO, revision="main", dest=f"s3://{BUCKET}/qwen3.5-9b", endpoint=base, token="hf_secret", s3=s3
+    )
     assert _keys(s3, "qwen3.5-9b/") == {**FILES, "hash": COMMIT.encode()}
     assert s3.head_object(Bucket=BUCKET, Key="qwen3.5-9b/hash")["Metadata"] == {"hf-repo": REPO}
-    assert result["files"] == 4 and result["bytes"] == sum(len(d) for d in FILES.values()) and result["commit"] == COMMIT
+    assert (
+        result["files"] == 4 and result["bytes"] == sum(len(d) for d in FILES.values()) and result["commit"] == COMMIT
+    )
     assert set(fake.token_seen) == {"Bearer hf_secret"}
     out = capsys.readouterr().out
-    assert "[4/4] tokenizer.json" in out and "reading every object back from S3" in out and f"wrote hash = {COMMIT}" in out
+    assert (
+        "[4/4] tokenizer.json" in out and "reading every object back from S3" in out and f"wrote hash = {COMMIT}" in out
+    )
     # Run again: a finished mirror of the same commit is read back and nothing is written or sent twice.
     fake.token_seen.clear()
     before = {o["Key"]: o["LastModified"] for o in s3.list_objects_v2(Bucket=BUCKET, Prefix="qwen3.5-9b/")["Contents"]}
-    again = script.mirror(repo=REPO, revision="main", dest=f"s3://{BUCKET}/qwen3.5-9b", endpoint=base, token="", s3=s3, served=True)
+    again = script.mirror(
+        repo=REPO, revision="main", dest=f"s3://{BUCKET}/qwen3.5-9b", endpoint=base, token="", s3=s3, served=True
+    )
     assert "reading every object back, writing nothing" in capsys.readouterr().out and again["commit"] == COMMIT
-    assert {o["Key"]: o["LastModified"] for o in s3.list_objects_v2(Bucket=BUCKET, Prefix="qwen3.5-9b/")["Contents"]} == before
+    assert {
+        o["Key"]: o["LastModified"] for o in s3.list_objects_v2(Bucket=BUCKET, Prefix="qwen3.5-9b/")["Contents"]
+    } == before
     assert len(fake.token_seen) == 1  # the file list only
 
 
 @pytest.mark.parametrize("corrupt", ["config.json", "model-00002-of-00002.safetensors"])
-def test_bytes_that_do_not_match_the_hubs_hash_fail_and_leave_no_mark(hub: tuple[FakeHub, str], s3: Any, corrupt: str) -> None:
+def test_bytes_that_do_not_match_the_hubs_hash_fail_and_leave_no_mark(
+    hub: tuple[FakeHub, str], s3: Any, corrupt: str
+) -> None:
     fake, base = hub
     fake.corrupt.add(corrupt)
     with pytest.raises(script.MirrorError, match=f"{corrupt}: the Hub sent .* that do not match its published size"):
@@ -141,7 +155,9 @@ def test_bytes_that_do_not_match_the_hubs_hash_fail_and_leave_no_mark(hub: tuple
     assert "hash" not in _keys(s3, "qwen/")
 
 
-def test_an_object_changed_in_s3_after_the_copy_fails_the_read_back(hub: tuple[FakeHub, str], s3: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_an_object_changed_in_s3_after_the_copy_fails_the_read_back(
+    hub: tuple[FakeHub, str], s3: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
     _, base = hub
     real = s3.upload_fileobj
 
@@ -159,7 +175,10 @@ def test_an_object_changed_in_s3_after_the_copy_fails_the_read_back(hub: tuple[F
 def test_a_prefix_holding_another_models_files_is_refused(hub: tuple[FakeHub, str], s3: Any) -> None:
     _, base = hub
     s3.put_object(Bucket=BUCKET, Key="qwen/model-00001-of-00008.safetensors", Body=b"other")
-    with pytest.raises(script.MirrorError, match=r"holds files that are not in Qwen/Qwen3.5-9B@c0ffee.*model-00001-of-00008.safetensors\): empty it"):
+    with pytest.raises(
+        script.MirrorError,
+        match=r"holds files that are not in Qwen/Qwen3.5-9B@c0ffee.*model-00001-of-00008.safetensors\): empty it",
+    ):
         script.mirror(repo=REPO, revision="main", dest=f"s3://{BUCKET}/qwen", endpoint=base, token="", s3=s3)
 
 
@@ -177,13 +196,19 @@ def test_a_finished_mirror_is_never_rewritten(hub: tuple[FakeHub, str], s3: Any)
     s3.put_object(Bucket=BUCKET, Key="qwen/tokenizer.json", Body=b"changed", Metadata={})
     fake.corrupt.add("tokenizer.json")
     before = _keys(s3, "qwen/")
-    with pytest.raises(script.MirrorError, match=r"tokenizer\.json: 7 bytes .* \(the finished mirror is left as it is: mirror into a prefix of its own\)"):
+    with pytest.raises(
+        script.MirrorError,
+        match=r"tokenizer\.json: 7 bytes .* \(the finished mirror is left as it is: mirror into a prefix of its own\)",
+    ):
         script.mirror(repo=REPO, revision="main", dest=f"s3://{BUCKET}/qwen", endpoint=base, token="", s3=s3)
     assert _keys(s3, "qwen/") == before and before["hash"] == COMMIT.encode()
     # Another revision into it: refused, untouched.
     s3.put_object(Bucket=BUCKET, Key="qwen/hash", Body=b"0123456789abcdef", Metadata={"hf-repo": REPO})
     before = _keys(s3, "qwen/")
-    with pytest.raises(script.MirrorError, match=rf"is the finished mirror of {REPO}@0123456789abcdef.*into a prefix of its own and switch MODEL_SOURCE"):
+    with pytest.raises(
+        script.MirrorError,
+        match=rf"is the finished mirror of {REPO}@0123456789abcdef.*into a prefix of its own and switch MODEL_SOURCE",
+    ):
         script.mirror(repo=REPO, revision="main", dest=f"s3://{BUCKET}/qwen", endpoint=base, token="", s3=s3)
     assert _keys(s3, "qwen/") == before
 
@@ -191,12 +216,18 @@ def test_a_finished_mirror_is_never_rewritten(hub: tuple[FakeHub, str], s3: Any)
 def test_nothing_is_written_into_a_prefix_the_running_engines_read(hub: tuple[FakeHub, str], s3: Any) -> None:
     """Not even a first copy: the engines would load the half-written prefix (a missing `hash` is Ray's 000…0 snapshot)."""
     _, base = hub
-    with pytest.raises(script.MirrorError, match=r"read by the deployed RayService while its GPU workers run.*park first"):
-        script.mirror(repo=REPO, revision="main", dest=f"s3://{BUCKET}/qwen", endpoint=base, token="", s3=s3, served=True)
+    with pytest.raises(
+        script.MirrorError, match=r"read by the deployed RayService while its GPU workers run.*park first"
+    ):
+        script.mirror(
+            repo=REPO, revision="main", dest=f"s3://{BUCKET}/qwen", endpoint=base, token="", s3=s3, served=True
+        )
     assert _keys(s3, "qwen/") == {}
 
 
-def test_a_copy_that_does_not_match_is_emptied_only_in_a_prefix_no_engine_reads(hub: tuple[FakeHub, str], s3: Any) -> None:
+def test_a_copy_that_does_not_match_is_emptied_only_in_a_prefix_no_engine_reads(
+    hub: tuple[FakeHub, str], s3: Any
+) -> None:
     fake, base = hub
     fake.corrupt.add("tokenizer.json")
     with pytest.raises(script.MirrorError):
@@ -211,7 +242,13 @@ def test_a_copy_that_does_not_match_is_emptied_only_in_a_prefix_no_engine_reads(
 
 def test_only_what_vllm_loads_is_copied(hub: tuple[FakeHub, str], s3: Any) -> None:
     fake, base = hub
-    fake.files.update({"original/consolidated.00.pth": b"\x03" * 1000, "pytorch_model.bin": b"\x04" * 1000, "generation_config.json": b"{}"})
+    fake.files.update(
+        {
+            "original/consolidated.00.pth": b"\x03" * 1000,
+            "pytorch_model.bin": b"\x04" * 1000,
+            "generation_config.json": b"{}",
+        }
+    )
     result = script.mirror(repo=REPO, revision="main", dest=f"s3://{BUCKET}/llama", endpoint=base, token="", s3=s3)
     assert sorted(_keys(s3, "llama/")) == sorted([*FILES, "generation_config.json", "hash"])
     assert result["left_out"] == ["original/consolidated.00.pth", "pytorch_model.bin"]
@@ -242,8 +279,17 @@ def test_the_token_is_not_sent_to_the_cdn_a_file_redirects_to(hub: tuple[FakeHub
 
 def test_the_program_imports_only_the_standard_library_and_boto3() -> None:
     # The Job runs it with the image's python3: nothing of this repository is there.
-    code = "import os, runpy, sys; sys.path = [p for p in sys.path if p and os.path.abspath(p) != sys.argv[2]]; runpy.run_path(sys.argv[1], run_name='probe')"
-    done = subprocess.run([sys.executable, "-c", code, script.__file__, str(REPO_ROOT)], capture_output=True, text=True, check=False, cwd="/")
+    code = (
+        "import os, runpy, sys; sys.path = [p for p in sys.path if p and os.path.abspath(p) != sys.argv[2]];"
+        " runpy.run_path(sys.argv[1], run_name='probe')"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code, script.__file__, str(REPO_ROOT)],
+        capture_output=True,
+        text=True,
+        check=False,
+        cwd="/",
+    )
     assert done.returncode == 0, done.stderr
 
 
@@ -264,11 +310,15 @@ def test_the_job_runs_on_a_system_node_under_the_writer_service_account() -> Non
     assert config_map["data"]["model_mirror_script.py"] == Path(script.__file__).read_text()
     pod = job["spec"]["template"]["spec"]
     assert pod["serviceAccountName"] == "model-mirror" and pod["automountServiceAccountToken"] is False
-    assert pod["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"][0]["matchExpressions"] == [
-        {"key": "role", "operator": "In", "values": ["system"]}
-    ]
+    assert pod["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"][0][
+        "matchExpressions"
+    ] == [{"key": "role", "operator": "In", "values": ["system"]}]
     env = {e["name"]: e["value"] for e in pod["containers"][0]["env"]}
-    assert env["DEST_URI"] == f"s3://{BUCKET}/qwen3.5-9b" and env["HF_REPO"] == REPO and env["AWS_REGION"] == settings.region
+    assert (
+        env["DEST_URI"] == f"s3://{BUCKET}/qwen3.5-9b"
+        and env["HF_REPO"] == REPO
+        and env["AWS_REGION"] == settings.region
+    )
     assert env["HF_TOKEN_FILE"] == "/mnt/secrets-store/token"
     (token_volume,) = [v for v in pod["volumes"] if "csi" in v]
     assert token_volume["csi"]["volumeAttributes"] == {"secretProviderClass": "hf-token"}
@@ -308,13 +358,23 @@ class FakeKubectl:
 def test_the_tool_prints_progress_as_it_comes_and_returns_the_result(capsys: pytest.CaptureFixture[str]) -> None:
     props = mirror_model.mirror_props(settings_for({"MODEL_SOURCE": "s3://example-models/q"}), REPO, "main")
     result = {"repo": REPO, "files": 4, "bytes": 10, "copy_seconds": 1.0, "verify_seconds": 1.0}
-    kubectl = FakeKubectl(["[1/4] config.json", "[2/4] model", "copied", script.RESULT_MARKER + json.dumps(result)], succeeds=True)
+    kubectl = FakeKubectl(
+        ["[1/4] config.json", "[2/4] model", "copied", script.RESULT_MARKER + json.dumps(result)], succeeds=True
+    )
     assert mirror_model.run_job(props, kubectl, 60, poll_s=0) == result
     out = capsys.readouterr().out
     assert out.index("[1/4] config.json") < out.index("[2/4] model") < out.index("copied")
     assert ["apply", "-f", "-"] in kubectl.calls
     # Afterwards nothing of it is left: the Job, its ConfigMap and its ServiceAccount, by their label.
-    assert kubectl.calls[-1] == ["delete", "-n", "inference", "job,configmap,serviceaccount", "-l", "app.kubernetes.io/name=model-mirror", "--ignore-not-found"]
+    assert kubectl.calls[-1] == [
+        "delete",
+        "-n",
+        "inference",
+        "job,configmap,serviceaccount",
+        "-l",
+        "app.kubernetes.io/name=model-mirror",
+        "--ignore-not-found",
+    ]
 
 
 def test_a_pod_that_never_starts_is_reported_with_its_reason() -> None:
@@ -330,14 +390,18 @@ def test_a_pod_that_never_starts_is_reported_with_its_reason() -> None:
             return subprocess.CompletedProcess(args, 0, "" if args[0] == "logs" else ",", "")
 
     kubectl = Stuck([], succeeds=False)
-    with pytest.raises(RuntimeError, match=r"has not started in 0 min: ContainerCreating MountVolume\.SetUp failed for volume hf-token"):
+    with pytest.raises(
+        RuntimeError, match=r"has not started in 0 min: ContainerCreating MountVolume\.SetUp failed for volume hf-token"
+    ):
         mirror_model.run_job(props, kubectl, 60, poll_s=0, silent_s=0)
     assert kubectl.calls[-1][0] == "delete"
 
 
 def test_a_failed_job_reports_its_error_line() -> None:
     props = mirror_model.mirror_props(settings_for({"MODEL_SOURCE": "s3://example-models/q"}), REPO, "main")
-    kubectl = FakeKubectl(["[1/4] config.json", "error: config.json: the Hub sent 3 bytes that do not match"], succeeds=False)
+    kubectl = FakeKubectl(
+        ["[1/4] config.json", "error: config.json: the Hub sent 3 bytes that do not match"], succeeds=False
+    )
     with pytest.raises(RuntimeError, match=r"^config\.json: the Hub sent 3 bytes that do not match$"):
         mirror_model.run_job(props, kubectl, 60, poll_s=0)
 
@@ -365,9 +429,15 @@ def test_the_tool_tells_the_job_when_the_running_engines_read_the_prefix() -> No
     deployed = build_rayservice_chart(settings).serve_config_yaml
     props = mirror_model.mirror_props(settings, REPO, "main")
     assert mirror_model.served_now(settings, props.destination, ClusterKubectl(deployed, ["pod/ray-llm-decode-x"]))
-    assert not mirror_model.served_now(settings, props.destination, ClusterKubectl(deployed, []))  # parked: no worker runs
-    assert not mirror_model.served_now(settings, "s3://example-models/other", ClusterKubectl(deployed, ["pod/ray-llm-decode-x"]))
-    assert not mirror_model.served_now(settings, props.destination, ClusterKubectl("", ["pod/ray-llm-decode-x"]))  # no RayService
+    assert not mirror_model.served_now(
+        settings, props.destination, ClusterKubectl(deployed, [])
+    )  # parked: no worker runs
+    assert not mirror_model.served_now(
+        settings, "s3://example-models/other", ClusterKubectl(deployed, ["pod/ray-llm-decode-x"])
+    )
+    assert not mirror_model.served_now(
+        settings, props.destination, ClusterKubectl("", ["pod/ray-llm-decode-x"])
+    )  # no RayService
     (job,) = [o for o in _objects(dataclasses.replace(props, served=True)) if o["kind"] == "Job"]
     assert {"name": "MIRROR_SERVED", "value": "1"} in job["spec"]["template"]["spec"]["containers"][0]["env"]
 
@@ -375,4 +445,7 @@ def test_the_tool_tells_the_job_when_the_running_engines_read_the_prefix() -> No
 def test_the_job_and_the_preflight_agree_on_the_completion_object() -> None:
     from settings import model_source
 
-    assert (script.COMPLETION_OBJECT, script.MIRRORED_FROM) == (model_source.COMPLETION_OBJECT, model_source.MIRRORED_FROM)
+    assert (script.COMPLETION_OBJECT, script.MIRRORED_FROM) == (
+        model_source.COMPLETION_OBJECT,
+        model_source.MIRRORED_FROM,
+    )

@@ -46,14 +46,22 @@ def _objects(synth: Synth, kind: str) -> list[dict[str, Any]]:
 def _role_policy(synth: Synth, role_id: str) -> dict[str, Any]:
     """The role's identity policy, its intrinsics resolved to this account's ARNs."""
     resources = synth.templates["serving"]["Resources"]
-    (policy,) = [v for v in resources.values() if v["Type"] == "AWS::IAM::Policy" and {"Ref": role_id} in v["Properties"]["Roles"]]
-    resolved: dict[str, Any] = Resolver(synth.templates, synth.settings.region).resolve(policy["Properties"]["PolicyDocument"], "serving")
+    (policy,) = [
+        v
+        for v in resources.values()
+        if v["Type"] == "AWS::IAM::Policy" and {"Ref": role_id} in v["Properties"]["Roles"]
+    ]
+    resolved: dict[str, Any] = Resolver(synth.templates, synth.settings.region).resolve(
+        policy["Properties"]["PolicyDocument"], "serving"
+    )
     return resolved
 
 
 def _association(synth: Synth, service_account: str) -> dict[str, Any]:
     (association,) = [
-        a for a in synth.resources("serving", "AWS::EKS::PodIdentityAssociation").values() if a["Properties"]["ServiceAccount"] == service_account
+        a
+        for a in synth.resources("serving", "AWS::EKS::PodIdentityAssociation").values()
+        if a["Properties"]["ServiceAccount"] == service_account
     ]
     return association
 
@@ -102,7 +110,9 @@ def test_the_default_synth_has_the_s3_gateway_endpoint_on_every_private_route_ta
     network = default_synth.templates["network"]["Resources"]
     (endpoint,) = default_synth.resources("network", "AWS::EC2::VPCEndpoint").values()
     props = endpoint["Properties"]
-    assert props["VpcEndpointType"] == "Gateway" and props["ServiceName"] == {"Fn::Join": ["", ["com.amazonaws.", {"Ref": "AWS::Region"}, ".s3"]]}
+    assert props["VpcEndpointType"] == "Gateway" and props["ServiceName"] == {
+        "Fn::Join": ["", ["com.amazonaws.", {"Ref": "AWS::Region"}, ".s3"]]
+    }
     private_tables = {
         a["Properties"]["RouteTableId"]["Ref"]
         for a in network.values()
@@ -185,7 +195,9 @@ def _statements_document(statements: list[iam.PolicyStatement]) -> dict[str, Any
 # KMS takes identity policies into account only when the key policy lets the account's IAM decide (the default).
 DEFAULT_KEY_POLICY = {
     "Version": "2012-10-17",
-    "Statement": [{"Effect": "Allow", "Principal": {"AWS": f"arn:aws:iam::{ACCOUNT}:root"}, "Action": "kms:*", "Resource": "*"}],
+    "Statement": [
+        {"Effect": "Allow", "Principal": {"AWS": f"arn:aws:iam::{ACCOUNT}:root"}, "Action": "kms:*", "Resource": "*"}
+    ],
 }
 
 
@@ -205,7 +217,9 @@ def test_a_kms_encrypted_bucket_adds_decrypt_through_s3_only() -> None:
     )
     assert got == [ALLOWED, DENIED, DENIED, DENIED]
     writer = _statements_document(model_access.writer_statements(S3Prefix(BUCKET, PREFIX), key))
-    assert decisions([Request("kms:GenerateDataKey", key, via_s3)], identity_policy=writer, resource_policy=DEFAULT_KEY_POLICY) == [ALLOWED]
+    assert decisions(
+        [Request("kms:GenerateDataKey", key, via_s3)], identity_policy=writer, resource_policy=DEFAULT_KEY_POLICY
+    ) == [ALLOWED]
 
 
 def test_the_endpoint_policy_reads_anything_but_lets_only_this_account_write() -> None:
@@ -215,7 +229,10 @@ def test_the_endpoint_policy_reads_anything_but_lets_only_this_account_write() -
     allow_all = {"Version": "2012-10-17", "Statement": [{"Effect": "Allow", "Action": "*", "Resource": "*"}]}
     # This account's principals (the nodes, the pods' roles): the endpoint decides alone (same account).
     same = decisions(
-        [Request("s3:GetObject", f"arn:aws:s3:::{BUCKET}/{PREFIX}/config.json", ours), Request("s3:PutObject", f"arn:aws:s3:::{BUCKET}/{PREFIX}/x", ours)],
+        [
+            Request("s3:GetObject", f"arn:aws:s3:::{BUCKET}/{PREFIX}/config.json", ours),
+            Request("s3:PutObject", f"arn:aws:s3:::{BUCKET}/{PREFIX}/x", ours),
+        ],
         resource_policy=document,
     )
     assert same == [ALLOWED, ALLOWED]
@@ -224,7 +241,9 @@ def test_the_endpoint_policy_reads_anything_but_lets_only_this_account_write() -
     other = {"aws:PrincipalAccount": foreign_account}
     cross = [
         Request("s3:GetObject", "arn:aws:s3:::prod-us-east-2-starport-layer-bucket/layer", other, foreign),
-        Request("s3:GetObject", "arn:aws:s3:::prod-registry-k8s-io-us-east-2/containers/images/sha256:abc", other, foreign),
+        Request(
+            "s3:GetObject", "arn:aws:s3:::prod-registry-k8s-io-us-east-2/containers/images/sha256:abc", other, foreign
+        ),
         Request("s3:PutObject", "arn:aws:s3:::cloudformation-custom-resource-response-useast2/r", other, foreign),
         Request("s3:PutObject", "arn:aws:s3:::cloudformation-waitcondition-us-east-2/r", other, foreign),
         Request("s3:PutObject", "arn:aws:s3:::exfiltration-bucket/data", other, foreign),
@@ -269,7 +288,9 @@ def test_a_bad_s3_source_is_one_line_naming_it(value: str, fragment: str) -> Non
     with pytest.raises(SettingError) as error:
         settings_for({"MODEL_SOURCE": value})
     message = str(error.value)
-    assert message.startswith(f"MODEL_SOURCE={value!r} is not allowed: ") and fragment in message and "\n" not in message
+    assert (
+        message.startswith(f"MODEL_SOURCE={value!r} is not allowed: ") and fragment in message and "\n" not in message
+    )
 
 
 def test_an_s3_source_is_normalised_and_the_kms_key_needs_it() -> None:
@@ -282,7 +303,10 @@ def test_an_s3_source_is_normalised_and_the_kms_key_needs_it() -> None:
     with pytest.raises(SettingError, match="empty unless MODEL_SOURCE is s3://"):
         settings_for({"MODEL_SOURCE_KMS_KEY_ARN": key})
     multi_region = "arn:aws:kms:sa-east-1:123456789012:key/mrk-1234abcd12ab34cd56ef1234567890ab"
-    assert settings_for({"MODEL_SOURCE": SOURCE, "MODEL_SOURCE_KMS_KEY_ARN": multi_region}).model_source_kms_key_arn == multi_region
+    assert (
+        settings_for({"MODEL_SOURCE": SOURCE, "MODEL_SOURCE_KMS_KEY_ARN": multi_region}).model_source_kms_key_arn
+        == multi_region
+    )
     with pytest.raises(SettingError, match="at most 768 bytes"):
         settings_for({"MODEL_SOURCE": "s3://example-models/" + "a" * 800})
     with pytest.raises(SettingError, match="not an alias"):
@@ -309,7 +333,12 @@ def pod_identity_agent(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Itera
         def do_GET(self) -> None:
             seen.append(self.headers.get("Authorization", ""))
             body = json.dumps(
-                {"AccessKeyId": "ASIAPODIDENTITY", "SecretAccessKey": "secret", "Token": "session", "Expiration": "2099-01-01T00:00:00Z"}
+                {
+                    "AccessKeyId": "ASIAPODIDENTITY",
+                    "SecretAccessKey": "secret",
+                    "Token": "session",
+                    "Expiration": "2099-01-01T00:00:00Z",
+                }
             ).encode()
             self.send_response(200)
             self.send_header("Content-Type", "application/json")
@@ -326,7 +355,9 @@ def pod_identity_agent(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Itera
         yield seen
 
 
-def test_ray_downloads_the_prefix_with_pod_identity_credentials(pod_identity_agent: list[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_ray_downloads_the_prefix_with_pod_identity_credentials(
+    pod_identity_agent: list[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     from ray.llm._internal.common.utils.cloud_utils import CloudFileSystem
 
     with mock_aws():
@@ -340,9 +371,17 @@ def test_ray_downloads_the_prefix_with_pod_identity_credentials(pod_identity_age
         with mock.patch.dict(os.environ):
             for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_PROFILE"):
                 os.environ.pop(name, None)
-            os.environ.update({"AWS_SHARED_CREDENTIALS_FILE": str(tmp_path / "none"), "AWS_CONFIG_FILE": str(tmp_path / "none"), "AWS_REGION": "sa-east-1"})
+            os.environ.update(
+                {
+                    "AWS_SHARED_CREDENTIALS_FILE": str(tmp_path / "none"),
+                    "AWS_CONFIG_FILE": str(tmp_path / "none"),
+                    "AWS_REGION": "sa-east-1",
+                }
+            )
             monkeypatch.setattr(boto3, "DEFAULT_SESSION", None)
-            CloudFileSystem.download_model(destination_path=str(tmp_path / "models--qwen"), bucket_uri=SOURCE, tokenizer_only=False)
+            CloudFileSystem.download_model(
+                destination_path=str(tmp_path / "models--qwen"), bucket_uri=SOURCE, tokenizer_only=False
+            )
     snapshot = tmp_path / "models--qwen" / "snapshots" / "0123abcd"
     assert (tmp_path / "models--qwen" / "refs" / "main").read_text() == "0123abcd"
     assert sorted(p.name for p in snapshot.iterdir()) == sorted(files)
@@ -403,7 +442,16 @@ def test_the_facts_of_a_mirrored_model_come_from_the_prefix_and_drive_the_synth(
         facts = s3_model_facts(s3, source)
     assert unknown_origin.text_only_skipped_bytes == 0 and "a mirror of Qwen/Qwen3.5-9B" in facts.where
     built_in = BUILT_IN_MODELS["Qwen/Qwen3.5-9B"]
-    same = ("architectures", "weight_bytes", "layers", "attention_layers", "kv_heads", "head_dim", "native_context", "multimodal")
+    same = (
+        "architectures",
+        "weight_bytes",
+        "layers",
+        "attention_layers",
+        "kv_heads",
+        "head_dim",
+        "native_context",
+        "multimodal",
+    )
     assert {k: getattr(facts, k) for k in same} == {k: getattr(built_in, k) for k in same}
     assert facts.source == SOURCE
     # Cached as `make lookup` writes it, the synth knows the model: fit-checked, served text-only as the Hub id is.

@@ -69,7 +69,10 @@ def test_the_model_cache_lies_on_the_array_nodeadm_mounts(default_synth: Synth) 
     version carried has no mountPath to move it): the workers' hostPath must be under it, or the weights
     land on the root EBS volume."""
     (ray_service,) = [
-        d for r in default_synth.resources("serving", "Custom::AWSCDK-EKS-KubernetesResource").values() for d in _manifest(r) if d["kind"] == "RayService"
+        d
+        for r in default_synth.resources("serving", "Custom::AWSCDK-EKS-KubernetesResource").values()
+        for d in _manifest(r)
+        if d["kind"] == "RayService"
     ]
     for group in ray_service["spec"]["rayClusterConfig"]["workerGroupSpecs"]:
         (cache,) = [v for v in group["template"]["spec"]["volumes"] if v["name"] == "model-cache"]
@@ -89,8 +92,22 @@ def _manifest(resource: dict[str, Any]) -> list[dict[str, Any]]:
     ("document", "fragment"),
     [
         ({"spec": {"instance": {"localStorage": {"strategy": "RAID0"}}}}, "not a node.eks.aws/v1alpha1 NodeConfig"),
-        ({"apiVersion": "node.eks.aws/v1alpha1", "kind": "NodeConfig", "spec": {"instance": {"localStorage": {"stratgy": "RAID0"}}}}, "stratgy"),
-        ({"apiVersion": "node.eks.aws/v1alpha1", "kind": "NodeConfig", "spec": {"instance": {"localStorage": {"strategy": "RAID5"}}}}, "RAID5"),
+        (
+            {
+                "apiVersion": "node.eks.aws/v1alpha1",
+                "kind": "NodeConfig",
+                "spec": {"instance": {"localStorage": {"stratgy": "RAID0"}}},
+            },
+            "stratgy",
+        ),
+        (
+            {
+                "apiVersion": "node.eks.aws/v1alpha1",
+                "kind": "NodeConfig",
+                "spec": {"instance": {"localStorage": {"strategy": "RAID5"}}},
+            },
+            "RAID5",
+        ),
         ({"apiVersion": "node.eks.aws/v1alpha1", "kind": "NodeConfig", "spec": {"instanse": {}}}, "instanse"),
     ],
 )

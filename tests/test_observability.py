@@ -50,7 +50,9 @@ def _scraper(synth: Synth) -> dict[str, Any]:
 
 
 def _scrape_configuration(synth: Synth) -> dict[str, Any]:
-    config: dict[str, Any] = yaml.safe_load(base64.b64decode(_scraper(synth)["ScrapeConfiguration"]["ConfigurationBlob"]))
+    config: dict[str, Any] = yaml.safe_load(
+        base64.b64decode(_scraper(synth)["ScrapeConfiguration"]["ConfigurationBlob"])
+    )
     return config
 
 
@@ -58,7 +60,9 @@ def _dashboard_body(synth: Synth) -> dict[str, Any]:
     """The dashboard body as CloudFormation will see it, the region token joined back in."""
     (dashboard,) = synth.resources("observability", "AWS::CloudWatch::Dashboard").values()
     body = dashboard["Properties"]["DashboardBody"]
-    text = body if isinstance(body, str) else "".join(p if isinstance(p, str) else "REGION" for p in body["Fn::Join"][1])
+    text = (
+        body if isinstance(body, str) else "".join(p if isinstance(p, str) else "REGION" for p in body["Fn::Join"][1])
+    )
     parsed: dict[str, Any] = json.loads(text)
     return parsed
 
@@ -82,7 +86,11 @@ def _selectors(query: str) -> list[tuple[str, dict[str, str]]]:
 
 def test_off_by_default_because_it_costs_money_while_idle(default_synth: Synth) -> None:
     assert "observability" not in default_synth.templates
-    assert not any(r["Type"] in ("AWS::CloudWatch::Dashboard", "AWS::APS::Scraper") for t in default_synth.templates.values() for r in t["Resources"].values())
+    assert not any(
+        r["Type"] in ("AWS::CloudWatch::Dashboard", "AWS::APS::Scraper")
+        for t in default_synth.templates.values()
+        for r in t["Resources"].values()
+    )
 
 
 def test_the_add_on_runs_with_its_own_pod_identity(observed_synth: Synth) -> None:
@@ -91,7 +99,10 @@ def test_the_add_on_runs_with_its_own_pod_identity(observed_synth: Synth) -> Non
     # Container Insights with the add-on's own node agent (GPU via DCGM, EFA); no extra agent to configure.
     assert json.loads(addon["Properties"]["ConfigurationValues"]) == {"containerInsights": {"enabled": True}}
     (association,) = observed_synth.resources("observability", "AWS::EKS::PodIdentityAssociation").values()
-    assert (association["Properties"]["Namespace"], association["Properties"]["ServiceAccount"]) == ("amazon-cloudwatch", "cloudwatch-agent")
+    assert (association["Properties"]["Namespace"], association["Properties"]["ServiceAccount"]) == (
+        "amazon-cloudwatch",
+        "cloudwatch-agent",
+    )
     role = observed_synth.templates["observability"]["Resources"][association["Properties"]["RoleArn"]["Fn::GetAtt"][0]]
     assert "CloudWatchAgentServerPolicy" in json.dumps(role["Properties"]["ManagedPolicyArns"])
 
@@ -140,7 +151,10 @@ def test_the_collector_reads_this_cluster_from_its_private_subnets_into_cloudwat
     # HTTPS out, should CloudWatch delivery leave through the VPC (an earlier version of AWS's page said so).
     assert [(e["CidrIp"], e["FromPort"], e["ToPort"]) for e in egress if "CidrIp" in e] == [("0.0.0.0/0", 443, 443)]
     ingress = observed_synth.resources("observability", "AWS::EC2::SecurityGroupIngress").values()
-    assert sorted((i["Properties"]["FromPort"], i["Properties"]["ToPort"]) for i in ingress) == [(443, 443), (8080, 8080)]
+    assert sorted((i["Properties"]["FromPort"], i["Properties"]["ToPort"]) for i in ingress) == [
+        (443, 443),
+        (8080, 8080),
+    ]
     for rule in ingress:
         assert "ClusterSecurityGroupId" in rule["Properties"]["GroupId"]["Fn::ImportValue"]
         assert rule["Properties"]["SourceSecurityGroupId"] == eks["SecurityGroupIds"][0]
@@ -153,14 +167,18 @@ def test_the_collector_reads_this_cluster_from_its_private_subnets_into_cloudwat
     assert not any("MapPublicIpOnLaunch" in s["Properties"] for s in subnets.values())
     # Each uses its AZ's private route table (the way out through the NAT gateway), not the main one.
     associations = observed_synth.resources("observability", "AWS::EC2::SubnetRouteTableAssociation").values()
-    routes = {a["Properties"]["SubnetId"]["Ref"]: a["Properties"]["RouteTableId"]["Fn::ImportValue"] for a in associations}
+    routes = {
+        a["Properties"]["SubnetId"]["Ref"]: a["Properties"]["RouteTableId"]["Fn::ImportValue"] for a in associations
+    }
     assert set(routes) == set(subnets)
     for key, subnet in subnets.items():
         index = settings.availability_zones.index(subnet["Properties"]["AvailabilityZone"])
         assert f"privateSubnet{index + 1}RouteTable" in routes[key]
     # It scrapes once its security group rules exist.
     (scraper_resource,) = observed_synth.resources("observability", "AWS::APS::Scraper").values()
-    assert set(scraper_resource["DependsOn"]) >= set(observed_synth.resources("observability", "AWS::EC2::SecurityGroupIngress"))
+    assert set(scraper_resource["DependsOn"]) >= set(
+        observed_synth.resources("observability", "AWS::EC2::SecurityGroupIngress")
+    )
     arn = scraper["Destination"]["CloudWatchConfiguration"]["DatasetArn"]["Fn::Join"][1]
     assert arn[0] == "arn:" and arn[-1] == ":dataset/default"  # the account's implicit dataset
 
@@ -176,7 +194,9 @@ def test_the_collector_reads_this_cluster_from_its_private_subnets_into_cloudwat
         ("10.8.128.0/17", 2),
     ],
 )
-def test_the_collectors_subnets_are_free_space_of_the_vpc_no_node_or_pod_can_hold(vpc_cidr: str, region_azs: int, tmp_path: Path) -> None:
+def test_the_collectors_subnets_are_free_space_of_the_vpc_no_node_or_pod_can_hold(
+    vpc_cidr: str, region_azs: int, tmp_path: Path
+) -> None:
     """Against the subnets CDK really allocates (the network stack alone, synthesized): inside the VPC,
     overlapping no subnet, so an address block of them names the collector and nothing else."""
     import ipaddress
@@ -186,18 +206,27 @@ def test_the_collectors_subnets_are_free_space_of_the_vpc_no_node_or_pod_can_hol
     from settings.zones import zones_context_key
     from stacks.network_stack import NetworkStack
 
-    settings = settings_for({"VPC_CIDR": vpc_cidr}, {zones_context_key("sa-east-1"): [f"sa-east-1{z}" for z in "abc"[:region_azs]]})
+    settings = settings_for(
+        {"VPC_CIDR": vpc_cidr}, {zones_context_key("sa-east-1"): [f"sa-east-1{z}" for z in "abc"[:region_azs]]}
+    )
     assert len(settings.availability_zones) == region_azs
     app = App(outdir=str(tmp_path))
     NetworkStack(app, "Network", settings=settings, env=Environment(region=settings.region))
     template = app.synth().get_stack_by_name("Network").template
-    taken = [ipaddress.ip_network(r["Properties"]["CidrBlock"]) for r in template["Resources"].values() if r["Type"] == "AWS::EC2::Subnet"]
+    taken = [
+        ipaddress.ip_network(r["Properties"]["CidrBlock"])
+        for r in template["Resources"].values()
+        if r["Type"] == "AWS::EC2::Subnet"
+    ]
     assert len(taken) == 2 * len(settings.availability_zones)
     collector = [ipaddress.ip_network(c) for c in settings.metrics_collector_cidrs]
     assert len(collector) == len(settings.availability_zones)
     for block in collector:
         assert block.subnet_of(ipaddress.ip_network(vpc_cidr)) and block.prefixlen == 28  # type: ignore[arg-type]
-        assert not any(block.overlaps(subnet) for subnet in taken + [c for c in collector if c != block]), (block, taken)
+        assert not any(block.overlaps(subnet) for subnet in taken + [c for c in collector if c != block]), (
+            block,
+            taken,
+        )
 
 
 def test_an_az_added_later_leaves_the_other_collector_subnets_as_they_are() -> None:
@@ -218,11 +247,23 @@ def test_the_scrape_configuration_keeps_to_what_the_managed_collector_accepts(ob
     assert set(job) == {"job_name", "kubernetes_sd_configs", "relabel_configs"}
     assert job["kubernetes_sd_configs"] == [{"role": "pod", "namespaces": {"names": [settings.namespace]}}]
     rules = job["relabel_configs"]
-    assert {"source_labels": ["__meta_kubernetes_pod_label_ray_io_is_ray_node"], "regex": "yes", "action": "keep"} in rules
-    assert {"source_labels": ["__meta_kubernetes_pod_container_port_name"], "regex": "metrics", "action": "keep"} in rules
+    assert {
+        "source_labels": ["__meta_kubernetes_pod_label_ray_io_is_ray_node"],
+        "regex": "yes",
+        "action": "keep",
+    } in rules
+    assert {
+        "source_labels": ["__meta_kubernetes_pod_container_port_name"],
+        "regex": "metrics",
+        "action": "keep",
+    } in rules
     # The dataset is shared by the account: every series carries its cluster, and its phase (KubeRay's group).
     assert {"target_label": CLUSTER_LABEL, "replacement": settings.cluster_name, "action": "replace"} in rules
-    assert {"source_labels": ["__meta_kubernetes_pod_label_ray_io_group"], "target_label": PHASE_LABEL, "action": "replace"} in rules
+    assert {
+        "source_labels": ["__meta_kubernetes_pod_label_ray_io_group"],
+        "target_label": PHASE_LABEL,
+        "action": "replace",
+    } in rules
     for rule in rules:
         re.compile(rule.get("regex", "(.*)"))  # Prometheus's regexes are RE2; these use nothing beyond it
 
@@ -264,14 +305,18 @@ def test_dashboard_widgets(observed_synth: Synth) -> None:
     charts = [w for w in widgets if w["type"] == "chart"]
     for chart in charts:
         assert chart["properties"]["region"] == observed_synth.settings.region
-        assert {(q["type"], q["language"]) for q in chart["properties"]["data"]["queries"]} == {("cloudwatch-metrics", "PromQL")}
+        assert {(q["type"], q["language"]) for q in chart["properties"]["data"]["queries"]} == {
+            ("cloudwatch-metrics", "PromQL")
+        }
     titles = [c["properties"]["title"] for c in charts]
     assert titles[:2] == ["Time to first token (s)", "Inter-token latency (s)"]
     container_insights = json.dumps([w for w in widgets if w["type"] == "metric"])
     for metric in ("node_gpu_utilization", "node_gpu_memory_utilization", "node_efa_rx_bytes", "node_efa_tx_bytes"):
         assert metric in container_insights, metric
     # No two widgets overlap on the 24-column grid.
-    cells = [(x, y) for w in widgets for x in range(w["x"], w["x"] + w["width"]) for y in range(w["y"], w["y"] + w["height"])]
+    cells = [
+        (x, y) for w in widgets for x in range(w["x"], w["x"] + w["width"]) for y in range(w["y"], w["y"] + w["height"])
+    ]
     assert len(cells) == len(set(cells)) and max(w["x"] + w["width"] for w in widgets) <= 24
 
 
@@ -289,15 +334,27 @@ def test_alarms(observed_synth: Synth) -> None:
     assert " unless " in new_series and " offset 5m" in new_series and new_series.endswith("> 0")
     assert nixl["EvaluationInterval"] == 60 and not {"MetricName", "Threshold", "ComparisonOperator"} & set(nixl)
     (gpus,) = [a for a in alarms if a.get("MetricName") == "node_gpu_limit"]
-    assert (gpus["Threshold"], gpus["ComparisonOperator"], gpus["TreatMissingData"]) == (2, "LessThanThreshold", "breaching")
+    assert (gpus["Threshold"], gpus["ComparisonOperator"], gpus["TreatMissingData"]) == (
+        2,
+        "LessThanThreshold",
+        "breaching",
+    )
     # Per-node datapoints summed over one minute (a longer period adds up several minutes of every node).
-    assert (gpus["Statistic"], gpus["Period"], gpus["EvaluationPeriods"], gpus["DatapointsToAlarm"]) == ("Sum", 60, 5, 3)
+    assert (gpus["Statistic"], gpus["Period"], gpus["EvaluationPeriods"], gpus["DatapointsToAlarm"]) == (
+        "Sum",
+        60,
+        5,
+        3,
+    )
 
 
 def test_cfn_lint_and_cdk_nag_are_clean(observed_synth: Synth) -> None:
     template = observed_synth.outdir / "ray-llm-multinode-observability.template.json"
     result = subprocess.run(
-        [str(Path(sys.executable).parent / "cfn-lint"), "--format", "parseable", str(template)], capture_output=True, text=True, timeout=300
+        [str(Path(sys.executable).parent / "cfn-lint"), "--format", "parseable", str(template)],
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     assert not [line for line in result.stdout.splitlines() if ":E" in line], result.stdout
     findings = [v for p in observed_synth.nag_report["pluginReports"] for v in p["violations"]]
@@ -314,4 +371,8 @@ def test_a_public_only_endpoint_is_refused() -> None:
     """The collector reads the pod list through the private endpoint."""
     with pytest.raises(SettingError) as error:
         settings_for({"OBSERVABILITY": "on", "ENDPOINT_ACCESS": "public"})
-    assert str(error.value) == "OBSERVABILITY='on' is not allowed: off while ENDPOINT_ACCESS=public (the metrics collector needs the private endpoint)"
+    assert (
+        str(error.value)
+        == "OBSERVABILITY='on' is not allowed: off while ENDPOINT_ACCESS=public (the metrics collector needs the"
+        " private endpoint)"
+    )

@@ -86,7 +86,13 @@ def test_actions_accepted_as_unknown_to_parliament_exist() -> None:
 
 
 def test_parliament_does_catch_a_bad_policy() -> None:
-    bad = {"Version": "2012-10-17", "Statement": [{"Effect": "Allow", "Action": "s3:GetObject", "Resource": "arn:aws:s3:::bucket"}]}
+    bad = {
+        "Version": "2012-10-17",
+        "Statement": [{"Effect": "Allow", "Action": "s3:GetObject", "Resource": "arn:aws:s3:::bucket"}],
+    }
     assert [f.check for f in findings_of("x", bad)] == ["RESOURCE_MISMATCH"]
-    typo = {"Version": "2012-10-17", "Statement": [{"Effect": "Allow", "Action": "eks:DescribeClusterz", "Resource": "*"}]}
+    typo = {
+        "Version": "2012-10-17",
+        "Statement": [{"Effect": "Allow", "Action": "eks:DescribeClusterz", "Resource": "*"}],
+    }
     assert unaccepted(findings_of("docs/cfn-execution-policy-eks.json", typo), accepted())

@@ -25,7 +25,9 @@ def test_every_setting_is_pinned_or_follows_a_version_pin() -> None:
         v.version for v in vars(versions).values() if isinstance(getattr(v, "version", None), str)
     }
     followers = {env: SPECS_BY_CONTEXT_KEY[env.lower()].default for env in VERSION_FOLLOWERS}
-    assert {env: default for env, default in followers.items() if default not in pins} == {}, "null in pinned_settings.json: only for an artifact's pin"
+    assert {env: default for env, default in followers.items() if default not in pins} == {}, (
+        "null in pinned_settings.json: only for an artifact's pin"
+    )
 
 
 @pytest.fixture
@@ -50,7 +52,22 @@ def test_the_tests_settings_do_not_move_with_the_defaults(flipped: None) -> None
 
 
 def _pytest_flipped(*args: str) -> subprocess.CompletedProcess[str]:
-    command = [sys.executable, "-m", "pytest", "-q", "-p", "no:randomly", "-p", "no:cacheprovider", "-n", "0", "-p", "tests.flip_defaults", "-rf", *args]
+    command = [
+        sys.executable,
+        "-m",
+        "pytest",
+        "-q",
+        "-p",
+        "no:randomly",
+        "-p",
+        "no:cacheprovider",
+        "-n",
+        "0",
+        "-p",
+        "tests.flip_defaults",
+        "-rf",
+        *args,
+    ]
     return subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=600)
 
 

@@ -55,23 +55,46 @@ def test_all_checks_pass(aws: None, capsys: pytest.CaptureFixture[str]) -> None:
         ("gpu-capacity-reservation", True, "none: On-Demand capacity (InsufficientInstanceCapacity possible)", ""),
         *[
             (name, True, NO_ASSEMBLY, "")
-            for name in ("stack-states", "kubernetes-version", "stack-changes", "removed-exports", "kuberay-crds", "control-plane-log-group")
+            for name in (
+                "stack-states",
+                "kubernetes-version",
+                "stack-changes",
+                "removed-exports",
+                "kuberay-crds",
+                "control-plane-log-group",
+            )
         ],
         (
             "gpu-vcpu-quota",
             True,
-            "need 64 vCPU: 2 x 32 after the deploy, at most 64 during it (no node replaced); this cluster holds 0, other workloads 0; quota 64",
+            (
+                "need 64 vCPU: 2 x 32 after the deploy, at most 64 during it (no node replaced); this cluster holds 0,"
+                " other workloads 0; quota 64"
+            ),
             "",
         ),
         (
             "standard-vcpu-quota",
             True,
-            "need 4 vCPU: 1 x 4 after the deploy, at most 4 during it (no node replaced); this cluster holds 0, other workloads 0; quota 4",
+            (
+                "need 4 vCPU: 1 x 4 after the deploy, at most 4 during it (no node replaced); this cluster holds 0,"
+                " other workloads 0; quota 4"
+            ),
             "",
         ),
         ("cdk-bootstrap", True, "stack CDKToolkit is CREATE_COMPLETE, bootstrap version 28", ""),
-        ("admin-principals", True, "none listed (only the CloudFormation execution role and the kubectl provider will be admins)", ""),
-        ("api-endpoint", True, "public-and-private, public side open to 0.0.0.0/0 (IAM authentication still applies)", ""),
+        (
+            "admin-principals",
+            True,
+            "none listed (only the CloudFormation execution role and the kubectl provider will be admins)",
+            "",
+        ),
+        (
+            "api-endpoint",
+            True,
+            "public-and-private, public side open to 0.0.0.0/0 (IAM authentication still applies)",
+            "",
+        ),
         ("model-source", True, "not set", ""),
         ("gcs-store", True, "GCS_FAULT_TOLERANCE=off: no store", ""),
         ("dlc-image", True, "not set", ""),
@@ -95,10 +118,18 @@ def test_all_checks_pass(aws: None, capsys: pytest.CaptureFixture[str]) -> None:
 def test_a_limited_endpoint_gives_no_warning_and_a_private_one_says_where_to_run(aws: None) -> None:
     create_bootstrap_stack()
     for changes, verdict, detail in (
-        ({"public_access_cidrs": ("203.0.113.0/24",)}, "PASS", "public-and-private, public side limited to 203.0.113.0/24"),
+        (
+            {"public_access_cidrs": ("203.0.113.0/24",)},
+            "PASS",
+            "public-and-private, public side limited to 203.0.113.0/24",
+        ),
         # Nothing tells whether this machine is in the VPC: said, not refused.
         ({"endpoint_access": "private"}, "WARN", "private only: reachable from inside the VPC"),
-        ({"endpoint_access": "private", "environ": {"RUNNER_ENVIRONMENT": "self-hosted"}}, "WARN", "private only: reachable from inside the VPC"),
+        (
+            {"endpoint_access": "private", "environ": {"RUNNER_ENVIRONMENT": "self-hosted"}},
+            "WARN",
+            "private only: reachable from inside the VPC",
+        ),
     ):
         session, _ = default_quotas()
         endpoint = by_name(run_checks(replace(INPUT, **changes), session))["api-endpoint"]
@@ -110,7 +141,9 @@ def test_a_private_endpoint_from_a_github_hosted_runner_is_refused(aws: None) ->
     teardown's first step could not reach the API from the hosted runner."""
     create_bootstrap_stack()
     session, _ = default_quotas()
-    inp = replace(INPUT, endpoint_access="private", environ={"RUNNER_ENVIRONMENT": "github-hosted", "GITHUB_ACTIONS": "true"})
+    inp = replace(
+        INPUT, endpoint_access="private", environ={"RUNNER_ENVIRONMENT": "github-hosted", "GITHUB_ACTIONS": "true"}
+    )
     endpoint = by_name(run_checks(inp, session))["api-endpoint"]
     assert endpoint.verdict == "FAIL"
     assert "GitHub-hosted runner" in endpoint.detail and "CLUSTER_RUNNER" in endpoint.fix
@@ -128,8 +161,8 @@ def test_gpu_quota_too_small(aws: None, capsys: pytest.CaptureFixture[str]) -> N
     assert "need 96 vCPU: 3 x 32 after the deploy" in out and "quota 64" in out
     assert (
         "fix: gpu-vcpu-quota: request an increase of Running On-Demand G and VT instances (L-DB2E81BA) "
-        "in sa-east-1 to at least 96 in the Service Quotas console"
-    ) in out.splitlines()
+        "in sa-east-1 to at least 96 in the Service Quotas console" in out.splitlines()
+    )
     assert out.count("FAIL") == 1
     assert "Traceback" not in out + err
 
@@ -138,7 +171,9 @@ def test_running_instances_count_against_their_own_quota_only(aws: None) -> None
     ec2 = boto3.client("ec2", region_name=REGION)
 
     def launch(instance_type: str, **extra: Any) -> str:
-        reservation = ec2.run_instances(ImageId="ami-12345678", MinCount=1, MaxCount=1, InstanceType=instance_type, **extra)
+        reservation = ec2.run_instances(
+            ImageId="ami-12345678", MinCount=1, MaxCount=1, InstanceType=instance_type, **extra
+        )
         return str(reservation["Instances"][0]["InstanceId"])
 
     launch("g5.xlarge")  # 4 vCPU, G and VT: counts
@@ -155,12 +190,18 @@ def test_running_instances_count_against_their_own_quota_only(aws: None) -> None
     gpu, standard = results["gpu-vcpu-quota"], results["standard-vcpu-quota"]
     assert (gpu.ok, gpu.detail) == (
         False,
-        "need 68 vCPU: 2 x 32 after the deploy, at most 64 during it (no node replaced); this cluster holds 0, other workloads 4; quota 64",
+        (
+            "need 68 vCPU: 2 x 32 after the deploy, at most 64 during it (no node replaced); this cluster holds 0,"
+            " other workloads 4; quota 64"
+        ),
     )
     assert "to at least 68 in the Service Quotas console" in gpu.fix
     assert (standard.ok, standard.detail) == (
         True,
-        "need 6 vCPU: 1 x 4 after the deploy, at most 4 during it (no node replaced); this cluster holds 0, other workloads 2; quota 8",
+        (
+            "need 6 vCPU: 1 x 4 after the deploy, at most 4 during it (no node replaced); this cluster holds 0, other"
+            " workloads 2; quota 8"
+        ),
     )
 
 
@@ -191,16 +232,20 @@ def test_quota_falls_back_to_the_aws_default(aws: None) -> None:
     assert results["gpu-vcpu-quota"].ok is False
     assert (
         results["gpu-vcpu-quota"].detail
-        == "need 64 vCPU: 2 x 32 after the deploy, at most 64 during it (no node replaced); this cluster holds 0, other workloads 0; quota 0 (AWS default)"
+        == "need 64 vCPU: 2 x 32 after the deploy, at most 64 during it (no node replaced); this cluster holds 0, other"
+        " workloads 0; quota 0 (AWS default)"
     )
     assert (
         results["standard-vcpu-quota"].detail
-        == "need 4 vCPU: 1 x 4 after the deploy, at most 4 during it (no node replaced); this cluster holds 0, other workloads 0; quota 5"
+        == "need 4 vCPU: 1 x 4 after the deploy, at most 4 during it (no node replaced); this cluster holds 0, other"
+        " workloads 0; quota 5"
     )
 
 
 def test_gpu_type_and_quota_code_mismatch(aws: None) -> None:
-    inp = PreflightInput(**{**INPUT.__dict__, "gpu_quota_code": P_QUOTA_CODE, "gpu_quota_name": "Running On-Demand P instances"})
+    inp = PreflightInput(
+        **{**INPUT.__dict__, "gpu_quota_code": P_QUOTA_CODE, "gpu_quota_name": "Running On-Demand P instances"}
+    )
     session, _ = quota_session((STANDARD_QUOTA_CODE, 4.0))  # the GPU quota is never asked for
 
     gpu = by_name(run_checks(inp, session))["gpu-vcpu-quota"]
@@ -219,7 +264,9 @@ def test_missing_bootstrap_stack(aws: None, capsys: pytest.CaptureFixture[str]) 
     assert main(INPUT, session) == 1
 
     out, err = capsys.readouterr()
-    assert ["cdk-bootstrap", "FAIL", "stack", "CDKToolkit", "not", "found", "in", "sa-east-1"] in [line.split() for line in out.splitlines()]
+    assert ["cdk-bootstrap", "FAIL", "stack", "CDKToolkit", "not", "found", "in", "sa-east-1"] in [
+        line.split() for line in out.splitlines()
+    ]
     assert f"fix: cdk-bootstrap: run `npx cdk bootstrap aws://{ACCOUNT}/sa-east-1`" in out.splitlines()
     assert out.count("FAIL") == 1
     assert "Traceback" not in out + err
@@ -265,7 +312,9 @@ def test_region_not_enabled_skips_region_checks(aws: None) -> None:
     assert {r.detail for r in results[2:]} == {"skipped: region ap-east-1 not usable"}
 
 
-def test_no_credentials_is_one_line(aws: None, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+def test_no_credentials_is_one_line(
+    aws: None, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     # mock_aws stays active (nothing can reach AWS); its fake keys and ours are removed.
     for var in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN"):
         monkeypatch.delenv(var, raising=False)
@@ -276,13 +325,16 @@ def test_no_credentials_is_one_line(aws: None, monkeypatch: pytest.MonkeyPatch, 
     # One cause, one line: every other check would fail for it (run_checks still reports each, for the callers).
     assert out == ""
     assert err.splitlines() == [
-        "error: preflight: no AWS credentials found; configure credentials (`aws configure`, `aws sso login` or AWS_PROFILE) and run the preflight again"
+        "error: preflight: no AWS credentials found; configure credentials (`aws configure`, `aws sso login` or"
+        " AWS_PROFILE) and run the preflight again"
     ]
     results = run_checks(INPUT, boto3.session.Session(region_name=REGION))
     assert [r.detail for r in results[1:]] == ["skipped: no credentials"] * (len(ORDER) - 1)
 
 
-def test_unknown_profile_is_one_line(aws: None, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+def test_unknown_profile_is_one_line(
+    aws: None, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     # boto3 raises ProfileNotFound while building the session, before any check.
     monkeypatch.setenv("AWS_PROFILE", "no-such-profile")
 

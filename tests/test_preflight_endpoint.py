@@ -41,8 +41,12 @@ def _imported_certificate(*names: str) -> str:
         .sign(key, hashes.SHA256())
     )
     pem = certificate.public_bytes(serialization.Encoding.PEM)
-    private = key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
-    arn: str = boto3.client("acm", region_name=REGION).import_certificate(Certificate=pem, PrivateKey=private)["CertificateArn"]
+    private = key.private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+    )
+    arn: str = boto3.client("acm", region_name=REGION).import_certificate(Certificate=pem, PrivateKey=private)[
+        "CertificateArn"
+    ]
     return arn
 
 
@@ -56,7 +60,10 @@ def test_an_issued_certificate_covering_the_host_name_passes(aws: None) -> None:
     assert (_status(result), result.detail) == ("ok", "ISSUED, covers llm.example.com")
 
 
-@pytest.mark.parametrize(("hostname", "passes"), [("llm.example.com", True), ("example.com", True), ("a.llm.example.com", False), ("llm.example.org", False)])
+@pytest.mark.parametrize(
+    ("hostname", "passes"),
+    [("llm.example.com", True), ("example.com", True), ("a.llm.example.com", False), ("llm.example.org", False)],
+)
 def test_a_wildcard_covers_one_label(aws: None, hostname: str, passes: bool) -> None:
     arn = _imported_certificate("*.example.com", "example.com")
     result = check_certificate(_acm(), certificate_arn=arn, hostname=hostname, region=REGION)
@@ -89,15 +96,30 @@ def test_without_a_host_name_the_certificate_is_warned_about(aws: None) -> None:
 def test_the_hosted_zone_must_exist_and_hold_the_name(aws: None) -> None:
     route53 = boto3.client("route53", region_name="us-east-1")
     zone = route53.create_hosted_zone(Name="example.com", CallerReference="test")["HostedZone"]["Id"].split("/")[-1]
-    assert _status(check_hosted_zone(route53, hosted_zone_id=zone, hostname="llm.example.com", exposure="internal")) == "ok"
+    assert (
+        _status(check_hosted_zone(route53, hosted_zone_id=zone, hostname="llm.example.com", exposure="internal"))
+        == "ok"
+    )
     outside = check_hosted_zone(route53, hosted_zone_id=zone, hostname="llm.example.org", exposure="internal")
     assert _status(outside) == "fail" and "not in the zone example.com" in outside.detail
-    missing = check_hosted_zone(route53, hosted_zone_id="Z0123456789ABCDEFGHIJ", hostname="llm.example.com", exposure="internal")
+    missing = check_hosted_zone(
+        route53, hosted_zone_id="Z0123456789ABCDEFGHIJ", hostname="llm.example.com", exposure="internal"
+    )
     assert _status(missing) == "fail" and missing.detail.startswith("no hosted zone")
     private = route53.create_hosted_zone(
-        Name="internal.example", CallerReference="private", HostedZoneConfig={"PrivateZone": True}, VPC={"VPCRegion": REGION, "VPCId": "vpc-12345678"}
+        Name="internal.example",
+        CallerReference="private",
+        HostedZoneConfig={"PrivateZone": True},
+        VPC={"VPCRegion": REGION, "VPCId": "vpc-12345678"},
     )["HostedZone"]["Id"].split("/")[-1]
-    assert _status(check_hosted_zone(route53, hosted_zone_id=private, hostname="llm.internal.example", exposure="internet-facing")) == "warn"
+    assert (
+        _status(
+            check_hosted_zone(
+                route53, hosted_zone_id=private, hostname="llm.internal.example", exposure="internet-facing"
+            )
+        )
+        == "warn"
+    )
 
 
 @pytest.mark.parametrize(

@@ -36,13 +36,19 @@ EXECUTION_ROLE = f"arn:aws:iam::{ACCOUNT}:role/cdk-hnb659fds-cfn-exec-role-{ACCO
 
 
 def test_the_vpcs_azs_exist(aws: None) -> None:
-    result = check_vpc_azs(boto3.client("ec2", region_name=REGION), region=REGION, vpc_azs=("sa-east-1a", "sa-east-1b", "sa-east-1c"))
+    result = check_vpc_azs(
+        boto3.client("ec2", region_name=REGION), region=REGION, vpc_azs=("sa-east-1a", "sa-east-1b", "sa-east-1c")
+    )
     assert (result.verdict, result.detail) == ("PASS", "sa-east-1a, sa-east-1b, sa-east-1c available")
 
 
 def test_the_fallback_azs_of_a_two_az_region_are_refused(aws: None) -> None:
     """Without a cached look-up the VPC takes REGION + a, b, c: us-west-1 has no c for most accounts."""
-    result = check_vpc_azs(boto3.client("ec2", region_name="us-west-1"), region="us-west-1", vpc_azs=("us-west-1a", "us-west-1b", "us-west-1c"))
+    result = check_vpc_azs(
+        boto3.client("ec2", region_name="us-west-1"),
+        region="us-west-1",
+        vpc_azs=("us-west-1a", "us-west-1b", "us-west-1c"),
+    )
     assert result.verdict == "FAIL"
     assert result.detail.startswith("us-west-1c not an AZ of us-west-1 for this account")
     assert "make lookup" in result.fix and "us-west-1a, us-west-1b" in result.fix
@@ -102,13 +108,20 @@ def _check(reservation: dict[str, Any] | None, **changes: Any) -> Any:
                 expected_params={"CapacityReservationIds": [RESERVATION]},
             )
         else:
-            stub.add_response("describe_capacity_reservations", {"CapacityReservations": [reservation]}, {"CapacityReservationIds": [RESERVATION]})
+            stub.add_response(
+                "describe_capacity_reservations",
+                {"CapacityReservations": [reservation]},
+                {"CapacityReservationIds": [RESERVATION]},
+            )
         return check_capacity_reservation(ec2, **kwargs)
 
 
 def test_a_reservation_that_holds_the_nodes_passes() -> None:
     result = _check(_reservation())
-    assert (result.verdict, result.detail) == ("PASS", f"{RESERVATION}: on-demand, active, g6.8xlarge in sa-east-1a, 2 of 2 free for 2 new node(s)")
+    assert (result.verdict, result.detail) == (
+        "PASS",
+        f"{RESERVATION}: on-demand, active, g6.8xlarge in sa-east-1a, 2 of 2 free for 2 new node(s)",
+    )
 
 
 def test_nodes_already_in_the_reservation_count_as_held() -> None:
@@ -125,8 +138,18 @@ def test_a_capacity_block_passes_and_says_when_it_ends() -> None:
 @pytest.mark.parametrize(
     ("reservation", "changes", "detail", "fix"),
     [
-        (_reservation(AvailabilityZone="sa-east-1b"), {}, "it is in sa-east-1b, not GPU_AZ sa-east-1a", "set GPU_AZ=sa-east-1b"),
-        (_reservation(InstanceType="g6.12xlarge"), {}, "it reserves g6.12xlarge, not g6.8xlarge", "set GPU_NODE_TYPE=g6.12xlarge"),
+        (
+            _reservation(AvailabilityZone="sa-east-1b"),
+            {},
+            "it is in sa-east-1b, not GPU_AZ sa-east-1a",
+            "set GPU_AZ=sa-east-1b",
+        ),
+        (
+            _reservation(InstanceType="g6.12xlarge"),
+            {},
+            "it reserves g6.12xlarge, not g6.8xlarge",
+            "set GPU_NODE_TYPE=g6.12xlarge",
+        ),
         (_reservation(State="expired"), {}, "it is expired", "once it is active"),
         (
             _reservation(State="scheduled", StartDate=datetime(2026, 12, 2, 11, 30, tzinfo=UTC)),
@@ -135,25 +158,42 @@ def test_a_capacity_block_passes_and_says_when_it_ends() -> None:
             "once it is active",
         ),
         (_reservation(AvailableInstanceCount=1), {}, "1 of 2 instances free, the deploy adds 2", "larger reservation"),
-        (_reservation(AvailableInstanceCount=2), {"nodes": 4}, "2 of 2 instances free, the deploy adds 4", "larger reservation"),
+        (
+            _reservation(AvailableInstanceCount=2),
+            {"nodes": 4},
+            "2 of 2 instances free, the deploy adds 4",
+            "larger reservation",
+        ),
         (
             _reservation(ReservationType="capacity-block"),
             {},
             "it is a Capacity Block, capacity-block reservation",
             "GPU_CAPACITY_RESERVATION_TYPE=capacity-block",
         ),
-        (_reservation(), {"reservation_type": "capacity-block"}, "it is a on-demand reservation", "GPU_CAPACITY_RESERVATION_TYPE=on-demand"),
+        (
+            _reservation(),
+            {"reservation_type": "capacity-block"},
+            "it is a on-demand reservation",
+            "GPU_CAPACITY_RESERVATION_TYPE=on-demand",
+        ),
         (
             _reservation(PlacementGroupArn=f"arn:aws:ec2:{REGION}:{ACCOUNT}:placement-group/gpu-pg"),
             {},
             "it was made in placement group gpu-pg",
             "GPU_PLACEMENT_GROUP=gpu-pg",
         ),
-        (_reservation(), {"placement_group": "my-pg"}, "it is in no placement group, the nodes would launch into my-pg", "GPU_PLACEMENT_GROUP=off"),
+        (
+            _reservation(),
+            {"placement_group": "my-pg"},
+            "it is in no placement group, the nodes would launch into my-pg",
+            "GPU_PLACEMENT_GROUP=off",
+        ),
         (None, {}, "not found in this account and Region", "GPU_CAPACITY_RESERVATION_ID"),
     ],
 )
-def test_a_reservation_that_cannot_hold_the_nodes_is_one_clear_line(reservation: dict[str, Any] | None, changes: dict[str, Any], detail: str, fix: str) -> None:
+def test_a_reservation_that_cannot_hold_the_nodes_is_one_clear_line(
+    reservation: dict[str, Any] | None, changes: dict[str, Any], detail: str, fix: str
+) -> None:
     result = _check(reservation, **changes)
     assert result.verdict == "FAIL"
     assert detail in result.detail and fix in result.fix, (result.detail, result.fix)
@@ -167,7 +207,14 @@ def test_a_reservation_in_its_placement_group_passes() -> None:
 
 def test_no_reservation_needs_no_call() -> None:
     result = check_capacity_reservation(
-        None, reservation_id="", reservation_type="on-demand", placement_group="on", instance_type="g6.8xlarge", gpu_az="sa-east-1a", nodes=2, held=0
+        None,
+        reservation_id="",
+        reservation_type="on-demand",
+        placement_group="on",
+        instance_type="g6.8xlarge",
+        gpu_az="sa-east-1a",
+        nodes=2,
+        held=0,
     )
     assert result.ok
 
@@ -187,7 +234,9 @@ def test_the_preflight_counts_this_clusters_nodes_in_the_reservation(aws: None) 
         from botocore.awsrequest import AWSResponse  # type: ignore[import-untyped]
 
         asked.append(params["body"])
-        return AWSResponse("https://ec2", 200, {}, None), {"CapacityReservations": [_reservation(AvailableInstanceCount=0)]}
+        return AWSResponse("https://ec2", 200, {}, None), {
+            "CapacityReservations": [_reservation(AvailableInstanceCount=0)]
+        }
 
     def in_the_reservation(parsed: dict[str, Any], **_: Any) -> None:
         for reservation in parsed.get("Reservations", []):
@@ -215,7 +264,11 @@ def _iam() -> Any:
 
 
 def test_existing_principals_pass(aws: None) -> None:
-    arns = (f"arn:aws:iam::{ACCOUNT}:role/ci-deploy", f"arn:aws:iam::{ACCOUNT}:role/people/platform-admin", f"arn:aws:iam::{ACCOUNT}:user/alice")
+    arns = (
+        f"arn:aws:iam::{ACCOUNT}:role/ci-deploy",
+        f"arn:aws:iam::{ACCOUNT}:role/people/platform-admin",
+        f"arn:aws:iam::{ACCOUNT}:user/alice",
+    )
     result = check_admin_principals(_iam(), arns=arns, account=ACCOUNT, execution_role_arn=EXECUTION_ROLE)
     assert (result.verdict, result.detail) == ("PASS", f"3 principal(s) exist in account {ACCOUNT}")
 
@@ -236,7 +289,9 @@ def test_a_principal_eks_would_refuse_is_one_clear_line(aws: None, arn: str, fra
 
 
 def test_another_accounts_principal_is_said_unchecked(aws: None) -> None:
-    result = check_admin_principals(_iam(), arns=("arn:aws:iam::210987654321:role/ops",), account=ACCOUNT, execution_role_arn=EXECUTION_ROLE)
+    result = check_admin_principals(
+        _iam(), arns=("arn:aws:iam::210987654321:role/ops",), account=ACCOUNT, execution_role_arn=EXECUTION_ROLE
+    )
     assert result.verdict == "WARN" and "210987654321:role/ops" in result.warning
 
 
@@ -244,7 +299,9 @@ def test_the_preflight_fills_the_execution_role_from_the_assembly(aws: None) -> 
     create_bootstrap_stack()
     _iam()
     session, _ = default_quotas()
-    assembly_form = "arn:${AWS::Partition}:iam::${AWS::AccountId}:role/cdk-hnb659fds-cfn-exec-role-${AWS::AccountId}-sa-east-1"
+    assembly_form = (
+        "arn:${AWS::Partition}:iam::${AWS::AccountId}:role/cdk-hnb659fds-cfn-exec-role-${AWS::AccountId}-sa-east-1"
+    )
     inp = replace(INPUT, admin_principal_arns=(EXECUTION_ROLE,), execution_role_arn=assembly_form)
     result = by_name(run_checks(inp, session))["admin-principals"]
     assert result.verdict == "FAIL" and "CloudFormation execution role" in result.detail
@@ -254,7 +311,10 @@ def test_the_execution_role_arn_is_read_from_the_synthesized_assembly(default_sy
     from tools.preflight import execution_role_arn
 
     arn = execution_role_arn(default_synth.outdir, default_synth.settings.stack_names["cluster"])
-    assert arn == "arn:${AWS::Partition}:iam::${AWS::AccountId}:role/cdk-hnb659fds-cfn-exec-role-${AWS::AccountId}-sa-east-1"
+    assert (
+        arn
+        == "arn:${AWS::Partition}:iam::${AWS::AccountId}:role/cdk-hnb659fds-cfn-exec-role-${AWS::AccountId}-sa-east-1"
+    )
 
 
 # --- where the tools run -------------------------------------------------------------------------------
@@ -269,7 +329,9 @@ def test_only_a_private_endpoint_from_a_hosted_runner_is_unreachable() -> None:
     assert check_api_endpoint("public-and-private", ("203.0.113.0/24",), hosted).verdict == "PASS"
 
 
-def test_the_teardown_refuses_a_private_cluster_from_a_hosted_runner(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+def test_the_teardown_refuses_a_private_cluster_from_a_hosted_runner(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     """Skipping its first step would leave load balancers holding the subnets and the RayService its nodes."""
     from tools import teardown
 
@@ -314,10 +376,20 @@ def test_a_roll_of_a_capacity_block_nodegroup_with_nodes_in_it_is_refused(monkey
     from preflight import capacity
     from preflight import redeploy as day2
 
-    rolling = day2.ResourceChange(logical_id="GpuNodesNodegroup", resource_type="AWS::EKS::Nodegroup", action=day2.MODIFY, properties=("LaunchTemplate",))
+    rolling = day2.ResourceChange(
+        logical_id="GpuNodesNodegroup",
+        resource_type="AWS::EKS::Nodegroup",
+        action=day2.MODIFY,
+        properties=("LaunchTemplate",),
+    )
     assert day2.rolls(rolling)
     monkeypatch.setattr(capacity, "planned_nodegroup_change", lambda ctx, name: rolling)
-    inp = replace(INPUT, gpu_capacity_reservation_id=RESERVATION, gpu_capacity_reservation_type="capacity-block", gpu_placement_group="off")
+    inp = replace(
+        INPUT,
+        gpu_capacity_reservation_id=RESERVATION,
+        gpu_capacity_reservation_type="capacity-block",
+        gpu_placement_group="off",
+    )
     inp = replace(inp, redeploy=SimpleNamespace(gpu_nodegroup_name="gpu-workers"))  # type: ignore[arg-type]
 
     def client(_: str) -> Any:
@@ -339,7 +411,9 @@ def test_a_roll_of_a_capacity_block_nodegroup_with_nodes_in_it_is_refused(monkey
         ({"autoscaling": False}, "PASS"),
     ],
 )
-def test_autoscaling_into_a_placement_group_without_a_reservation_is_warned_about(changes: dict[str, Any], verdict: str) -> None:
+def test_autoscaling_into_a_placement_group_without_a_reservation_is_warned_about(
+    changes: dict[str, Any], verdict: str
+) -> None:
     """Scale-ups add one GPU node at a time into the cluster placement group, where EC2's InsufficientInstanceCapacity is
     likelier, and the Cluster Autoscaler backs the nodegroup off after each failure (issue 28.7)."""
     from types import SimpleNamespace
@@ -353,4 +427,8 @@ def test_autoscaling_into_a_placement_group_without_a_reservation_is_warned_abou
     result = capacity.check_reservation(ctx)  # type: ignore[arg-type]
     assert result.verdict == verdict, result
     if verdict == "WARN":
-        assert "InsufficientInstanceCapacity" in result.warning and "GPU_CAPACITY_RESERVATION_ID" in result.warning and "\n" not in result.warning
+        assert (
+            "InsufficientInstanceCapacity" in result.warning
+            and "GPU_CAPACITY_RESERVATION_ID" in result.warning
+            and "\n" not in result.warning
+        )

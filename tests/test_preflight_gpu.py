@@ -49,7 +49,8 @@ def test_p5_with_p_quota_passes(aws: None) -> None:
     assert results["gpu-efa"].detail == "p5.48xlarge supports EFA (up to 32 EFA interfaces)"
     assert (
         results["gpu-vcpu-quota"].detail
-        == "need 192 vCPU: 1 x 192 after the deploy, at most 192 during it (no node replaced); this cluster holds 0, other workloads 0; quota 192"
+        == "need 192 vCPU: 1 x 192 after the deploy, at most 192 during it (no node replaced); this cluster holds 0,"
+        " other workloads 0; quota 192"
     )
 
 
@@ -112,4 +113,4 @@ def test_missing_efa_field_is_unknown_not_supported(aws: None) -> None:
     efa = by_name(run_checks(INPUT, session))["gpu-efa"]
 
     assert efa.ok is False
-    assert efa.detail == ("EFA support of g6.8xlarge unknown: DescribeInstanceTypes returned no NetworkInfo.EfaSupported")
+    assert efa.detail == "EFA support of g6.8xlarge unknown: DescribeInstanceTypes returned no NetworkInfo.EfaSupported"

@@ -25,7 +25,14 @@ DIGEST = "763104351884.dkr.ecr.sa-east-1.amazonaws.com/ray@sha256:" + "a" * 64
         ("Qwen/Qwen3.5-9b-typo", None, "FAIL", "misspelt MODEL_SOURCE"),
     ],
 )
-def test_the_model_source_on_the_hub(hub: str, monkeypatch: pytest.MonkeyPatch, source: str, token: str | None, verdict: str, fragment: str) -> None:  # noqa: F811
+def test_the_model_source_on_the_hub(
+    hub: str,  # noqa: F811 (the fixture imported above)
+    monkeypatch: pytest.MonkeyPatch,
+    source: str,
+    token: str | None,
+    verdict: str,
+    fragment: str,
+) -> None:
     monkeypatch.setenv("HF_ENDPOINT", hub)
     read: list[str] = []
 
@@ -50,7 +57,10 @@ def _ecr() -> tuple[object, Stubber]:
     return ecr, Stubber(ecr)
 
 
-@pytest.mark.parametrize(("image", "image_id"), [(IMAGE, {"imageTag": "serve-llm-cuda-v1.0"}), (DIGEST, {"imageDigest": "sha256:" + "a" * 64})])
+@pytest.mark.parametrize(
+    ("image", "image_id"),
+    [(IMAGE, {"imageTag": "serve-llm-cuda-v1.0"}), (DIGEST, {"imageDigest": "sha256:" + "a" * 64})],
+)
 def test_the_image_exists(image: str, image_id: dict[str, str]) -> None:
     ecr, stub = _ecr()
     stub.add_response(
@@ -64,7 +74,10 @@ def test_the_image_exists(image: str, image_id: dict[str, str]) -> None:
 
 def test_a_missing_tag_or_another_regions_image_is_refused() -> None:
     ecr, stub = _ecr()
-    stub.add_response("batch_get_image", {"images": [], "failures": [{"failureCode": "ImageNotFound", "failureReason": "Requested image not found"}]})
+    stub.add_response(
+        "batch_get_image",
+        {"images": [], "failures": [{"failureCode": "ImageNotFound", "failureReason": "Requested image not found"}]},
+    )
     with stub:
         result = check_image(ecr, IMAGE, "sa-east-1")
     assert result.verdict == "FAIL" and "ImageNotFound" in result.detail

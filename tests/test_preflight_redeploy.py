@@ -59,7 +59,9 @@ def _quotas(gpu: float, standard: float) -> Any:
     stubber = Stubber(client)
     for code, value in ((G_QUOTA_CODE, gpu), (STANDARD_QUOTA_CODE, standard)):
         stubber.add_response(
-            "get_service_quota", {"Quota": {"ServiceCode": "ec2", "QuotaCode": code, "Value": value}}, {"ServiceCode": "ec2", "QuotaCode": code}
+            "get_service_quota",
+            {"Quota": {"ServiceCode": "ec2", "QuotaCode": code, "Value": value}},
+            {"ServiceCode": "ec2", "QuotaCode": code},
         )
     stubber.activate()
     return client
@@ -71,12 +73,31 @@ def _cloudformation(redeploy: Redeploy | None, deployed: Mapping[str, dict[str, 
     stubber = Stubber(client)
     for name in redeploy.templates if redeploy else ():
         if name not in deployed:
-            stubber.add_client_error("describe_stacks", "ValidationError", f"Stack with id {name} does not exist", expected_params={"StackName": name})
+            stubber.add_client_error(
+                "describe_stacks",
+                "ValidationError",
+                f"Stack with id {name} does not exist",
+                expected_params={"StackName": name},
+            )
             continue
-        stack = {"StackName": name, "StackStatus": "UPDATE_COMPLETE", "CreationTime": "2026-11-01T00:00:00Z", "Outputs": []}
+        stack = {
+            "StackName": name,
+            "StackStatus": "UPDATE_COMPLETE",
+            "CreationTime": "2026-11-01T00:00:00Z",
+            "Outputs": [],
+        }
         stubber.add_response("describe_stacks", {"Stacks": [stack]}, {"StackName": name})
-        stubber.add_response("get_template", {"TemplateBody": json.dumps(deployed[name])}, {"StackName": name, "TemplateStage": "Original"})
-    bootstrap = {"StackName": "CDKToolkit", "StackStatus": "CREATE_COMPLETE", "CreationTime": "2026-01-01T00:00:00Z", "Outputs": []}
+        stubber.add_response(
+            "get_template",
+            {"TemplateBody": json.dumps(deployed[name])},
+            {"StackName": name, "TemplateStage": "Original"},
+        )
+    bootstrap = {
+        "StackName": "CDKToolkit",
+        "StackStatus": "CREATE_COMPLETE",
+        "CreationTime": "2026-01-01T00:00:00Z",
+        "Outputs": [],
+    }
     stubber.add_response("describe_stacks", {"Stacks": [bootstrap]}, {"StackName": "CDKToolkit"})
     stubber.activate()
     return client
@@ -84,7 +105,12 @@ def _cloudformation(redeploy: Redeploy | None, deployed: Mapping[str, dict[str, 
 
 def _eks_cluster(version: str, nodegroups: Mapping[str, int]) -> None:
     eks = boto3.client("eks", region_name=REGION)
-    eks.create_cluster(name=CLUSTER, version=version, roleArn="arn:aws:iam::123456789012:role/eks", resourcesVpcConfig={"subnetIds": ["subnet-12345678"]})
+    eks.create_cluster(
+        name=CLUSTER,
+        version=version,
+        roleArn="arn:aws:iam::123456789012:role/eks",
+        resourcesVpcConfig={"subnetIds": ["subnet-12345678"]},
+    )
     for name, size in nodegroups.items():
         eks.create_nodegroup(
             clusterName=CLUSTER,
@@ -95,8 +121,19 @@ def _eks_cluster(version: str, nodegroups: Mapping[str, int]) -> None:
         )
 
 
-def _run(inp: PreflightInput, *, gpu_quota: float, standard_quota: float, deployed: Mapping[str, dict[str, Any]] | None = None) -> dict[str, Any]:
-    session = _Session({"service-quotas": _quotas(gpu_quota, standard_quota), "cloudformation": _cloudformation(inp.redeploy, deployed or {})})
+def _run(
+    inp: PreflightInput,
+    *,
+    gpu_quota: float,
+    standard_quota: float,
+    deployed: Mapping[str, dict[str, Any]] | None = None,
+) -> dict[str, Any]:
+    session = _Session(
+        {
+            "service-quotas": _quotas(gpu_quota, standard_quota),
+            "cloudformation": _cloudformation(inp.redeploy, deployed or {}),
+        }
+    )
     return by_name(run_checks(inp, session))
 
 
@@ -138,12 +175,18 @@ def test_a_rolling_update_asks_for_the_surge_only_with_the_default_strategy(aws:
     deployed = _deployed_templates()
     # A bigger GPU root volume: a new launch template version, so the GPU nodes roll.
     redeploy = redeploy_of(GPU_ROOT_VOLUME_GIB="300")
-    minimal = _run(_with_redeploy(redeploy, gpu_update_surge_nodes=0), gpu_quota=64, standard_quota=4, deployed=deployed)
+    minimal = _run(
+        _with_redeploy(redeploy, gpu_update_surge_nodes=0), gpu_quota=64, standard_quota=4, deployed=deployed
+    )
     assert minimal["gpu-vcpu-quota"].ok, minimal["gpu-vcpu-quota"].detail
     assert minimal["stack-changes"].ok and "rolling update of gpu-workers" in minimal["stack-changes"].detail
-    surge = _run(_with_redeploy(redeploy, gpu_update_surge_nodes=2), gpu_quota=64, standard_quota=4, deployed=deployed)["gpu-vcpu-quota"]
+    surge = _run(_with_redeploy(redeploy, gpu_update_surge_nodes=2), gpu_quota=64, standard_quota=4, deployed=deployed)[
+        "gpu-vcpu-quota"
+    ]
     assert not surge.ok
-    assert "at most 128 during it (rolling update with 2 extra node(s))" in surge.detail and "to at least 128" in surge.fix
+    assert (
+        "at most 128 during it (rolling update with 2 extra node(s))" in surge.detail and "to at least 128" in surge.fix
+    )
 
 
 def test_a_change_that_rolls_nothing_needs_no_surge(aws: None) -> None:
@@ -165,14 +208,21 @@ def test_a_change_that_rolls_nothing_needs_no_surge(aws: None) -> None:
 
 def test_a_kubernetes_version_skip_is_refused_before_anything_is_touched(aws: None) -> None:
     _eks_cluster("1.34", {"gpu-workers": 2, "system-nodes": 1})
-    results = _run(_with_redeploy(redeploy_of(K8S_VERSION="1.36")), gpu_quota=64, standard_quota=4, deployed=_deployed_templates(K8S_VERSION="1.34"))
+    results = _run(
+        _with_redeploy(redeploy_of(K8S_VERSION="1.36")),
+        gpu_quota=64,
+        standard_quota=4,
+        deployed=_deployed_templates(K8S_VERSION="1.34"),
+    )
     version = results["kubernetes-version"]
     assert not version.ok and "deploy K8S_VERSION=1.35 first" in version.fix
 
 
 def test_a_gpu_az_change_is_refused(aws: None) -> None:
     _eks_cluster("1.35", {"gpu-workers": 2, "system-nodes": 1})
-    results = _run(_with_redeploy(redeploy_of(GPU_AZ="sa-east-1b")), gpu_quota=64, standard_quota=4, deployed=_deployed_templates())
+    results = _run(
+        _with_redeploy(redeploy_of(GPU_AZ="sa-east-1b")), gpu_quota=64, standard_quota=4, deployed=_deployed_templates()
+    )
     assert not results["stack-changes"].ok and "under the same name" in results["stack-changes"].fix
 
 
@@ -194,12 +244,16 @@ def test_a_log_group_eks_made_before_the_stack_owned_it_is_caught(aws: None) -> 
     cluster_stack = f"{CLUSTER}-cluster"
     deployed[cluster_stack] = {
         **deployed[cluster_stack],
-        "Resources": {k: v for k, v in deployed[cluster_stack]["Resources"].items() if v["Type"] != "AWS::Logs::LogGroup"},
+        "Resources": {
+            k: v for k, v in deployed[cluster_stack]["Resources"].items() if v["Type"] != "AWS::Logs::LogGroup"
+        },
     }
     results = _run(_with_redeploy(redeploy_of()), gpu_quota=64, standard_quota=4, deployed=deployed)
     assert not results["control-plane-log-group"].ok
     owned = _run(_with_redeploy(redeploy_of()), gpu_quota=64, standard_quota=4, deployed=_deployed_templates())
-    assert owned["control-plane-log-group"].ok and "belongs to a deployed stack" in owned["control-plane-log-group"].detail
+    assert (
+        owned["control-plane-log-group"].ok and "belongs to a deployed stack" in owned["control-plane-log-group"].detail
+    )
 
 
 def test_no_leftover_passes(aws: None) -> None:
@@ -245,7 +299,10 @@ def test_pinned_charts_found_in_the_index(chart_repository: str) -> None:
         HelmChartPin(f"{chart_repository}/charts/", "aws-efa-k8s-device-plugin", "v0.5.29"),
     )
     result = check_helm_charts(pins, timeout=5)
-    assert result.ok and result.detail == "in their repositories: kuberay-operator 1.7.0, aws-efa-k8s-device-plugin v0.5.29"
+    assert (
+        result.ok
+        and result.detail == "in their repositories: kuberay-operator 1.7.0, aws-efa-k8s-device-plugin v0.5.29"
+    )
 
 
 def test_a_missing_chart_version_or_repository_fails_with_what_exists(chart_repository: str) -> None:
@@ -276,20 +333,30 @@ def _list_imports(answers: Mapping[str, list[str]]) -> Any:
             stubber.add_response("list_imports", {"Imports": importers}, {"ExportName": export})
         else:
             stubber.add_client_error(
-                "list_imports", "ValidationError", f"Export '{export}' is not imported by any stack.", expected_params={"ExportName": export}
+                "list_imports",
+                "ValidationError",
+                f"Export '{export}' is not imported by any stack.",
+                expected_params={"ExportName": export},
             )
     stubber.activate()
     return client
 
 
-def test_turning_the_store_off_is_refused_while_the_serving_stack_imports_its_exports(features_synth: Any, default_synth: Any) -> None:
+def test_turning_the_store_off_is_refused_while_the_serving_stack_imports_its_exports(
+    features_synth: Any, default_synth: Any
+) -> None:
     """GCS_FAULT_TOLERANCE redis -> off with `make deploy` alone: the system stack would delete the store's exports while
-    the deployed serving stack imports them, and CloudFormation fails the update. The preflight names them and the procedure."""
+    the deployed serving stack imports them, and CloudFormation fails the update. The preflight names them and the procedure.
+    """
     from preflight.deployed import Deployed, DeployedStack
     from preflight.redeploy import check_removed_exports, removed_exports
 
     names = default_synth.settings.stack_names
-    deployed = Deployed(stacks={names[p]: DeployedStack(names[p], "UPDATE_COMPLETE", {}, t) for p, t in features_synth.templates.items()})
+    deployed = Deployed(
+        stacks={
+            names[p]: DeployedStack(names[p], "UPDATE_COMPLETE", {}, t) for p, t in features_synth.templates.items()
+        }
+    )
     redeploy = Redeploy.of(default_synth.settings, {names[p]: t for p, t in default_synth.templates.items()})
     removed = removed_exports(redeploy, deployed)
     system, serving = names["system"], names["serving"]
@@ -297,10 +364,21 @@ def test_turning_the_store_off_is_refused_while_the_serving_stack_imports_its_ex
     # The serving stack imports them as deployed (its template's Fn::ImportValue), which ListImports answers.
     assert all(e in json.dumps(features_synth.templates["serving"]) for e in removed)
     refused = check_removed_exports(redeploy, deployed, _list_imports({e: [serving] for e in removed}))
-    assert not refused.ok and all(e in refused.detail for e in removed) and f"which {serving} import(s)" in refused.detail
-    assert refused.fix == f're-create the importing stack(s) without the import: `make destroy STACKS="{serving}"`, then `make deploy`'
+    assert (
+        not refused.ok and all(e in refused.detail for e in removed) and f"which {serving} import(s)" in refused.detail
+    )
+    assert (
+        refused.fix
+        == f're-create the importing stack(s) without the import: `make destroy STACKS="{serving}"`, then `make deploy`'
+    )
     # Nothing imports them any more (the serving stack was re-created first): the deploy may delete them.
     assert check_removed_exports(redeploy, deployed, _list_imports({e: [] for e in removed})).ok
     # The other way (off -> redis) removes no export and asks CloudFormation nothing.
-    back = Deployed(stacks={names[p]: DeployedStack(names[p], "UPDATE_COMPLETE", {}, t) for p, t in default_synth.templates.items()})
-    assert check_removed_exports(Redeploy.of(features_synth.settings, {names[p]: t for p, t in features_synth.templates.items()}), back, _list_imports({})).ok
+    back = Deployed(
+        stacks={names[p]: DeployedStack(names[p], "UPDATE_COMPLETE", {}, t) for p, t in default_synth.templates.items()}
+    )
+    assert check_removed_exports(
+        Redeploy.of(features_synth.settings, {names[p]: t for p, t in features_synth.templates.items()}),
+        back,
+        _list_imports({}),
+    ).ok

@@ -15,7 +15,10 @@ from botocore.credentials import Credentials  # type: ignore[import-untyped]
 from tests.loopback import serving
 from tools.promql import PromQLError, endpoint_of, instant_query
 
-VECTOR = {"status": "success", "data": {"resultType": "vector", "result": [{"metric": {"ray_group": "decode"}, "value": [1780000000.0, "1"]}]}}
+VECTOR = {
+    "status": "success",
+    "data": {"resultType": "vector", "result": [{"metric": {"ray_group": "decode"}, "value": [1780000000.0, "1"]}]},
+}
 
 
 @pytest.fixture
@@ -45,7 +48,9 @@ def server() -> Iterator[tuple[str, list[dict[str, Any]], list[tuple[int, Any]]]
 CREDENTIALS = Credentials("AKIDEXAMPLE", "secret", "session-token")
 
 
-def test_the_query_is_signed_for_monitoring_and_its_vector_returned(server: tuple[str, list[dict[str, Any]], list[tuple[int, Any]]]) -> None:
+def test_the_query_is_signed_for_monitoring_and_its_vector_returned(
+    server: tuple[str, list[dict[str, Any]], list[tuple[int, Any]]],
+) -> None:
     url, received, replies = server
     replies.append((200, VECTOR))
     query = 'count by (ray_group) (ray_vllm_num_requests_running{eks_cluster="c"})'
@@ -55,7 +60,10 @@ def test_the_query_is_signed_for_monitoring_and_its_vector_returned(server: tupl
     assert urllib.parse.parse_qs(request["body"]) == {"query": [query]}
     assert request["headers"]["Content-Type"] == "application/x-www-form-urlencoded"
     authorization = request["headers"]["Authorization"]
-    assert authorization.startswith("AWS4-HMAC-SHA256 Credential=AKIDEXAMPLE/") and "/us-west-2/monitoring/aws4_request" in authorization
+    assert (
+        authorization.startswith("AWS4-HMAC-SHA256 Credential=AKIDEXAMPLE/")
+        and "/us-west-2/monitoring/aws4_request" in authorization
+    )
     assert request["headers"]["X-Amz-Security-Token"] == "session-token"
     # The signature holds for what arrived (method, path, host, headers, body): recomputed with botocore.
     assert f"Signature={_signature(url, request)}" in authorization

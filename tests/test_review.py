@@ -15,7 +15,12 @@ from tests.conftest import REPO
 
 
 def _git(clone: Path, *args: str) -> None:
-    subprocess.run(["git", "-c", "user.name=test", "-c", "user.email=test@example.com", *args], cwd=clone, check=True, capture_output=True)
+    subprocess.run(
+        ["git", "-c", "user.name=test", "-c", "user.email=test@example.com", *args],
+        cwd=clone,
+        check=True,
+        capture_output=True,
+    )
 
 
 @pytest.fixture(scope="module")
@@ -36,7 +41,12 @@ def _review(clone: Path, base: str, *, allow: bool = False) -> subprocess.Comple
     env = {k: v for k, v in os.environ.items() if k not in ("ALLOW_REPLACEMENT", "VPC_CIDR", "MAX_MODEL_LEN")}
     env["ALLOW_REPLACEMENT"] = "1" if allow else ""
     return subprocess.run(
-        [sys.executable, "-m", "tools.review", "--base", base, "--output", "review.md"], cwd=clone, env=env, capture_output=True, text=True, timeout=600
+        [sys.executable, "-m", "tools.review", "--base", base, "--output", "review.md"],
+        cwd=clone,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
     )
 
 
@@ -63,7 +73,9 @@ def test_a_vpc_cidr_change_is_flagged_and_can_be_accepted(clone: Path) -> None:
     assert result.stderr.strip().startswith("error: ") and "ALLOW_REPLACEMENT=1" in result.stderr
 
 
-def test_allow_replacement_accepts_what_the_review_flagged(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+def test_allow_replacement_accepts_what_the_review_flagged(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     """The exit code only, on the report the real review above produced: no second pair of synths."""
     from tools import review
 

@@ -28,11 +28,17 @@ def test_the_ray_cluster_uses_token_authentication(default_synth: Synth) -> None
     assert crd_errors(_ray_service(default_synth)) == []
     assert kuberay_cluster_errors(cluster) == []
     # KubeRay's own rule (validation.go): token mode needs Ray >= 2.52.0, which RAY_VERSION enforces.
-    assert kuberay_cluster_errors({**cluster, "rayVersion": "2.51.0"}) == ["authOptions.mode is 'token' but minimum Ray version is 2.52.0, got 2.51.0"]
+    assert kuberay_cluster_errors({**cluster, "rayVersion": "2.51.0"}) == [
+        "authOptions.mode is 'token' but minimum Ray version is 2.52.0, got 2.51.0"
+    ]
 
 
 def test_the_vpc_cni_enforces_network_policies(default_synth: Synth) -> None:
-    (vpc_cni,) = [r for r in default_synth.resources("cluster", "AWS::EKS::Addon").values() if r["Properties"]["AddonName"] == "vpc-cni"]
+    (vpc_cni,) = [
+        r
+        for r in default_synth.resources("cluster", "AWS::EKS::Addon").values()
+        if r["Properties"]["AddonName"] == "vpc-cni"
+    ]
     assert json.loads(vpc_cni["Properties"]["ConfigurationValues"]) == {"enableNetworkPolicy": "true"}
 
 
@@ -53,8 +59,17 @@ def test_network_policies_pass_strict_kubernetes_validation(default_synth: Synth
 
 
 def _pod(namespace: str, name: str, labels: dict[str, str], ports: dict[str, int]) -> dict[str, Any]:
-    container = {"name": "main", "image": "example.com/image:1", "ports": [{"name": k, "containerPort": v} for k, v in ports.items()]}
-    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": namespace, "labels": labels}, "spec": {"containers": [container]}}
+    container = {
+        "name": "main",
+        "image": "example.com/image:1",
+        "ports": [{"name": k, "containerPort": v} for k, v in ports.items()],
+    }
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": namespace, "labels": labels},
+        "spec": {"containers": [container]},
+    }
 
 
 RAY_PORTS = {"gcs-server": 6379, "dashboard": 8265, "client": 10001, "serve": 8000, "metrics": 8080, "nixl": 20000}
@@ -76,21 +91,38 @@ def _world(manifest: list[dict[str, Any]], settings: Any) -> list[dict[str, Any]
     ]
     names = {ns, settings.kuberay_namespace, settings.metrics_namespace, "apps", "default"}
     namespaces = [
-        {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": n, "labels": {"kubernetes.io/metadata.name": n}}} for n in sorted(names) if n != ns
+        {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": n, "labels": {"kubernetes.io/metadata.name": n}}}
+        for n in sorted(names)
+        if n != ns
     ]
     (own,) = [o for o in manifest if o["kind"] == "Namespace"]
-    own = {**own, "metadata": {**own["metadata"], "labels": {**own["metadata"].get("labels", {}), "kubernetes.io/metadata.name": ns}}}
+    own = {
+        **own,
+        "metadata": {
+            **own["metadata"],
+            "labels": {**own["metadata"].get("labels", {}), "kubernetes.io/metadata.name": ns},
+        },
+    }
     return [own, *namespaces, *pods, *[o for o in manifest if o["kind"] == "NetworkPolicy"]]
 
 
-def _flow(name: str, namespace: str, to: dict[str, str], source_namespace: str, source: dict[str, str], port: int) -> dict[str, Any]:
+def _flow(
+    name: str, namespace: str, to: dict[str, str], source_namespace: str, source: dict[str, str], port: int
+) -> dict[str, Any]:
     """One connection, written as the NetworkPolicy that allows exactly it (how nca takes a query)."""
-    peer = {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": source_namespace}}, "podSelector": {"matchLabels": source}}
+    peer = {
+        "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": source_namespace}},
+        "podSelector": {"matchLabels": source},
+    }
     return {
         "apiVersion": "networking.k8s.io/v1",
         "kind": "NetworkPolicy",
         "metadata": {"name": name, "namespace": namespace},
-        "spec": {"podSelector": {"matchLabels": to}, "policyTypes": ["Ingress"], "ingress": [{"from": [peer], "ports": [{"protocol": "TCP", "port": port}]}]},
+        "spec": {
+            "podSelector": {"matchLabels": to},
+            "policyTypes": ["Ingress"],
+            "ingress": [{"from": [peer], "ports": [{"protocol": "TCP", "port": port}]}],
+        },
     }
 
 
@@ -133,12 +165,21 @@ def _nca(query: str, flow: dict[str, Any], world: Path, tmp: Path) -> subprocess
     path = tmp / f"{flow['metadata']['name']}.yaml"
     path.write_text(yaml.safe_dump(flow))
     return subprocess.run(
-        [str(NCA), f"--{query}", str(path), "--base_resource_list", str(world), "--resource_list", str(world)], capture_output=True, text=True, timeout=120
+        [str(NCA), f"--{query}", str(path), "--base_resource_list", str(world), "--resource_list", str(world)],
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
 
 
 def _namespaces(settings: Any) -> dict[str, str]:
-    return {"ns": settings.namespace, "operator": settings.kuberay_namespace, "metrics": settings.metrics_namespace, "default": "default", "apps": "apps"}
+    return {
+        "ns": settings.namespace,
+        "operator": settings.kuberay_namespace,
+        "metrics": settings.metrics_namespace,
+        "default": "default",
+        "apps": "apps",
+    }
 
 
 @pytest.fixture(scope="module")
@@ -146,15 +187,21 @@ def world(default_synth: Synth, tmp_path_factory: pytest.TempPathFactory) -> Pat
     assert NCA.exists(), "network-config-analyzer is not installed: `make test` installs it in .nca-venv"
     directory = tmp_path_factory.mktemp("network") / "resources"
     directory.mkdir()
-    (directory / "world.yaml").write_text(yaml.safe_dump_all(_world(deployed_manifest(default_synth), default_synth.settings)))
+    (directory / "world.yaml").write_text(
+        yaml.safe_dump_all(_world(deployed_manifest(default_synth), default_synth.settings))
+    )
     return directory
 
 
 @pytest.mark.parametrize("flow", REQUIRED, ids=[f[0] for f in REQUIRED])
-def test_every_required_flow_is_allowed(default_synth: Synth, world: Path, tmp_path: Path, flow: tuple[str, dict[str, str], str, dict[str, str], int]) -> None:
+def test_every_required_flow_is_allowed(
+    default_synth: Synth, world: Path, tmp_path: Path, flow: tuple[str, dict[str, str], str, dict[str, str], int]
+) -> None:
     name, to, source_ns, source, port = flow
     settings = default_synth.settings
-    result = _nca("permits", _flow(name, settings.namespace, to, _namespaces(settings)[source_ns], source, port), world, tmp_path)
+    result = _nca(
+        "permits", _flow(name, settings.namespace, to, _namespaces(settings)[source_ns], source, port), world, tmp_path
+    )
     assert result.returncode == 0, result.stdout + result.stderr
 
 
@@ -164,7 +211,9 @@ def test_every_other_flow_into_the_namespace_is_denied(
 ) -> None:
     name, to, source_ns, source, port = flow
     settings = default_synth.settings
-    result = _nca("forbids", _flow(name, settings.namespace, to, _namespaces(settings)[source_ns], source, port), world, tmp_path)
+    result = _nca(
+        "forbids", _flow(name, settings.namespace, to, _namespaces(settings)[source_ns], source, port), world, tmp_path
+    )
     assert result.returncode == 0, result.stdout + result.stderr
 
 
@@ -184,30 +233,53 @@ OUTSIDE_ADDRESS = "192.168.7.10/32"
 def observed_world(observed_synth: Synth, tmp_path_factory: pytest.TempPathFactory) -> Path:
     directory = tmp_path_factory.mktemp("observed-network") / "resources"
     directory.mkdir()
-    (directory / "world.yaml").write_text(yaml.safe_dump_all(_world(deployed_manifest(observed_synth), observed_synth.settings)))
+    (directory / "world.yaml").write_text(
+        yaml.safe_dump_all(_world(deployed_manifest(observed_synth), observed_synth.settings))
+    )
     return directory
 
 
-def test_the_managed_collector_reaches_the_metrics_port_and_nothing_else(observed_synth: Synth, observed_world: Path, tmp_path: Path) -> None:
+def test_the_managed_collector_reaches_the_metrics_port_and_nothing_else(
+    observed_synth: Synth, observed_world: Path, tmp_path: Path
+) -> None:
     """OBSERVABILITY=on: the managed Prometheus collector connects from its own subnets. nca gives pods no
     addresses, so "no pod has such an address" is the subnets' test (test_observability); here: the
     collector's address reaches 8080 only, and a node/pod subnet address does not reach it."""
     settings = observed_synth.settings
     ns = settings.namespace
     assert ipaddress.ip_network(COLLECTOR_ADDRESS).subnet_of(ipaddress.ip_network(settings.metrics_collector_cidrs[0]))  # type: ignore[arg-type]
-    result = _nca("forbids", _address_flow("node-subnet-address-to-head-metrics", ns, HEAD, NODE_ADDRESS, 8080), observed_world, tmp_path)
+    result = _nca(
+        "forbids",
+        _address_flow("node-subnet-address-to-head-metrics", ns, HEAD, NODE_ADDRESS, 8080),
+        observed_world,
+        tmp_path,
+    )
     assert result.returncode == 0, result.stdout + result.stderr
     for name, to in (("collector-to-head", HEAD), ("collector-to-prefill", PREFILL), ("collector-to-decode", DECODE)):
-        result = _nca("permits", _address_flow(f"{name}-metrics", ns, to, COLLECTOR_ADDRESS, 8080), observed_world, tmp_path)
+        result = _nca(
+            "permits", _address_flow(f"{name}-metrics", ns, to, COLLECTOR_ADDRESS, 8080), observed_world, tmp_path
+        )
         assert result.returncode == 0, result.stdout + result.stderr
     for port in (8265, 6379, 8000, 10001, 20000):
-        result = _nca("forbids", _address_flow(f"vpc-address-to-head-{port}", ns, HEAD, COLLECTOR_ADDRESS, port), observed_world, tmp_path)
+        result = _nca(
+            "forbids",
+            _address_flow(f"vpc-address-to-head-{port}", ns, HEAD, COLLECTOR_ADDRESS, port),
+            observed_world,
+            tmp_path,
+        )
         assert result.returncode == 0, result.stdout + result.stderr
-    result = _nca("forbids", _address_flow("outside-address-to-head-metrics", ns, HEAD, OUTSIDE_ADDRESS, 8080), observed_world, tmp_path)
+    result = _nca(
+        "forbids",
+        _address_flow("outside-address-to-head-metrics", ns, HEAD, OUTSIDE_ADDRESS, 8080),
+        observed_world,
+        tmp_path,
+    )
     assert result.returncode == 0, result.stdout + result.stderr
 
 
-def test_without_observability_no_address_reaches_the_metrics_port(default_synth: Synth, world: Path, tmp_path: Path) -> None:
+def test_without_observability_no_address_reaches_the_metrics_port(
+    default_synth: Synth, world: Path, tmp_path: Path
+) -> None:
     flow = _address_flow("vpc-address-to-head-metrics", default_synth.settings.namespace, HEAD, COLLECTOR_ADDRESS, 8080)
     result = _nca("forbids", flow, world, tmp_path)
     assert result.returncode == 0, result.stdout + result.stderr
@@ -242,7 +314,10 @@ def test_serve_clients_follow_the_setting() -> None:
 
 
 def test_log_groups_are_encrypted_with_a_key_cloudwatch_logs_may_use(default_synth: Synth) -> None:
-    groups = {**default_synth.resources("network", "AWS::Logs::LogGroup"), **default_synth.resources("cluster", "AWS::Logs::LogGroup")}
+    groups = {
+        **default_synth.resources("network", "AWS::Logs::LogGroup"),
+        **default_synth.resources("cluster", "AWS::Logs::LogGroup"),
+    }
     assert len(groups) == 2 and all("KmsKeyId" in g["Properties"] for g in groups.values())  # checkov CKV_AWS_158
     (key,) = default_synth.resources("network", "AWS::KMS::Key").values()
     (logs,) = [s for s in key["Properties"]["KeyPolicy"]["Statement"] if "Service" in s.get("Principal", {})]

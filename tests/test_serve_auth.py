@@ -44,7 +44,11 @@ def test_keys_are_enforced_rotated_without_a_restart_and_never_logged(tmp_path: 
     assert spec["module_file"] == AUTH_MODULE_FILE.name
     (tmp_path / "spec.json").write_text(json.dumps(spec))
     done = subprocess.run(
-        [sys.executable, "-m", "tests.serve_auth_scenario", str(tmp_path / "spec.json")], capture_output=True, text=True, cwd=REPO, timeout=420
+        [sys.executable, "-m", "tests.serve_auth_scenario", str(tmp_path / "spec.json")],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=420,
     )
     assert done.returncode == 0, done.stderr[-3000:]
     seen = json.loads(done.stdout.strip().splitlines()[-1])
@@ -60,7 +64,11 @@ def test_keys_are_enforced_rotated_without_a_restart_and_never_logged(tmp_path: 
     for refused in ("models_without_key", "models_with_wrong_key", "completion_without_key", "docs_without_key"):
         status, body = calls[refused]
         assert status == 401, (refused, status, body)
-        assert set(body["error"]) == UNAUTHORIZED and body["error"]["code"] == "invalid_api_key" and body["error"]["type"] == "invalid_request_error"
+        assert (
+            set(body["error"]) == UNAUTHORIZED
+            and body["error"]["code"] == "invalid_api_key"
+            and body["error"]["type"] == "invalid_request_error"
+        )
     status, body = calls["models_with_key"]
     assert status == 200 and [m["id"] for m in body["data"]] == [spec["model_id"]]
     status, body = calls["completion_with_other_key"]  # any named key of the file
@@ -117,7 +125,9 @@ print(json.dumps({{"keys": sorted(keys.current()), "none": websocket(None), "sho
                   "good": websocket(good), "reached": reached}}))
 """
     env = {**os.environ, "PYTHONPATH": f"{fake}{os.pathsep}{REPO}"}
-    done = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, env=env, cwd=REPO, timeout=120)
+    done = subprocess.run(
+        [sys.executable, "-c", program], capture_output=True, text=True, env=env, cwd=REPO, timeout=120
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     seen = json.loads(done.stdout.strip().splitlines()[-1])
     assert seen["keys"] == ["good"]

@@ -25,7 +25,9 @@ def deployed_manifest(synth: Synth) -> list[dict[str, Any]]:
     resolver = Resolver(synth.templates, synth.settings.region)
     manifests = [json.loads(resolver.resolve(resource["Properties"]["Manifest"], "serving")) for resource in resources]
     # The Namespace's manifest first, as the chart (and dist/) orders the objects.
-    manifest: list[dict[str, Any]] = [o for m in sorted(manifests, key=lambda m: m[0]["kind"] != "Namespace") for o in m]
+    manifest: list[dict[str, Any]] = [
+        o for m in sorted(manifests, key=lambda m: m[0]["kind"] != "Namespace") for o in m
+    ]
     for obj in manifest:
         labels = obj["metadata"].get("labels", {})
         prune = [k for k in labels if k.startswith("aws.cdk.eks/prune-")]
@@ -76,7 +78,10 @@ def test_head_is_cpu_only_on_system_nodes(default_synth: Synth) -> None:
     assert container["name"] == "ray-head"
     assert container["image"] == "763104351884.dkr.ecr.sa-east-1.amazonaws.com/ray:serve-llm-cuda-v1.0"
     assert {p["containerPort"] for p in container["ports"]} == {6379, 8265, 8000}
-    assert container["resources"] == {"requests": {"cpu": "2", "memory": "8Gi"}, "limits": {"cpu": "3", "memory": "12Gi"}}
+    assert container["resources"] == {
+        "requests": {"cpu": "2", "memory": "8Gi"},
+        "limits": {"cpu": "3", "memory": "12Gi"},
+    }
     assert container["lifecycle"]["preStop"]["exec"]["command"][-1] == "ray stop"
 
 
@@ -154,9 +159,15 @@ def test_serve_config_has_every_setting_of_the_reference(default_synth: Synth) -
             },
         }
         # Decode drains its streams for up to 4096 tokens at 80 ms (issue 28.1); prefill keeps Serve's default.
-        assert llm["deployment_config"] == {"num_replicas": 1, **({"graceful_shutdown_timeout_s": 328} if phase == "decode" else {})}
+        assert llm["deployment_config"] == {
+            "num_replicas": 1,
+            **({"graceful_shutdown_timeout_s": 328} if phase == "decode" else {}),
+        }
         # Pinned to its phase's nodes, on the L4 of g6.8xlarge.
-        assert llm["placement_group_config"] == {"bundle_per_worker": {"GPU": 1, "CPU": 1, f"pd_{phase}": 1}, "strategy": "STRICT_PACK"}
+        assert llm["placement_group_config"] == {
+            "bundle_per_worker": {"GPU": 1, "CPU": 1, f"pd_{phase}": 1},
+            "strategy": "STRICT_PACK",
+        }
         assert llm["accelerator_type"] == "L4"
 
 
@@ -201,7 +212,11 @@ def test_serving_stack_follows_the_operator_and_both_nodegroups(default_synth: S
     # Within the app the manifest's dependencies reach both nodegroups and the operator (created after
     # them, so deleted before them: the pods drain while their nodes and the operator still run).
     manifest_deps = {c.node.path for c in d.serving.ray_service.node.dependencies}
-    assert {d.system.system_nodegroup.node.path, d.gpu.gpu_nodes.nodegroup.node.path, d.system.kuberay.node.path} <= manifest_deps
+    assert {
+        d.system.system_nodegroup.node.path,
+        d.gpu.gpu_nodes.nodegroup.node.path,
+        d.system.kuberay.node.path,
+    } <= manifest_deps
     assert d.system.system_nodegroup.node.path in {c.node.path for c in d.system.kuberay.node.dependencies}
 
 
@@ -211,7 +226,9 @@ def test_the_gpu_nodes_do_not_wait_for_the_system_nodes_coredns_or_kuberay(defau
     d = default_synth.deployment
     assert {s.stack_name for s in d.gpu.dependencies} == {d.network.stack_name, d.cluster.stack_name}
     assert {s.stack_name for s in d.system.dependencies} == {d.network.stack_name, d.cluster.stack_name}
-    assert not default_synth.resources("gpu", "AWS::EKS::Addon") and not default_synth.resources("cluster", "AWS::EKS::Nodegroup")
+    assert not default_synth.resources("gpu", "AWS::EKS::Addon") and not default_synth.resources(
+        "cluster", "AWS::EKS::Nodegroup"
+    )
 
 
 def test_cluster_fingerprint_output_changes_only_with_the_cluster(default_synth: Synth, p5_synth: Synth) -> None:
@@ -222,7 +239,9 @@ def test_cluster_fingerprint_output_changes_only_with_the_cluster(default_synth:
     assert p5_synth.templates["serving"]["Outputs"]["RayClusterConfigFingerprint"]["Value"] != fingerprint
     # A serve-config-only change (context length) leaves the cluster, and the fingerprint, alone.
     assert build_rayservice_chart(settings_for({"MAX_MODEL_LEN": "2048"})).ray_cluster_fingerprint == fingerprint
-    assert build_rayservice_chart(settings_for({"DLC_IMAGE": "example.com/ray:2"})).ray_cluster_fingerprint != fingerprint
+    assert (
+        build_rayservice_chart(settings_for({"DLC_IMAGE": "example.com/ray:2"})).ray_cluster_fingerprint != fingerprint
+    )
     # KubeRay 1.7 does not apply worker counts to a RayService's running cluster (they are out of its hash):
     # a second prefill replica's node is a re-create, so the fingerprint moves.
     more = build_rayservice_chart(settings_for({"PREFILL_REPLICAS": "2", "GPU_NODE_COUNT": "3"}))
@@ -269,7 +288,12 @@ def test_rays_schema_rejects_a_broken_llm_config() -> None:
     errors = ray_serve_errors(config)
     assert any("engine_kwarg" in e for e in errors)
     assert any("bogus_config" in e for e in errors)
-    assert {"prefill_config", "decode_config", "ingress_cls_config", "ingress_deployment_config"} <= pd_serving_args_fields()
+    assert {
+        "prefill_config",
+        "decode_config",
+        "ingress_cls_config",
+        "ingress_deployment_config",
+    } <= pd_serving_args_fields()
 
 
 def test_prefill_and_decode_must_share_the_model() -> None:
@@ -306,7 +330,10 @@ def test_p5_with_tensor_parallel_8_gives_each_phase_a_whole_node(p5_synth: Synth
     for phase in ("prefill", "decode"):
         llm = args[f"{phase}_config"]
         assert llm["engine_kwargs"]["tensor_parallel_size"] == 8
-        assert llm["placement_group_config"] == {"bundle_per_worker": {"GPU": 1, "CPU": 1, f"pd_{phase}": 1}, "strategy": "STRICT_PACK"}
+        assert llm["placement_group_config"] == {
+            "bundle_per_worker": {"GPU": 1, "CPU": 1, f"pd_{phase}": 1},
+            "strategy": "STRICT_PACK",
+        }
         assert llm["accelerator_type"] == "H100"
         assert llm["deployment_config"]["num_replicas"] == 1
     assert crd_errors(_ray_service(p5_synth)) == []

@@ -20,7 +20,11 @@ CLUSTER = "ray-llm-multinode"
 
 @pytest.fixture
 def aws(monkeypatch: pytest.MonkeyPatch) -> Iterator[boto3.session.Session]:
-    for key, value in {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing", "AWS_EC2_METADATA_DISABLED": "true"}.items():
+    for key, value in {
+        "AWS_ACCESS_KEY_ID": "testing",
+        "AWS_SECRET_ACCESS_KEY": "testing",
+        "AWS_EC2_METADATA_DISABLED": "true",
+    }.items():
         monkeypatch.setenv(key, value)
     monkeypatch.setenv("MOTO_EC2_LOAD_DEFAULT_AMIS", "false")
     with mock_aws():
@@ -36,7 +40,9 @@ def test_leftovers_are_listed_with_the_command_that_removes_them(aws: boto3.sess
     volume = ec2.create_volume(
         AvailabilityZone=f"{REGION}a",
         Size=10,
-        TagSpecifications=[{"ResourceType": "volume", "Tags": [{"Key": f"kubernetes.io/cluster/{CLUSTER}", "Value": "owned"}]}],
+        TagSpecifications=[
+            {"ResourceType": "volume", "Tags": [{"Key": f"kubernetes.io/cluster/{CLUSTER}", "Value": "owned"}]}
+        ],
     )["VolumeId"]
     vpc = ec2.create_vpc(CidrBlock="10.9.0.0/16")["Vpc"]["VpcId"]
     group = ec2.create_security_group(
@@ -46,14 +52,19 @@ def test_leftovers_are_listed_with_the_command_that_removes_them(aws: boto3.sess
         TagSpecifications=[
             {
                 "ResourceType": "security-group",
-                "Tags": [{"Key": "elbv2.k8s.aws/cluster", "Value": CLUSTER}, {"Key": f"kubernetes.io/cluster/{CLUSTER}", "Value": "owned"}],
+                "Tags": [
+                    {"Key": "elbv2.k8s.aws/cluster", "Value": CLUSTER},
+                    {"Key": f"kubernetes.io/cluster/{CLUSTER}", "Value": "owned"},
+                ],
             }
         ],
     )["GroupId"]
     ec2.create_volume(
         AvailabilityZone=f"{REGION}a",
         Size=10,
-        TagSpecifications=[{"ResourceType": "volume", "Tags": [{"Key": "kubernetes.io/cluster/other", "Value": "owned"}]}],
+        TagSpecifications=[
+            {"ResourceType": "volume", "Tags": [{"Key": "kubernetes.io/cluster/other", "Value": "owned"}]}
+        ],
     )
     logs = aws.client("logs", region_name=REGION)
     logs.create_log_group(logGroupName=f"/aws/eks/{CLUSTER}/cluster")
@@ -62,9 +73,9 @@ def test_leftovers_are_listed_with_the_command_that_removes_them(aws: boto3.sess
     subnet = ec2.create_subnet(VpcId=vpc, CidrBlock="10.9.0.0/24", AvailabilityZone=f"{REGION}a")["Subnet"]["SubnetId"]
     subnet2 = ec2.create_subnet(VpcId=vpc, CidrBlock="10.9.1.0/24", AvailabilityZone=f"{REGION}b")["Subnet"]["SubnetId"]
     elb = aws.client("elbv2", region_name=REGION)
-    arn = elb.create_load_balancer(Name="k8s-inference-serve", Subnets=[subnet, subnet2], Tags=[{"Key": "elbv2.k8s.aws/cluster", "Value": CLUSTER}])[
-        "LoadBalancers"
-    ][0]["LoadBalancerArn"]
+    arn = elb.create_load_balancer(
+        Name="k8s-inference-serve", Subnets=[subnet, subnet2], Tags=[{"Key": "elbv2.k8s.aws/cluster", "Value": CLUSTER}]
+    )["LoadBalancers"][0]["LoadBalancerArn"]
     elb.create_load_balancer(Name="unrelated", Subnets=[subnet, subnet2])
 
     leftovers = {(item.kind, item.identifier): item.remove for item in teardown.after(settings_for(), aws)}
@@ -72,10 +83,14 @@ def test_leftovers_are_listed_with_the_command_that_removes_them(aws: boto3.sess
         ("EBS volume", volume): f"aws ec2 delete-volume --region {REGION} --volume-id {volume}",
         ("security group", group): f"aws ec2 delete-security-group --region {REGION} --group-id {group}",
         ("load balancer", arn): f"aws elbv2 delete-load-balancer --region {REGION} --load-balancer-arn {arn}",
-        ("log group", f"/aws/eks/{CLUSTER}/cluster"): f"aws logs delete-log-group --region {REGION} --log-group-name /aws/eks/{CLUSTER}/cluster",
-        ("log group", f"/aws/containerinsights/{CLUSTER}/performance"): (
-            f"aws logs delete-log-group --region {REGION} --log-group-name /aws/containerinsights/{CLUSTER}/performance"
-        ),
+        (
+            "log group",
+            f"/aws/eks/{CLUSTER}/cluster",
+        ): f"aws logs delete-log-group --region {REGION} --log-group-name /aws/eks/{CLUSTER}/cluster",
+        (
+            "log group",
+            f"/aws/containerinsights/{CLUSTER}/performance",
+        ): f"aws logs delete-log-group --region {REGION} --log-group-name /aws/containerinsights/{CLUSTER}/performance",
     }
 
 
@@ -108,12 +123,22 @@ def _service(namespace: str, name: str, kind: str) -> dict[str, Any]:
 
 
 def test_before_deletes_load_balancers_ingresses_and_the_rayservice() -> None:
-    kubectl = FakeKubectl([_service("inference", "public", "LoadBalancer"), _service("inference", "ray-llm-serve-svc", "ClusterIP")])
+    kubectl = FakeKubectl(
+        [_service("inference", "public", "LoadBalancer"), _service("inference", "ray-llm-serve-svc", "ClusterIP")]
+    )
     done = teardown.before(settings_for(), kubectl)
     assert ["delete", "service", "-n", "inference", "public", "--wait=true"] in kubectl.calls
     assert not any("ray-llm-serve-svc" in call for call in kubectl.calls if call[0] == "delete")
     assert ["delete", "ingress", "--all-namespaces", "--all", "--wait=true"] in kubectl.calls
-    assert kubectl.calls[-1] == ["delete", "rayservice", "-n", "inference", "ray-llm", "--ignore-not-found", "--wait=true"]
+    assert kubectl.calls[-1] == [
+        "delete",
+        "rayservice",
+        "-n",
+        "inference",
+        "ray-llm",
+        "--ignore-not-found",
+        "--wait=true",
+    ]
     assert "deleted RayService inference/ray-llm" in done
 
 
@@ -123,7 +148,9 @@ def test_before_without_access_says_so_and_lets_the_destroy_go_on() -> None:
     assert line.startswith("skipped: cannot list the cluster's Services") and len(kubectl.calls) == 1
 
 
-def test_before_never_uses_the_current_kubectl_context(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Any) -> None:
+def test_before_never_uses_the_current_kubectl_context(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Any
+) -> None:
     """`make destroy` binds kubectl to this cluster through a kubeconfig of its own: a fake `aws` that
     writes it and a fake `kubectl` that records the KUBECONFIG it was given."""
     import os
@@ -132,7 +159,10 @@ def test_before_never_uses_the_current_kubectl_context(monkeypatch: pytest.Monke
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     log = tmp_path / "kubectl.log"
-    (bin_dir / "aws").write_text('#!/bin/sh\n# aws eks update-kubeconfig ... --kubeconfig FILE\nfor a; do last="$a"; done\necho "apiVersion: v1" > "$last"\n')
+    (bin_dir / "aws").write_text(
+        '#!/bin/sh\n# aws eks update-kubeconfig ... --kubeconfig FILE\nfor a; do last="$a"; done\necho "apiVersion: v1"'
+        ' > "$last"\n'
+    )
     (bin_dir / "kubectl").write_text(f'#!/bin/sh\necho "$KUBECONFIG $*" >> {log}\necho \'{{"items": []}}\'\n')
     for tool in ("aws", "kubectl"):
         (bin_dir / tool).chmod(stat.S_IRWXU)
@@ -141,7 +171,9 @@ def test_before_never_uses_the_current_kubectl_context(monkeypatch: pytest.Monke
     monkeypatch.setattr(teardown, "deployed_but_left_out", lambda settings, session: [])  # no AWS here
     assert teardown.main(["before"]) == 0
     calls = log.read_text().splitlines()
-    assert calls and all(line.split()[0].endswith("/config") and not line.startswith("/the/users/own") for line in calls)
+    assert calls and all(
+        line.split()[0].endswith("/config") and not line.startswith("/the/users/own") for line in calls
+    )
     assert "deleted RayService inference/ray-llm" in capsys.readouterr().out
 
 
@@ -155,13 +187,21 @@ def test_a_deployed_stack_the_configuration_leaves_out_is_found(aws: boto3.sessi
     _stack(aws, f"{CLUSTER}-observability")
     _stack(aws, f"{CLUSTER}-network")  # in every configuration: cdk destroy --all deletes it
     assert teardown.deployed_but_left_out(settings_for(), aws) == [f"{CLUSTER}-observability"]
-    assert teardown.deployed_but_left_out(settings_for({"OBSERVABILITY": "on"}), aws) == []  # in the app: destroyed with it
+    assert (
+        teardown.deployed_but_left_out(settings_for({"OBSERVABILITY": "on"}), aws) == []
+    )  # in the app: destroyed with it
 
 
-def test_before_refuses_while_a_left_out_stack_is_deployed(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+def test_before_refuses_while_a_left_out_stack_is_deployed(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     """Nothing is deleted: the user reruns with OBSERVABILITY=on, and the observability stack goes first."""
     monkeypatch.setattr(teardown, "deployed_but_left_out", lambda settings, session: [f"{CLUSTER}-observability"])
     monkeypatch.setattr(teardown, "cluster_kubectl", lambda *a: pytest.fail("kubectl must not run"))
     assert teardown.main(["before"]) == 1
     err = capsys.readouterr().err
-    assert err.count("\n") == 1 and "ray-llm-multinode-observability is deployed" in err and "OBSERVABILITY=on make destroy" in err
+    assert (
+        err.count("\n") == 1
+        and "ray-llm-multinode-observability is deployed" in err
+        and "OBSERVABILITY=on make destroy" in err
+    )

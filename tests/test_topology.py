@@ -39,7 +39,9 @@ def _llm_configs(ray_service: dict[str, Any]) -> dict[str, dict[str, Any]]:
 # --- KubeRay's and Ray's own rules ---------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("env", [{}, G6_12, P5_TP8, {"GPU_NODE_TYPE": "g6.12xlarge", "TENSOR_PARALLEL_SIZE": "2", "PREFILL_REPLICAS": "3"}])
+@pytest.mark.parametrize(
+    "env", [{}, G6_12, P5_TP8, {"GPU_NODE_TYPE": "g6.12xlarge", "TENSOR_PARALLEL_SIZE": "2", "PREFILL_REPLICAS": "3"}]
+)
 def test_every_topology_passes_kuberay_and_ray(env: dict[str, str]) -> None:
     ray_service = _rayservice(settings_for(env))
     assert crd_errors(ray_service) == []
@@ -50,7 +52,9 @@ def test_every_topology_passes_kuberay_and_ray(env: dict[str, str]) -> None:
 def test_kuberay_rules_catch_resources_given_twice(default_synth: Synth) -> None:
     cluster = _ray_service(default_synth)["spec"]["rayClusterConfig"]
     cluster["workerGroupSpecs"][0]["rayStartParams"] = {"num-gpus": "1"}
-    assert kuberay_cluster_errors(cluster) == ["resource fields should not be set in both rayStartParams and Resources for prefill group"]
+    assert kuberay_cluster_errors(cluster) == [
+        "resource fields should not be set in both rayStartParams and Resources for prefill group"
+    ]
 
 
 def test_g6_12xlarge_alone_pins_each_phase_to_its_own_node() -> None:
@@ -85,7 +89,15 @@ def ray_cluster() -> Iterator[tuple[Any, Any]]:
     import ray
     from ray.cluster_utils import Cluster
 
-    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 0, "num_gpus": 0, "object_store_memory": 78 * 1024 * 1024, "include_dashboard": False})
+    cluster = Cluster(
+        initialize_head=True,
+        head_node_args={
+            "num_cpus": 0,
+            "num_gpus": 0,
+            "object_store_memory": 78 * 1024 * 1024,
+            "include_dashboard": False,
+        },
+    )
     ray.init(address=cluster.address, log_to_driver=False)
     try:
         yield ray, cluster
@@ -94,7 +106,9 @@ def ray_cluster() -> Iterator[tuple[Any, Any]]:
         cluster.shutdown()
 
 
-def _place(ray_cluster: tuple[Any, Any], settings: Settings, extra: int = 1) -> tuple[dict[str, list[set[str] | None]], dict[str, str]]:
+def _place(
+    ray_cluster: tuple[Any, Any], settings: Settings, extra: int = 1
+) -> tuple[dict[str, list[set[str] | None]], dict[str, str]]:
     """Start stand-ins of the GPU worker pods (same GPUs, CPUs and phase resources as the worker groups and
     Ray's auto-detected accelerator type), create every placement group Ray Serve LLM would, plus
     ``extra`` per phase, and report the nodes each group landed on (None: still pending) and each node's phase."""
@@ -110,7 +124,10 @@ def _place(ray_cluster: tuple[Any, Any], settings: Settings, extra: int = 1) -> 
                 resources = {name: float(value) for name, value in group["resources"].items() if name != "GPU"}
                 resources[f"accelerator_type:{settings.gpu_node.gpu_model}"] = 1.0
                 node = cluster.add_node(
-                    num_cpus=worker_cpus, num_gpus=int(group["resources"]["GPU"]), resources=resources, object_store_memory=78 * 1024 * 1024
+                    num_cpus=worker_cpus,
+                    num_gpus=int(group["resources"]["GPU"]),
+                    resources=resources,
+                    object_store_memory=78 * 1024 * 1024,
                 )
                 nodes.append(node)
                 node_phase[node.node_id] = group["groupName"]
@@ -118,7 +135,10 @@ def _place(ray_cluster: tuple[Any, Any], settings: Settings, extra: int = 1) -> 
         placed: dict[str, list[set[str] | None]] = {}
         for phase, llm in _llm_configs(ray_service).items():
             bundles, strategy = ray_serve_llm_placement(llm)
-            pgs = [ray.util.placement_group(bundles, strategy=strategy) for _ in range(llm["deployment_config"]["num_replicas"] + extra)]
+            pgs = [
+                ray.util.placement_group(bundles, strategy=strategy)
+                for _ in range(llm["deployment_config"]["num_replicas"] + extra)
+            ]
             pgs_made += pgs
             placed[phase] = []
             for pg in pgs:
@@ -147,12 +167,16 @@ def _place(ray_cluster: tuple[Any, Any], settings: Settings, extra: int = 1) -> 
     ],
     ids=["g6.8xlarge", "g6.12xlarge", "p5.48xlarge-tp8"],
 )
-def test_placement_groups_land_only_on_their_phase_and_an_extra_one_waits(ray_cluster: Any, env: dict[str, str], engines: int) -> None:
+def test_placement_groups_land_only_on_their_phase_and_an_extra_one_waits(
+    ray_cluster: Any, env: dict[str, str], engines: int
+) -> None:
     placed, node_phase = _place(ray_cluster, settings_for(env))
     for phase in ("prefill", "decode"):
         # Every engine of the phase on one node (STRICT_PACK keeps TP inside it), a node of that phase ...
         assert all(nodes is not None and len(nodes) == 1 for nodes in placed[phase][:engines]), placed
-        assert [{node_phase[n] for n in nodes or ()} for nodes in placed[phase][:engines]] == [{phase}] * engines, placed
+        assert [{node_phase[n] for n in nodes or ()} for nodes in placed[phase][:engines]] == [{phase}] * engines, (
+            placed
+        )
         # ... and one more waits instead of spilling onto the other phase's free GPUs.
         assert placed[phase][engines:] == [None], placed
 
@@ -168,7 +192,9 @@ def test_without_the_phase_resource_ray_would_mix_the_phases(ray_cluster: Any) -
     try:
         # Both phases' bundles ask for one resource that every GPU node offers.
         serve_config.PHASE_RESOURCES.update({"prefill": "gpu_node", "decode": "gpu_node"})
-        placed, _ = _place(ray_cluster, settings_for({**G6_12, "PREFILL_REPLICAS": "2", "DECODE_REPLICAS": "2"}), extra=0)
+        placed, _ = _place(
+            ray_cluster, settings_for({**G6_12, "PREFILL_REPLICAS": "2", "DECODE_REPLICAS": "2"}), extra=0
+        )
     finally:
         serve_config.PHASE_RESOURCES.update(original)
     phases_on: dict[str, set[str]] = {}

@@ -60,12 +60,18 @@ def test_another_tag_moves_the_pin_and_says_where_the_crds_came_from(kuberay_tag
     crd_dir, versions_file = _copy(tmp_path)
     vendor_kuberay.write_crds("9.9.9", kuberay_tags, crd_dir, versions_file)
     assert '"kuberay-operator", "9.9.9")' in versions_file.read_text()
-    assert "Tag: v9.9.9" in (crd_dir / "VERSION.txt").read_text() and kuberay_tags in (crd_dir / "VERSION.txt").read_text()
+    assert (
+        "Tag: v9.9.9" in (crd_dir / "VERSION.txt").read_text() and kuberay_tags in (crd_dir / "VERSION.txt").read_text()
+    )
     assert "v9.9.9" in (crd_dir / "README.md").read_text() and f"v{PIN}" not in (crd_dir / "README.md").read_text()
 
 
-@pytest.mark.parametrize(("version", "fragment"), [("0.0.1", "is not a ray.io CustomResourceDefinition"), ("5.5.5", "cannot fetch")])
-def test_a_tag_without_good_crds_is_one_line_and_writes_nothing(kuberay_tags: str, tmp_path: Path, version: str, fragment: str) -> None:
+@pytest.mark.parametrize(
+    ("version", "fragment"), [("0.0.1", "is not a ray.io CustomResourceDefinition"), ("5.5.5", "cannot fetch")]
+)
+def test_a_tag_without_good_crds_is_one_line_and_writes_nothing(
+    kuberay_tags: str, tmp_path: Path, version: str, fragment: str
+) -> None:
     crd_dir, versions_file = _copy(tmp_path)
     before = {p.name: p.read_bytes() for p in crd_dir.iterdir()}
     with pytest.raises(vendor_kuberay.VendorError, match=fragment):

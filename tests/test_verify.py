@@ -24,10 +24,16 @@ def _node(name: str, gpu: int, efa: int | None) -> dict[str, Any]:
 
 
 def _pod(name: str, kind: str, scheduled: str, started: str | None) -> dict[str, Any]:
-    container = {"name": f"ray-{kind}", "state": {"running": {"startedAt": started}} if started else {"waiting": {"reason": "ContainerCreating"}}}
+    container = {
+        "name": f"ray-{kind}",
+        "state": {"running": {"startedAt": started}} if started else {"waiting": {"reason": "ContainerCreating"}},
+    }
     return {
         "metadata": {"name": name, "labels": {"ray.io/is-ray-node": "yes", "ray.io/node-type": kind}},
-        "status": {"conditions": [{"type": "PodScheduled", "status": "True", "lastTransitionTime": scheduled}], "containerStatuses": [container]},
+        "status": {
+            "conditions": [{"type": "PodScheduled", "status": "True", "lastTransitionTime": scheduled}],
+            "containerStatuses": [container],
+        },
     }
 
 
@@ -41,7 +47,11 @@ def _ray_service(ready: bool) -> dict[str, Any]:
     apps = {"qwen": {"status": "RUNNING" if ready else "DEPLOYING"}}
     return {
         "metadata": {"name": "ray-llm", "generation": 1},
-        "status": {"observedGeneration": 1, "conditions": [condition], "activeServiceStatus": {"applicationStatuses": apps}},
+        "status": {
+            "observedGeneration": 1,
+            "conditions": [condition],
+            "activeServiceStatus": {"applicationStatuses": apps},
+        },
     }
 
 
@@ -59,7 +69,14 @@ ANSWER = {"choices": [{"message": {"role": "assistant", "content": "Hello there,
 class Cluster:
     """kubectl answers from recorded objects."""
 
-    def __init__(self, *, ray_service: dict[str, Any], nodes: list[dict[str, Any]], logs: dict[str, str], answer: dict[str, Any] | None) -> None:
+    def __init__(
+        self,
+        *,
+        ray_service: dict[str, Any],
+        nodes: list[dict[str, Any]],
+        logs: dict[str, str],
+        answer: dict[str, Any] | None,
+    ) -> None:
         self.ray_service, self.nodes, self.logs, self.answer = ray_service, nodes, logs, answer
 
     def __call__(self, args: list[str], stdin: str | None = None) -> subprocess.CompletedProcess[str]:
@@ -77,7 +94,11 @@ class Cluster:
         if args[0] == "exec" and "ray-worker" in args:
             return out(self.logs[args[3]])
         if args[0] == "exec" and "ray-head" in args:
-            return out(self.answer) if self.answer else subprocess.CompletedProcess(args, 1, "", "urllib.error.HTTPError: HTTP Error 503")
+            return (
+                out(self.answer)
+                if self.answer
+                else subprocess.CompletedProcess(args, 1, "", "urllib.error.HTTPError: HTTP Error 503")
+            )
         raise AssertionError(args)
 
 
@@ -93,7 +114,13 @@ def _run(**kwargs: Any) -> gate.Result:
     )
     start = gate._time(T0)
     return gate.verify(
-        SETTINGS, cluster, timeout_s=0, start=start, cloudformation_done=gate._time("2026-11-29T10:20:00Z"), clock=lambda: start + 27 * 60, sleep=lambda s: None
+        SETTINGS,
+        cluster,
+        timeout_s=0,
+        start=start,
+        cloudformation_done=gate._time("2026-11-29T10:20:00Z"),
+        clock=lambda: start + 27 * 60,
+        sleep=lambda s: None,
     )
 
 
@@ -113,7 +140,11 @@ def test_a_working_deploy_passes_and_reports_its_phases() -> None:
 @pytest.mark.parametrize(
     ("kwargs", "failed", "fragment"),
     [
-        ({"ray_service": _ray_service(False)}, {"rayservice", "completion"}, "Ready=False (Initializing); qwen DEPLOYING"),
+        (
+            {"ray_service": _ray_service(False)},
+            {"rayservice", "completion"},
+            "Ready=False (Initializing); qwen DEPLOYING",
+        ),
         ({"nodes": [_node("a", 1, 1), _node("b", 1, None)]}, {"gpu-nodes"}, "b has 1 GPU / 0 EFA"),
         ({"nodes": [_node("a", 1, 1)]}, {"gpu-nodes"}, "1 of 2 GPU node(s)"),
         ({"logs": {"prefill-0": LIBFABRIC, "decode-0": "Backend UCX was instantiated\n"}}, {"nixl"}, "decode-0: UCX"),
@@ -125,7 +156,12 @@ def test_a_working_deploy_passes_and_reports_its_phases() -> None:
             "prefill-0: LIBFABRIC, GPU memory registration failed (fi_mr_reg failed)",
         ),
         (
-            {"logs": {"prefill-0": LIBFABRIC, "decode-0": LIBFABRIC + "nixl_libfabric: Unable to register MR for VRAM\n"}},
+            {
+                "logs": {
+                    "prefill-0": LIBFABRIC,
+                    "decode-0": LIBFABRIC + "nixl_libfabric: Unable to register MR for VRAM\n",
+                }
+            },
             {"nixl"},
             "decode-0: LIBFABRIC, GPU memory registration failed (Unable to register MR)",
         ),
@@ -133,7 +169,9 @@ def test_a_working_deploy_passes_and_reports_its_phases() -> None:
         ({"answer": {"choices": [{"message": {"content": "  "}}]}}, {"completion"}, "no answer"),
     ],
 )
-def test_each_failure_names_its_step_and_the_command_to_look_closer(kwargs: dict[str, Any], failed: set[str], fragment: str) -> None:
+def test_each_failure_names_its_step_and_the_command_to_look_closer(
+    kwargs: dict[str, Any], failed: set[str], fragment: str
+) -> None:
     result = _run(**kwargs)
     assert not result.ok
     assert {s.name for s in result.steps if not s.ok} == failed
@@ -162,7 +200,10 @@ def _engines(*phases: str) -> list[dict[str, Any]]:
 def _observed(collectors: tuple[Any, str], promql: Any = None, **kwargs: Any) -> gate.Result:
     start = gate._time(T0)
     cluster = Cluster(
-        ray_service=_ray_service(True), nodes=[_node("a", 1, 1), _node("b", 1, 1)], logs={"prefill-0": LIBFABRIC, "decode-0": LIBFABRIC}, answer=ANSWER
+        ray_service=_ray_service(True),
+        nodes=[_node("a", 1, 1), _node("b", 1, 1)],
+        logs={"prefill-0": LIBFABRIC, "decode-0": LIBFABRIC},
+        answer=ANSWER,
     )
     kwargs.setdefault("clock", lambda: start)
     return gate.verify(
@@ -181,9 +222,17 @@ def _observed(collectors: tuple[Any, str], promql: Any = None, **kwargs: Any) ->
 @pytest.mark.parametrize(
     ("answer", "ok", "fragment"),
     [
-        (([_collector("ACTIVE")], ""), True, "collector ACTIVE; ray_vllm_num_requests_running arriving from decode, headgroup, prefill"),
+        (
+            ([_collector("ACTIVE")], ""),
+            True,
+            "collector ACTIVE; ray_vllm_num_requests_running arriving from decode, headgroup, prefill",
+        ),
         (([_collector("CREATING")], ""), False, "CREATING"),
-        (([_collector("CREATION_FAILED", "The subnets must be in at least two Availability Zones")], ""), False, "two Availability Zones"),
+        (
+            ([_collector("CREATION_FAILED", "The subnets must be in at least two Availability Zones")], ""),
+            False,
+            "two Availability Zones",
+        ),
         (([], ""), False, "no metrics collector ray-llm-multinode-ray"),
         (([_collector("DELETING")], ""), False, "no metrics collector ray-llm-multinode-ray"),
         (([_collector("DELETING"), _collector("ACTIVE")], ""), True, "collector ACTIVE;"),  # replaced by CloudFormation
@@ -211,7 +260,9 @@ def test_the_engines_series_are_awaited_then_judged() -> None:
     result = _observed(([_collector("ACTIVE")], ""), promql, clock=lambda: now[0], metrics_wait_s=150)
     (metrics,) = [s for s in result.steps if s.name == "metrics"]
     assert asked == ['count by (ray_group) (ray_vllm_num_requests_running{eks_cluster="ray-llm-multinode"})'] * 3
-    assert not metrics.ok and metrics.detail.endswith("no ray_vllm_num_requests_running series from decode in CloudWatch")
+    assert not metrics.ok and metrics.detail.endswith(
+        "no ray_vllm_num_requests_running series from decode in CloudWatch"
+    )
     assert "Query Studio" in metrics.look_closer
     import promql_parser
 
@@ -233,7 +284,9 @@ def test_the_collector_is_listed_by_its_alias() -> None:
     import boto3
     from botocore.stub import Stubber  # type: ignore[import-untyped]
 
-    client = boto3.session.Session().client("amp", region_name=OBSERVED.region, aws_access_key_id="x", aws_secret_access_key="x")
+    client = boto3.session.Session().client(
+        "amp", region_name=OBSERVED.region, aws_access_key_id="x", aws_secret_access_key="x"
+    )
     stub = Stubber(client)
     stub.add_response("list_scrapers", {"scrapers": []}, {"filters": {"alias": [OBSERVED.metrics_collector_alias]}})
     with stub:
@@ -244,18 +297,27 @@ def test_the_collector_is_listed_by_its_alias() -> None:
     assert scrapers is None and "AccessDeniedException" in why
 
 
-def test_no_cluster_is_one_line_and_exit_2(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Any) -> None:
+def test_no_cluster_is_one_line_and_exit_2(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Any
+) -> None:
     monkeypatch.setenv("PATH", str(tmp_path))  # no aws, no kubectl
     assert gate.main(["--result", str(tmp_path / "r.json")]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and err.startswith("error: cannot reach cluster ray-llm-multinode in sa-east-1")
 
 
-def test_a_bad_setting_is_one_line_and_exit_2_in_every_tool(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+def test_a_bad_setting_is_one_line_and_exit_2_in_every_tool(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     from tools import bench_serving, cluster, teardown
 
     monkeypatch.setenv("GPU_NODE_COUNT", "3")
-    for main, argv in ((gate.main, []), (cluster.main, ["status"]), (teardown.main, ["after"]), (bench_serving.main, [])):
+    for main, argv in (
+        (gate.main, []),
+        (cluster.main, ["status"]),
+        (teardown.main, ["after"]),
+        (bench_serving.main, []),
+    ):
         assert main(argv) == 2
         err = capsys.readouterr().err
         assert err.count("\n") == 1 and err.startswith("error: GPU_NODE_COUNT='3' is not allowed"), err
@@ -276,7 +338,8 @@ def test_the_worker_log_search_finds_the_backend_and_a_failed_registration(tmp_p
     logs = tmp_path / "logs"
     logs.mkdir()
     (logs / "worker-1.err").write_text(
-        "INFO nixl: Backend LIBFABRIC was instantiated\nlibfabric:1234:efa:mr:efa_mr_reg_impl(): fi_mr_reg failed: -22\nsome other line\n"
+        "INFO nixl: Backend LIBFABRIC was instantiated\nlibfabric:1234:efa:mr:efa_mr_reg_impl(): fi_mr_reg failed:"
+        " -22\nsome other line\n"
     )
     (logs / "worker-2.out").write_text("nixl_libfabric_backend: Unable to register MR for VRAM buffer\n")
 
@@ -286,4 +349,6 @@ def test_the_worker_log_search_finds_the_backend_and_a_failed_registration(tmp_p
         return subprocess.run(["sh", "-c", script], capture_output=True, text=True, check=False)
 
     backends = worker_backends(settings_for(), kubectl, ["prefill-0"])
-    assert backends == {"prefill-0": "LIBFABRIC, GPU memory registration failed (Unable to register MR; fi_mr_reg failed)"}
+    assert backends == {
+        "prefill-0": "LIBFABRIC, GPU memory registration failed (Unable to register MR; fi_mr_reg failed)"
+    }

@@ -227,7 +227,9 @@ cat > "$GH_BODY"
         ),
     ],
 )
-def test_one_review_comment_updated_in_place(tmp_path: Path, existing: list[dict[str, Any]], expected_call: str) -> None:
+def test_one_review_comment_updated_in_place(
+    tmp_path: Path, existing: list[dict[str, Any]], expected_call: str
+) -> None:
     if not shutil.which("jq"):
         pytest.skip("jq (on every GitHub-hosted runner) is not installed here")
     bin_dir = tmp_path / "bin"
@@ -236,7 +238,9 @@ def test_one_review_comment_updated_in_place(tmp_path: Path, existing: list[dict
     (bin_dir / "gh").chmod(0o755)
     (tmp_path / "comments.json").write_text(json.dumps(existing))
     # Longer than a comment may be, with a code block open at the cut.
-    (tmp_path / "review.md").write_text("# Review\n\n```diff\n" + "".join(f"+ line {i}\n" for i in range(20000)) + "```\n")
+    (tmp_path / "review.md").write_text(
+        "# Review\n\n```diff\n" + "".join(f"+ line {i}\n" for i in range(20000)) + "```\n"
+    )
     step = step_named(jobs("ci")["comment"], "Create or update the review comment")
     env = {
         "PATH": f"{bin_dir}:{os.environ['PATH']}",
@@ -284,7 +288,11 @@ def test_every_job_that_synthesizes_the_deployed_app_reads_the_same_settings() -
     found = dict(settings_steps())
     assert set(found) == {"ci.review", "diff.diff", "deploy.deploy", "park.park", "destroy.destroy"}
     for where, step in found.items():
-        assert step == {"name": SETTINGS_STEP, "uses": "./.github/actions/settings-from-variables", "with": {"variables": "${{ toJSON(vars) }}"}}, where
+        assert step == {
+            "name": SETTINGS_STEP,
+            "uses": "./.github/actions/settings-from-variables",
+            "with": {"variables": "${{ toJSON(vars) }}"},
+        }, where
     for name, job_id, job in all_jobs():
         names = [s.get("name") for s in job.get("steps", [])]
         if SETTINGS_STEP in names:
@@ -297,11 +305,21 @@ def test_every_job_that_synthesizes_the_deployed_app_reads_the_same_settings() -
 def _export(tmp_path: Path, variables: dict[str, str]) -> subprocess.CompletedProcess[str]:
     env = {"PATH": os.environ["PATH"], "VARIABLES": json.dumps(variables), "GITHUB_ENV": str(tmp_path / "github_env")}
     (tmp_path / "github_env").write_text("")
-    return subprocess.run(["python3", str(SETTINGS_ACTION / "export_settings.py")], env=env, capture_output=True, text=True, timeout=30)
+    return subprocess.run(
+        ["python3", str(SETTINGS_ACTION / "export_settings.py")], env=env, capture_output=True, text=True, timeout=30
+    )
 
 
 def test_the_settings_step_exports_only_what_is_set(tmp_path: Path) -> None:
-    result = _export(tmp_path, {"CLUSTER_NAME": "ray-llm-prod", "REGION": "us-east-2", "GPU_AZ": "", "AWS_DEPLOY_ROLE_ARN": "arn:aws:iam::1:role/x"})
+    result = _export(
+        tmp_path,
+        {
+            "CLUSTER_NAME": "ray-llm-prod",
+            "REGION": "us-east-2",
+            "GPU_AZ": "",
+            "AWS_DEPLOY_ROLE_ARN": "arn:aws:iam::1:role/x",
+        },
+    )
     assert result.returncode == 0, result.stderr
     # Not a setting (the role ARN) and empty (GPU_AZ): not passed.
     assert (tmp_path / "github_env").read_text().splitlines() == ["CLUSTER_NAME=ray-llm-prod", "REGION=us-east-2"]
@@ -317,7 +335,9 @@ def test_the_exported_settings_are_settings_of_the_app() -> None:
     from settings.specs import SPECS
 
     tree = ast.parse((SETTINGS_ACTION / "export_settings.py").read_text())
-    (names,) = [n.value for n in ast.walk(tree) if isinstance(n, ast.Assign) and getattr(n.targets[0], "id", "") == "SETTINGS"]
+    (names,) = [
+        n.value for n in ast.walk(tree) if isinstance(n, ast.Assign) and getattr(n.targets[0], "id", "") == "SETTINGS"
+    ]
     exported = {e.value for e in names.elts}  # type: ignore[attr-defined]
     # Derived from the specs (`make docs-tables` writes the tuple): what differs between accounts.
     assert exported == {s.env for s in SPECS if s.ci_variable}
@@ -330,7 +350,12 @@ def test_required_variables_are_checked_before_deploying(tmp_path: Path) -> None
         step = step_named(job, "Required repository variables")
         credentials = aws_step(job)
         assert credentials and job["steps"].index(step) < credentials[0]
-        good = {"CLUSTER_NAME": "c", "REGION": "us-east-2", "AWS_DEPLOY_ROLE_ARN": "arn:aws:iam::1:role/d", "ADMIN_PRINCIPAL_ARNS": "arn:aws:iam::1:role/d"}
+        good = {
+            "CLUSTER_NAME": "c",
+            "REGION": "us-east-2",
+            "AWS_DEPLOY_ROLE_ARN": "arn:aws:iam::1:role/d",
+            "ADMIN_PRINCIPAL_ARNS": "arn:aws:iam::1:role/d",
+        }
         assert run_step(step, tmp_path, good).returncode == 0
         for missing in ("CLUSTER_NAME", "REGION", "AWS_DEPLOY_ROLE_ARN"):
             assert run_step(step, tmp_path, {**good, missing: ""}).returncode == 1, f"{name}: {missing}"

@@ -50,11 +50,21 @@ def tool(name: str) -> str:
 
 def test_github_workflow_schema() -> None:
     files = sorted(str(p) for p in WORKFLOWS.glob("*.yml"))
-    result = subprocess.run([tool("check-jsonschema"), "--builtin-schema", "vendor.github-workflows", *files], capture_output=True, text=True, check=False)
+    result = subprocess.run(
+        [tool("check-jsonschema"), "--builtin-schema", "vendor.github-workflows", *files],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     assert result.returncode == 0, result.stdout + result.stderr
     actions = sorted(str(p) for p in (REPO / ".github" / "actions").glob("*/action.yml"))
     assert actions
-    result = subprocess.run([tool("check-jsonschema"), "--builtin-schema", "vendor.github-actions", *actions], capture_output=True, text=True, check=False)
+    result = subprocess.run(
+        [tool("check-jsonschema"), "--builtin-schema", "vendor.github-actions", *actions],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     assert result.returncode == 0, result.stdout + result.stderr
 
 
@@ -63,7 +73,15 @@ def test_zizmor_has_no_findings(persona: str) -> None:
     # Offline: no GitHub token, no online audits.
     env = {k: v for k, v in os.environ.items() if k not in {"GH_TOKEN", "GITHUB_TOKEN", "ZIZMOR_GITHUB_TOKEN"}}
     result = subprocess.run(
-        [tool("zizmor"), "--offline", "--persona", persona, "--no-progress", str(WORKFLOWS), str(REPO / ".github" / "actions")],
+        [
+            tool("zizmor"),
+            "--offline",
+            "--persona",
+            persona,
+            "--no-progress",
+            str(WORKFLOWS),
+            str(REPO / ".github" / "actions"),
+        ],
         capture_output=True,
         text=True,
         env=env,
@@ -115,7 +133,9 @@ def test_the_review_reruns_when_the_label_changes() -> None:
 def test_top_level_permissions_are_empty_or_read_only(name: str) -> None:
     permissions = load(name).get("permissions")
     assert permissions is not None, "top-level permissions must be set (the default token may write)"
-    assert permissions in ({}, "read-all") or (isinstance(permissions, dict) and set(permissions.values()) <= {"read", "none"})
+    assert permissions in ({}, "read-all") or (
+        isinstance(permissions, dict) and set(permissions.values()) <= {"read", "none"}
+    )
 
 
 def test_each_job_is_granted_only_what_it_uses() -> None:
@@ -140,7 +160,9 @@ def test_only_the_comment_job_writes_to_pull_requests() -> None:
     writers = [(n, j) for n, j, job in all_jobs() if (job.get("permissions") or {}).get("pull-requests") == "write"]
     assert writers == [("ci", "comment")]
     comment = jobs("ci")["comment"]
-    assert not [s for s in comment["steps"] if uses(s) == "actions/checkout"], "the job that writes runs no pull-request code"
+    assert not [s for s in comment["steps"] if uses(s) == "actions/checkout"], (
+        "the job that writes runs no pull-request code"
+    )
 
 
 # --- AWS credentials, environments, session length -------------------------------------------------------------------
@@ -161,7 +183,9 @@ def test_aws_roles_environments_and_session_length() -> None:
             # The default hour expires mid-deploy; the role's MaxSessionDuration is 2 h to match.
             duration = int(with_["role-duration-seconds"])
             assert duration >= 7200, f"{name}.{job_id}"
-            assert job["timeout-minutes"] * 60 <= duration, f"{name}.{job_id}: the job must end before its credentials do"
+            assert job["timeout-minutes"] * 60 <= duration, (
+                f"{name}.{job_id}: the job must end before its credentials do"
+            )
     assert roles == {
         ("deploy", "deploy"): DEPLOY_ROLE,
         ("park", "park"): DEPLOY_ROLE,
@@ -172,7 +196,9 @@ def test_aws_roles_environments_and_session_length() -> None:
     assert environment_name(jobs("deploy")["deploy"]) == "deploy"
     assert environment_name(jobs("park")["park"]) == "deploy"
     assert environment_name(jobs("destroy")["destroy"]) == "destroy"
-    assert environment_name(jobs("diff")["diff"]) is None, "an environment would change the OIDC subject from pull_request"
+    assert environment_name(jobs("diff")["diff"]) is None, (
+        "an environment would change the OIDC subject from pull_request"
+    )
 
 
 def test_the_diff_runs_only_for_pull_requests_from_this_repository() -> None:
@@ -206,7 +232,9 @@ def test_deploy_destroy_and_park_share_one_queue_that_never_cancels() -> None:
     for name, job_id, job in all_jobs():
         found = aws_step(job)
         if name in CLUSTER_QUEUE:
-            assert "concurrency" not in load(name), f"{name}: on the job, so a declined confirmation or a kept night stays out"
+            assert "concurrency" not in load(name), (
+                f"{name}: on the job, so a declined confirmation or a kept night stays out"
+            )
         if not (found and found[1]["with"]["role-to-assume"] == DEPLOY_ROLE):
             others.append(job.get("concurrency", {}).get("group"))
             continue
@@ -226,14 +254,18 @@ def test_deploy_destroy_and_park_share_one_queue_that_never_cancels() -> None:
 # --- Every job, every step ---------------------------------------------------------------------------------------------
 
 
-PINNED = re.compile(r"^\s*(?:-\s+)?uses:\s*(?P<action>[\w.-]+/[\w./-]+)@(?P<sha>[0-9a-f]{40})\s+#\s*v\d+(?:\.\d+){0,2}\s*$")
+PINNED = re.compile(
+    r"^\s*(?:-\s+)?uses:\s*(?P<action>[\w.-]+/[\w./-]+)@(?P<sha>[0-9a-f]{40})\s+#\s*v\d+(?:\.\d+){0,2}\s*$"
+)
 
 
 def test_actions_are_pinned_to_full_commit_shas_with_the_version_in_a_comment() -> None:
     shas: dict[str, set[str]] = {}
     for path in sorted(WORKFLOWS.glob("*.yml")):
         for number, line in enumerate(path.read_text().splitlines(), 1):
-            if re.match(r"^\s*(?:-\s+)?uses:", line) and not re.match(r"^\s*(?:-\s+)?uses:\s*\./", line):  # ./: this repository's own
+            if re.match(r"^\s*(?:-\s+)?uses:", line) and not re.match(
+                r"^\s*(?:-\s+)?uses:\s*\./", line
+            ):  # ./: this repository's own
                 match = PINNED.match(line)
                 assert match, f"{path.name}:{number}: pin to a 40-hex commit SHA with `# vX.Y.Z`: {line.strip()}"
                 shas.setdefault(match["action"], set()).add(match["sha"])
@@ -245,7 +277,9 @@ def test_actions_are_pinned_to_full_commit_shas_with_the_version_in_a_comment() 
         assert "uses" not in job, f"{name}.{job_id}: reusable workflows are not expected here"
         for step in job.get("steps", []):
             if "uses" in step:
-                assert re.fullmatch(r"[\w.-]+/[\w./-]+@[0-9a-f]{40}|\./\.github/actions/[\w-]+", step["uses"]), step["uses"]
+                assert re.fullmatch(r"[\w.-]+/[\w./-]+@[0-9a-f]{40}|\./\.github/actions/[\w-]+", step["uses"]), step[
+                    "uses"
+                ]
 
 
 def test_checkouts_do_not_persist_credentials() -> None:
@@ -269,7 +303,12 @@ def test_no_expression_inside_a_run_script() -> None:
     for path in [*WORKFLOWS.glob("*.yml"), *(REPO / ".github" / "scripts").glob("*.sh")]:
         text = path.read_text()
         assert path.suffix != ".sh" or "${{" not in text, path.name  # GitHub does not expand a file: a mistake
-        for untrusted in ("github.head_ref", "github.event.pull_request.title", "github.event.pull_request.body", "github.event.head_commit"):
+        for untrusted in (
+            "github.head_ref",
+            "github.event.pull_request.title",
+            "github.event.pull_request.body",
+            "github.event.head_commit",
+        ):
             assert untrusted not in text, f"{path.name}: {untrusted}"
 
 
@@ -277,7 +316,12 @@ def test_every_script_file_is_run_by_a_step_and_stops_on_the_first_error() -> No
     """The scripts in .github/scripts/ run as the runner runs an inline one (bash -eo pipefail), each used."""
     from tests.workflow_helpers import SCRIPT_CALL, SCRIPTS
 
-    called = {m["file"] for _, _, job in all_jobs() for s in job.get("steps", []) if "run" in s and (m := SCRIPT_CALL.fullmatch(str(s["run"]).strip()))}
+    called = {
+        m["file"]
+        for _, _, job in all_jobs()
+        for s in job.get("steps", [])
+        if "run" in s and (m := SCRIPT_CALL.fullmatch(str(s["run"]).strip()))
+    }
     files = {p.name for p in SCRIPTS.glob("*.sh")}
     assert files and called == files
     for name in files:

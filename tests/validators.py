@@ -57,7 +57,9 @@ def nodeconfig_errors(obj: dict[str, Any]) -> list[str]:
 
 
 def crd_errors(obj: dict[str, Any], file_name: str = "ray.io_rayservices.yaml") -> list[str]:
-    return [f"{'/'.join(str(p) for p in e.absolute_path)}: {e.message}" for e in crd_validator(file_name).iter_errors(obj)]
+    return [
+        f"{'/'.join(str(p) for p in e.absolute_path)}: {e.message}" for e in crd_validator(file_name).iter_errors(obj)
+    ]
 
 
 def ray_serve_errors(serve_config: dict[str, Any]) -> list[str]:
@@ -157,15 +159,30 @@ def ray_serve_llm_placement(llm_config: dict[str, Any]) -> tuple[list[dict[str, 
     }
     models = ast.parse((root / "engines/vllm/vllm_models.py").read_text())
     (engine_cls,) = [n for n in models.body if isinstance(n, ast.ClassDef) and n.name == "VLLMEngineConfig"]
-    wanted = {"tensor_parallel_degree", "pipeline_parallel_degree", "num_devices", "placement_strategy", "placement_bundles"}
+    wanted = {
+        "tensor_parallel_degree",
+        "pipeline_parallel_degree",
+        "num_devices",
+        "placement_strategy",
+        "placement_bundles",
+    }
     methods = [n for n in engine_cls.body if isinstance(n, ast.FunctionDef) and n.name in wanted]
     assert {m.name for m in methods} == wanted, "Ray's VLLMEngineConfig changed: update this reader"
     engine_module = ast.Module(
-        body=[ast.ClassDef(name="EngineConfig", bases=[], keywords=[], body=methods, decorator_list=[], type_params=[])], type_ignores=[]
+        body=[
+            ast.ClassDef(name="EngineConfig", bases=[], keywords=[], body=methods, decorator_list=[], type_params=[])
+        ],
+        type_ignores=[],
     )
-    exec(compile(ast.fix_missing_locations(engine_module), str(root / "engines/vllm/vllm_models.py"), "exec"), namespace)
+    exec(
+        compile(ast.fix_missing_locations(engine_module), str(root / "engines/vllm/vllm_models.py"), "exec"), namespace
+    )
     server = ast.parse((root / "core/server/llm_server.py").read_text())
-    (merge,) = [n for n in server.body if isinstance(n, ast.FunctionDef) and n.name == "_merge_replica_actor_and_child_actor_bundles"]
+    (merge,) = [
+        n
+        for n in server.body
+        if isinstance(n, ast.FunctionDef) and n.name == "_merge_replica_actor_and_child_actor_bundles"
+    ]
     exec(compile(ast.Module(body=[merge], type_ignores=[]), str(root / "core/server/llm_server.py"), "exec"), namespace)
 
     engine = namespace["EngineConfig"]()

@@ -57,7 +57,15 @@ def accepted(path: Path = ACCEPTED_FILE) -> list[Accepted]:
             if not str(item.get("reason", "")).strip():
                 raise ValueError(f"{path.name}: {validator} {item.get('check')} at {item.get('where')} has no reason")
             where = item["where"] if isinstance(item["where"], list) else [item["where"]]
-            entries.append(Accepted(validator, str(item["check"]), tuple(str(w) for w in where), str(item.get("subject", "*")), str(item["reason"])))
+            entries.append(
+                Accepted(
+                    validator,
+                    str(item["check"]),
+                    tuple(str(w) for w in where),
+                    str(item.get("subject", "*")),
+                    str(item["reason"]),
+                )
+            )
     return entries
 
 
@@ -85,8 +93,12 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("validator", choices=("checkov-kubernetes",))
     parser.add_argument("report", type=Path, help="checkov's JSON output (-o json)")
-    parser.add_argument("--passed-at-least", type=int, default=1, help="fewer passed checks than this means checkov scanned nothing")
-    parser.add_argument("--objects", type=Path, help="the directory checkov scanned: each of its files must have been parsed")
+    parser.add_argument(
+        "--passed-at-least", type=int, default=1, help="fewer passed checks than this means checkov scanned nothing"
+    )
+    parser.add_argument(
+        "--objects", type=Path, help="the directory checkov scanned: each of its files must have been parsed"
+    )
     args = parser.parse_args(argv)
     report = json.loads(args.report.read_text())
     findings = checkov_findings(report)
@@ -95,9 +107,16 @@ def main(argv: list[str] | None = None) -> int:
     entries = accepted()
     new, stale = unaccepted(findings, entries), unused(findings, entries, args.validator)
     for finding in new:
-        print(f"error: {finding}: not in {ACCEPTED_FILE.name} (fix it, or accept it there with the reason)", file=sys.stderr)
+        print(
+            f"error: {finding}: not in {ACCEPTED_FILE.name} (fix it, or accept it there with the reason)",
+            file=sys.stderr,
+        )
     for entry in stale:
-        print(f"error: {ACCEPTED_FILE.name}: {entry.validator} {entry.check} at {entry.where} matches no finding any more: remove it", file=sys.stderr)
+        print(
+            f"error: {ACCEPTED_FILE.name}: {entry.validator} {entry.check} at {entry.where} matches no finding any"
+            " more: remove it",
+            file=sys.stderr,
+        )
     if passed < args.passed_at_least:
         print(f"error: checkov passed {passed} checks: it scanned nothing", file=sys.stderr)
         return 1
@@ -105,10 +124,17 @@ def main(argv: list[str] | None = None) -> int:
     resources = sum(int(r.get("summary", {}).get("resource_count", 0)) for r in reports if isinstance(r, dict))
     files = len(list(args.objects.glob("*.yaml"))) if args.objects else 0
     if parsing_errors or resources < files:
-        print(f"error: checkov parsed {resources} resources of {files} files ({parsing_errors} parsing errors): some objects went unchecked", file=sys.stderr)
+        print(
+            f"error: checkov parsed {resources} resources of {files} files ({parsing_errors} parsing errors): some"
+            " objects went unchecked",
+            file=sys.stderr,
+        )
         return 1
     accepted_count = len(findings) - len(new)
-    print(f"{args.validator}: {passed} passed, {len(findings)} failed of which {accepted_count} accepted ({ACCEPTED_FILE.name}), {len(new)} new")
+    print(
+        f"{args.validator}: {passed} passed, {len(findings)} failed of which {accepted_count} accepted"
+        f" ({ACCEPTED_FILE.name}), {len(new)} new"
+    )
     return 1 if new or stale else 0
 
 

@@ -29,7 +29,9 @@ def draw(runs: Sequence[dict[str, Any]], timeline: Sequence[dict[str, Any]], pat
                 values = [r.get(f"{percentile}_{figure_key}_ms") for r in rows]
                 points = [(x, y) for x, y in zip(rates, values, strict=True) if y is not None]
                 if points:
-                    axis.plot(*zip(*points, strict=True), style, marker="o", color=color, label=f"{workload} {percentile}")
+                    axis.plot(
+                        *zip(*points, strict=True), style, marker="o", color=color, label=f"{workload} {percentile}"
+                    )
         axis.set_xlabel("request rate (req/s)")
         axis.set_ylabel(label)
         axis.grid(alpha=0.3)
@@ -39,7 +41,9 @@ def draw(runs: Sequence[dict[str, Any]], timeline: Sequence[dict[str, Any]], pat
         start = float(timeline[0]["t"])
         minutes = [(float(s["t"]) - start) / 60 for s in timeline]
         for key, color in (("prefill", "tab:purple"), ("decode", "tab:orange"), ("gpu_nodes", "black")):
-            scaling.step(minutes, [s.get(key, 0) for s in timeline], where="post", color=color, label=key.replace("_", " "))
+            scaling.step(
+                minutes, [s.get(key, 0) for s in timeline], where="post", color=color, label=key.replace("_", " ")
+            )
         scaling.legend(fontsize=8)
         scaling.set_xlabel("minutes into the run")
         scaling.set_ylabel("Ray worker pods / GPU nodes")

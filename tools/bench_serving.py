@@ -54,9 +54,15 @@ def bench_base_url(settings: Settings, load_balancer: str = "") -> tuple[str, st
     if not endpoint.exposed:
         return in_cluster, ""
     if endpoint.exposure != "internal":
-        return in_cluster, "an internet-facing load balancer admits SERVE_ALLOWED_CIDRS only, not the cluster's own traffic"
+        return (
+            in_cluster,
+            "an internet-facing load balancer admits SERVE_ALLOWED_CIDRS only, not the cluster's own traffic",
+        )
     if endpoint.https and not endpoint.hostname:
-        return in_cluster, "its certificate does not cover the load balancer's DNS name: set SERVE_HOSTNAME to benchmark through it"
+        return (
+            in_cluster,
+            "its certificate does not cover the load balancer's DNS name: set SERVE_HOSTNAME to benchmark through it",
+        )
     if not endpoint.hostname and not load_balancer:
         return in_cluster, "the Ingress has no load balancer address yet"
     return endpoint_url(settings, load_balancer), ""
@@ -84,10 +90,16 @@ def bench_tokenizer(settings: Settings) -> str:
         return settings.model_source
     import boto3
 
-    head = boto3.session.Session().client("s3", region_name=settings.region).head_object(Bucket=source.bucket, Key=f"{source.key_prefix}{COMPLETION_OBJECT}")
+    head = (
+        boto3.session.Session()
+        .client("s3", region_name=settings.region)
+        .head_object(Bucket=source.bucket, Key=f"{source.key_prefix}{COMPLETION_OBJECT}")
+    )
     repo = str(head.get("Metadata", {}).get(MIRRORED_FROM, ""))
     if not repo:
-        raise RuntimeError(f"{source.uri} names no Hub repository (not made by `make mirror-model`): set BENCH_TOKENIZER=ORG/NAME")
+        raise RuntimeError(
+            f"{source.uri} names no Hub repository (not made by `make mirror-model`): set BENCH_TOKENIZER=ORG/NAME"
+        )
     return repo
 
 
@@ -98,13 +110,18 @@ def parse_results(log: str) -> list[dict[str, Any]]:
 
 
 def summarize(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    return [{"workload": r["workload"], "rate": float(r["rate"]), **{key: r.get(key) for _, key, _ in FIGURES}} for r in runs]
+    return [
+        {"workload": r["workload"], "rate": float(r["rate"]), **{key: r.get(key) for _, key, _ in FIGURES}}
+        for r in runs
+    ]
 
 
 def table(rows: list[dict[str, Any]], previous: list[dict[str, Any]] | None = None) -> str:
     """One line per run; with a previous result, each figure followed by its change in percent."""
     before = {(p["workload"], float(p["rate"])): p for p in previous or []}
-    header = f"{'workload':<8} {'rate':>5}  " + "  ".join(f"{label:>{20 if previous else 12}}" for label, _, _ in FIGURES)
+    header = f"{'workload':<8} {'rate':>5}  " + "  ".join(
+        f"{label:>{20 if previous else 12}}" for label, _, _ in FIGURES
+    )
     lines = [header]
     for row in rows:
         cells = []
@@ -137,14 +154,18 @@ def sample(kubectl: Kubectl, namespace: str) -> dict[str, Any]:
             if group in ("prefill", "decode") and pod.get("status", {}).get("phase") == "Running":
                 point[group] += 1
         for node in json.loads(nodes.stdout or "{}").get("items", []):
-            if any(c["type"] == "Ready" and c["status"] == "True" for c in node.get("status", {}).get("conditions", [])):
+            if any(
+                c["type"] == "Ready" and c["status"] == "True" for c in node.get("status", {}).get("conditions", [])
+            ):
                 point["gpu_nodes"] += 1
     except (ValueError, KeyError):
         pass  # a sample that could not be read is a gap, not a failure
     return point
 
 
-def run_job(settings: Settings, kubectl: Kubectl, timeout_s: int, *, poll_s: float = SAMPLE_SECONDS) -> tuple[str, list[dict[str, Any]], str]:
+def run_job(
+    settings: Settings, kubectl: Kubectl, timeout_s: int, *, poll_s: float = SAMPLE_SECONDS
+) -> tuple[str, list[dict[str, Any]], str]:
     """The Job's log, the replicas and GPU nodes sampled while it ran, and "" or why it did not finish (the
     samples and finished runs are kept either way)."""
     load_balancer = load_balancer_host(settings, kubectl) if settings.serve_endpoint.exposed else ""
@@ -173,15 +194,29 @@ def run_job(settings: Settings, kubectl: Kubectl, timeout_s: int, *, poll_s: flo
             }
             kubectl(["delete", "secret", "-n", props.namespace, props.api_key_secret, "--ignore-not-found"])
             if kubectl(["create", "-f", "-"], json.dumps(secret)).returncode != 0:
-                raise RuntimeError(f"cannot create Secret {props.namespace}/{props.api_key_secret} for the benchmark's API key")
+                raise RuntimeError(
+                    f"cannot create Secret {props.namespace}/{props.api_key_secret} for the benchmark's API key"
+                )
         applied = kubectl(["apply", "-f", "-"], manifest)
         if applied.returncode != 0:
             raise RuntimeError(f"cannot create Job {props.namespace}/{props.name}: {applied.stderr.strip()}")
-        print(f"running Job {props.namespace}/{props.name} against {props.base_url} (up to {timeout_s // 60} min)...", flush=True)
+        print(
+            f"running Job {props.namespace}/{props.name} against {props.base_url} (up to {timeout_s // 60} min)...",
+            flush=True,
+        )
         start = time.monotonic()
         while time.monotonic() - start < timeout_s:
             timeline.append(sample(kubectl, props.namespace))
-            state = kubectl(["get", "-n", props.namespace, f"job/{props.name}", "-o", "jsonpath={.status.succeeded},{.status.failed}"]).stdout.strip()
+            state = kubectl(
+                [
+                    "get",
+                    "-n",
+                    props.namespace,
+                    f"job/{props.name}",
+                    "-o",
+                    "jsonpath={.status.succeeded},{.status.failed}",
+                ]
+            ).stdout.strip()
             if state.startswith("1") or state.endswith(",1"):
                 break
             time.sleep(poll_s)
@@ -193,7 +228,8 @@ def run_job(settings: Settings, kubectl: Kubectl, timeout_s: int, *, poll_s: flo
     unfinished = ""
     if not state.startswith("1"):
         unfinished = (
-            f"Job {props.namespace}/{props.name} did not complete in {int(time.monotonic() - start)}s: `kubectl logs -n {props.namespace} job/{props.name}`"
+            f"Job {props.namespace}/{props.name} did not complete in {int(time.monotonic() - start)}s: `kubectl logs -n"
+            f" {props.namespace} job/{props.name}`"
         )
     return log, timeline, unfinished
 
@@ -202,19 +238,30 @@ def run_job(settings: Settings, kubectl: Kubectl, timeout_s: int, *, poll_s: flo
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--output", type=Path, default=Path(os.environ.get("BENCH_RESULT", "bench-serving.json")))
-    parser.add_argument("--compare", type=Path, default=Path(os.environ["COMPARE"]) if os.environ.get("COMPARE") else None)
+    parser.add_argument(
+        "--compare", type=Path, default=Path(os.environ["COMPARE"]) if os.environ.get("COMPARE") else None
+    )
     parser.add_argument("--timeout-minutes", type=int, default=90)  # the mixed runs and the ramp take ~35 min
     args = parser.parse_args(argv)
     settings = project_settings()
     previous = json.loads(args.compare.read_text())["runs"] if args.compare else None
-    ran, code = on_cluster(settings, lambda kubectl: run_job(settings, kubectl, args.timeout_minutes * 60), timeout=args.timeout_minutes * 60 + 120)
+    ran, code = on_cluster(
+        settings,
+        lambda kubectl: run_job(settings, kubectl, args.timeout_minutes * 60),
+        timeout=args.timeout_minutes * 60 + 120,
+    )
     if ran is None:
         return code
     log, timeline, unfinished = ran
     rows = summarize(parse_results(log))
     result = {"model": settings.model_id, "gpu_node_type": settings.gpu_node.name, "runs": rows, "timeline": timeline}
     args.output.write_text(json.dumps(result, indent=2) + "\n")
-    chart = draw(rows, timeline, args.output.with_suffix(".png"), title=f"{settings.model_id} on {settings.gpu_node.name}: prefill/decode")
+    chart = draw(
+        rows,
+        timeline,
+        args.output.with_suffix(".png"),
+        title=f"{settings.model_id} on {settings.gpu_node.name}: prefill/decode",
+    )
     print(table(rows, previous))
     print(f"saved {args.output} and {chart}")
     if unfinished:

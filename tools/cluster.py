@@ -19,7 +19,14 @@ from typing import Any
 
 import yaml
 
-from k8s_constructs.ray_facts import NIXL_LOG_PATTERN, NODE_TYPE_LABEL, RAY_LOG_DIR, WORKER_CONTAINER, backend_of, selector
+from k8s_constructs.ray_facts import (
+    NIXL_LOG_PATTERN,
+    NODE_TYPE_LABEL,
+    RAY_LOG_DIR,
+    WORKER_CONTAINER,
+    backend_of,
+    selector,
+)
 from preflight.cluster_access import ClusterUnreachable, Kubectl, cluster_kubectl
 from preflight.redeploy import KUBERAY_CRD_LABEL
 from settings import SettingError, Settings, versions
@@ -32,7 +39,9 @@ def kuberay_crd_documents(settings: Settings) -> str:
     documents = []
     for name in versions.KUBERAY_CRD_FILES:
         # libyaml's loader when PyYAML has it: the two CRDs are 2 MB of YAML.
-        crd = yaml.load((versions.KUBERAY_CRD_DIR / name).read_text(), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
+        crd = yaml.load(
+            (versions.KUBERAY_CRD_DIR / name).read_text(), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+        )
         crd["metadata"].setdefault("labels", {})[KUBERAY_CRD_LABEL] = settings.kuberay_version
         documents.append(yaml.dump(crd, Dumper=getattr(yaml, "CSafeDumper", yaml.SafeDumper), sort_keys=False))
     return "---\n".join(documents)
@@ -47,7 +56,10 @@ def ray_service_verdict(obj: dict[str, Any]) -> tuple[bool, str]:
     conditions = {c.get("type"): c for c in status.get("conditions", []) or []}
     ready = conditions.get("Ready", {})
     apps = (status.get("activeServiceStatus", {}) or {}).get("applicationStatuses", {}) or {}
-    app_states = ", ".join(f"{name} {app.get('status', '?')}" for name, app in sorted(apps.items())) or "no Serve application yet"
+    app_states = (
+        ", ".join(f"{name} {app.get('status', '?')}" for name, app in sorted(apps.items()))
+        or "no Serve application yet"
+    )
     message = ready.get("message") or ready.get("reason") or "no Ready condition yet"
     if seen != generation:
         return False, f"KubeRay has not seen generation {generation} yet (observed {seen})"
@@ -62,14 +74,21 @@ def duration_seconds(text: str) -> int:
 
 
 def wait_ready(
-    settings: Settings, kubectl: Kubectl, timeout_s: int, *, clock: Callable[[], float] = time.monotonic, sleep: Callable[[float], None] = time.sleep
+    settings: Settings,
+    kubectl: Kubectl,
+    timeout_s: int,
+    *,
+    clock: Callable[[], float] = time.monotonic,
+    sleep: Callable[[float], None] = time.sleep,
 ) -> int:
     ns, name = settings.namespace, settings.ray_service_name
     start = clock()
     last = ""
     while True:
         got = kubectl(["get", "rayservice", "-n", ns, name, "-o", "json"])
-        verdict = (False, got.stderr.strip()[:200]) if got.returncode != 0 else ray_service_verdict(json.loads(got.stdout))
+        verdict = (
+            (False, got.stderr.strip()[:200]) if got.returncode != 0 else ray_service_verdict(json.loads(got.stdout))
+        )
         elapsed = int(clock() - start)
         if verdict[1] != last:
             print(f"[{elapsed // 60:02d}:{elapsed % 60:02d}] RayService {ns}/{name}: {verdict[1]}", flush=True)
@@ -77,7 +96,11 @@ def wait_ready(
         if verdict[0]:
             return 0
         if elapsed >= timeout_s:
-            print(f"error: RayService {ns}/{name} not Ready within {timeout_s}s: see `kubectl describe rayservice -n {ns} {name}`", file=sys.stderr)
+            print(
+                f"error: RayService {ns}/{name} not Ready within {timeout_s}s: see `kubectl describe rayservice -n {ns}"
+                f" {name}`",
+                file=sys.stderr,
+            )
             return 1
         sleep(15)
 
@@ -85,12 +108,28 @@ def wait_ready(
 def worker_backends(settings: Settings, kubectl: Kubectl, workers: list[str]) -> dict[str, str]:
     """Each Ray worker pod's NIXL backend, from the Ray logs in its container."""
     grep = f"grep -rhE '{NIXL_LOG_PATTERN}' {RAY_LOG_DIR}/ || true"
-    return {pod: backend_of(kubectl(["exec", "-n", settings.namespace, pod, "-c", WORKER_CONTAINER, "--", "sh", "-c", grep]).stdout) for pod in workers}
+    return {
+        pod: backend_of(
+            kubectl(["exec", "-n", settings.namespace, pod, "-c", WORKER_CONTAINER, "--", "sh", "-c", grep]).stdout
+        )
+        for pod in workers
+    }
 
 
 def verify_efa(settings: Settings, kubectl: Kubectl) -> int:
     """Which NIXL backend each GPU worker started: every one must be LIBFABRIC, not UCX."""
-    pods = kubectl(["get", "pods", "-n", settings.namespace, "-l", selector(NODE_TYPE_LABEL, "worker"), "-o", "jsonpath={.items[*].metadata.name}"])
+    pods = kubectl(
+        [
+            "get",
+            "pods",
+            "-n",
+            settings.namespace,
+            "-l",
+            selector(NODE_TYPE_LABEL, "worker"),
+            "-o",
+            "jsonpath={.items[*].metadata.name}",
+        ]
+    )
     if pods.returncode != 0:
         print(f"error: {pods.stderr.strip()}", file=sys.stderr)
         return 1
@@ -118,8 +157,12 @@ def status(settings: Settings, kubectl: Kubectl) -> int:
 @one_line_errors
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("action", choices=("stacks", "kubeconfig", "kuberay-crds", "wait-ready", "status", "verify-efa"))
-    parser.add_argument("--timeout", default=os.environ.get("WAIT_TIMEOUT", "45m"), help="wait-ready: how long to wait (e.g. 45m)")
+    parser.add_argument(
+        "action", choices=("stacks", "kubeconfig", "kuberay-crds", "wait-ready", "status", "verify-efa")
+    )
+    parser.add_argument(
+        "--timeout", default=os.environ.get("WAIT_TIMEOUT", "45m"), help="wait-ready: how long to wait (e.g. 45m)"
+    )
     args = parser.parse_args(argv)
     settings = project_settings()
     timeout_s = duration_seconds(args.timeout)
@@ -127,11 +170,16 @@ def main(argv: list[str] | None = None) -> int:
         print("\n".join(settings.stack_names.values()))
         return 0
     if args.action == "kubeconfig":
-        return subprocess.run(["aws", "eks", "update-kubeconfig", "--region", settings.region, "--name", settings.cluster_name], check=False).returncode
+        return subprocess.run(
+            ["aws", "eks", "update-kubeconfig", "--region", settings.region, "--name", settings.cluster_name],
+            check=False,
+        ).returncode
     try:
         with cluster_kubectl(settings.region, settings.cluster_name) as kubectl:
             if args.action == "kuberay-crds":
-                applied = kubectl(["apply", "--server-side", "--force-conflicts", "-f", "-"], kuberay_crd_documents(settings))
+                applied = kubectl(
+                    ["apply", "--server-side", "--force-conflicts", "-f", "-"], kuberay_crd_documents(settings)
+                )
                 print(applied.stdout.rstrip() or applied.stderr.rstrip())
                 return 0 if applied.returncode == 0 else 1
             if args.action == "wait-ready":

@@ -33,26 +33,57 @@ def default_quota_markdown() -> str:
     s = load_settings({}, {})
     _, quota_name = s.gpu_node.on_demand_quota
     gpu = f'{s.gpu_node_count} × {s.gpu_node.name} = {s.gpu_node_count * s.gpu_node.vcpus} vCPU of "{quota_name}"'
-    system = f"{s.system_node_count} × {s.system_node.name} = {s.system_node_count * s.system_node.vcpus} vCPU of Standard instances"
+    system = (
+        f"{s.system_node_count} × {s.system_node.name} = {s.system_node_count * s.system_node.vcpus} vCPU of Standard"
+        " instances"
+    )
     return f"- GPU nodes: {gpu}\n- system nodes: {system}"
 
 
 # The pages people read, in reading order: (title, page under docs/, what it holds). The one list of them: the
 # site's navigation (mkdocs.yml), the README's table and docs/index.md's are written from it.
 PAGES: tuple[tuple[str, str, str], ...] = (
-    ("Deploying", "deploy.md", "prerequisites, the preflight checks, the stacks, how long a deploy takes, GPU capacity, teardown"),
+    (
+        "Deploying",
+        "deploy.md",
+        "prerequisites, the preflight checks, the stacks, how long a deploy takes, GPU capacity, teardown",
+    ),
     ("Verify and benchmark", "verify.md", "the endpoint, `make verify`, `make bench-serving`, the Ray dashboard, EFA"),
-    ("An endpoint applications can call", "endpoint.md", "a load balancer with TLS and API keys (`SERVE_EXPOSURE`), `make endpoint`, `make api-key`"),
+    (
+        "An endpoint applications can call",
+        "endpoint.md",
+        "a load balancer with TLS and API keys (`SERVE_EXPOSURE`), `make endpoint`, `make api-key`",
+    ),
     ("Changing a deployed stack", "day2.md", "what each setting does to a deployed stack, and the procedures"),
     ("Settings", "settings.md", "every setting, its default and what is allowed"),
     ("The model", "models.md", "the fit and serveability checks, and what fits each GPU type"),
-    ("The serving config on one GPU host", "local-check.md", "`make local-check`: the synthesized serve config run for real before a deploy, and its results"),
-    ("Weights from S3", "weights.md", "`MODEL_SOURCE=s3://…`, `make mirror-model`, least-privilege reads, load times and NAT cost"),
-    ("Elastic capacity", "scaling.md", "`PREFILL_MAX_REPLICAS`/`DECODE_MAX_REPLICAS`: how a request becomes a node, the times, what bounds the bill"),
-    ("Surviving the Ray head", "fault-tolerance.md", "`GCS_FAULT_TOLERANCE=redis`: the GCS in ElastiCache, two system nodes, what one still risks, cost"),
+    (
+        "The serving config on one GPU host",
+        "local-check.md",
+        "`make local-check`: the synthesized serve config run for real before a deploy, and its results",
+    ),
+    (
+        "Weights from S3",
+        "weights.md",
+        "`MODEL_SOURCE=s3://…`, `make mirror-model`, least-privilege reads, load times and NAT cost",
+    ),
+    (
+        "Elastic capacity",
+        "scaling.md",
+        "`PREFILL_MAX_REPLICAS`/`DECODE_MAX_REPLICAS`: how a request becomes a node, the times, what bounds the bill",
+    ),
+    (
+        "Surviving the Ray head",
+        "fault-tolerance.md",
+        "`GCS_FAULT_TOLERANCE=redis`: the GCS in ElastiCache, two system nodes, what one still risks, cost",
+    ),
     ("Observability", "observability.md", "`OBSERVABILITY=on`: metrics, the dashboard, alarms"),
     ("Security", "security.md", "who can reach what, what runs privileged, where secrets live"),
-    ("Architecture", "architecture.md", "the parts, the data flow, the topology, design choices, the repository layout"),
+    (
+        "Architecture",
+        "architecture.md",
+        "the parts, the data flow, the topology, design choices, the repository layout",
+    ),
     ("CI", "ci.md", "the GitHub workflows, the CI access stack, the scoped execution policies"),
     ("Troubleshooting", "troubleshooting.md", "when a deploy or a destroy fails"),
     ("Upgrading", "upgrading.md", "Kubernetes, KubeRay, earlier versions of this project, what is pinned"),
@@ -64,7 +95,9 @@ PAGES: tuple[tuple[str, str, str], ...] = (
 
 def pages_table_markdown(prefix: str) -> str:
     """The table of pages, each linked as `prefix` + page (README.md links into docs/)."""
-    rows = ["| Page | What it holds |", "|---|---|"] + [f"| [{title}]({prefix}{page}) | {holds} |" for title, page, holds in PAGES]
+    rows = ["| Page | What it holds |", "|---|---|"] + [
+        f"| [{title}]({prefix}{page}) | {holds} |" for title, page, holds in PAGES
+    ]
     return "\n".join(rows)
 
 
@@ -83,7 +116,11 @@ def nav_yaml() -> str:
     lines = ["nav:", "  - Home: index.md"]
     for title, page, _ in PAGES:
         if page == "upgrading.md":
-            lines += [f"  - {title}:", f"      - {page}", *(f"      - To {version}: {note}" for version, note in upgrade_notes())]
+            lines += [
+                f"  - {title}:",
+                f"      - {page}",
+                *(f"      - To {version}: {note}" for version, note in upgrade_notes()),
+            ]
         else:
             lines.append(f"  - {title}: {page}")
     return "\n".join(lines)
@@ -123,7 +160,8 @@ def render(text: str, name: str, body: str) -> str:
     Python: the comment lines `# generated:NAME …` and `# /generated:NAME`), indented as the opening marker."""
     n = re.escape(name)
     pattern = re.compile(
-        rf"^([ \t]*)((?:<!-- generated:{n}\b[^>]*-->|# generated:{n}\b[^\n]*)\n)(.*?)^[ \t]*(<!-- /generated:{n} -->|# /generated:{n}$)",
+        rf"^([ \t]*)((?:<!-- generated:{n}\b[^>]*-->|# generated:{n}\b[^\n]*)\n)(.*?)^[ \t]*(<!-- /generated:{n} -->|#"
+        rf" /generated:{n}$)",
         re.DOTALL | re.MULTILINE,
     )
     if not pattern.search(text):
@@ -171,7 +209,10 @@ def main(argv: list[str] | None = None) -> int:
     stale = stale_pages(write=not args.check)
     stale += ["tests/pinned_settings.json"] if stale_pins(write=not args.check) else []
     for page in stale:
-        print(f"{page}: {'stale: run `make docs-tables`' if args.check else 'generated parts updated'}", file=sys.stderr if args.check else sys.stdout)
+        print(
+            f"{page}: {'stale: run `make docs-tables`' if args.check else 'generated parts updated'}",
+            file=sys.stderr if args.check else sys.stdout,
+        )
     return 1 if stale and args.check else 0
 
 

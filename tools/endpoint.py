@@ -29,7 +29,17 @@ PROMPT = "Say hello in five words."
 
 
 def load_balancer_host(settings: Settings, kubectl: Kubectl) -> str:
-    got = kubectl(["get", "ingress", "-n", settings.namespace, ingress_name(settings), "-o", "jsonpath={.status.loadBalancer.ingress[0].hostname}"])
+    got = kubectl(
+        [
+            "get",
+            "ingress",
+            "-n",
+            settings.namespace,
+            ingress_name(settings),
+            "-o",
+            "jsonpath={.status.loadBalancer.ingress[0].hostname}",
+        ]
+    )
     return got.stdout.strip() if got.returncode == 0 else ""
 
 
@@ -47,7 +57,9 @@ def keys_secret_arn(settings: Settings, session: Any) -> str:
 
 
 def read_key(settings: Settings, session: Any, name: str = FIRST_KEY) -> str:
-    secret = session.client("secretsmanager", region_name=settings.region).get_secret_value(SecretId=keys_secret_arn(settings, session))
+    secret = session.client("secretsmanager", region_name=settings.region).get_secret_value(
+        SecretId=keys_secret_arn(settings, session)
+    )
     keys = json.loads(secret["SecretString"])
     return str(keys.get(name) or next(iter(keys.values())))
 
@@ -68,7 +80,9 @@ class Probe:
         return self.without_key == 401 and (answered or self.with_key == NOT_SENT)
 
 
-def _post(url: str, body: dict[str, Any], key: str | None, context: ssl.SSLContext | None, timeout: float) -> tuple[int, Any]:
+def _post(
+    url: str, body: dict[str, Any], key: str | None, context: ssl.SSLContext | None, timeout: float
+) -> tuple[int, Any]:
     headers = {"Content-Type": "application/json", **({"Authorization": f"Bearer {key}"} if key else {})}
     request = urllib.request.Request(url, data=json.dumps(body).encode(), headers=headers, method="POST")
     try:
@@ -78,7 +92,9 @@ def _post(url: str, body: dict[str, Any], key: str | None, context: ssl.SSLConte
         return int(error.code), error.read().decode()[:300]
 
 
-def probe(url: str, model_id: str, key: str | None, *, context: ssl.SSLContext | None = None, timeout: float = 300) -> Probe:
+def probe(
+    url: str, model_id: str, key: str | None, *, context: ssl.SSLContext | None = None, timeout: float = 300
+) -> Probe:
     """Through the load balancer: a completion without a key (401), then with it (200 and text); None: the key is not
     sent (an endpoint whose certificate cannot name the server reached)."""
     body = {"model": model_id, "messages": [{"role": "user", "content": PROMPT}], "max_tokens": 16}
@@ -111,7 +127,10 @@ def sdk_example(url: str, settings: Settings) -> str:
             "from openai import OpenAI  # pip install openai",
             "",
             f'client = OpenAI(base_url="{url}/v1", api_key=os.environ["OPENAI_API_KEY"])  # make api-key',
-            f'answer = client.chat.completions.create(model="{settings.model_id}", messages=[{{"role": "user", "content": "Hello"}}])',
+            (
+                f'answer = client.chat.completions.create(model="{settings.model_id}", messages=[{{"role": "user",'
+                ' "content": "Hello"}])'
+            ),
             "print(answer.choices[0].message.content)",
         ]
     )
@@ -119,8 +138,8 @@ def sdk_example(url: str, settings: Settings) -> str:
 
 def api_key_howto(settings: Settings, secret_arn: str) -> str:
     return (
-        f"aws secretsmanager get-secret-value --region {settings.region} --secret-id {secret_arn} "
-        f"--query SecretString --output text | python3 -c 'import json,sys; print(json.load(sys.stdin)[\"{FIRST_KEY}\"])'"
+        f"aws secretsmanager get-secret-value --region {settings.region} --secret-id {secret_arn} --query SecretString"
+        f" --output text | python3 -c 'import json,sys; print(json.load(sys.stdin)[\"{FIRST_KEY}\"])'"
     )
 
 
@@ -138,11 +157,16 @@ def main(argv: list[str] | None = None) -> int:
         import boto3
 
         print("# The key generated at deploy (add named keys, or rotate, with put-secret-value: docs/endpoint.md):")
-        print("export OPENAI_API_KEY=$(" + api_key_howto(settings, keys_secret_arn(settings, boto3.session.Session())) + ")")
+        print(
+            "export OPENAI_API_KEY=$("
+            + api_key_howto(settings, keys_secret_arn(settings, boto3.session.Session()))
+            + ")"
+        )
         return 0
     if not endpoint.exposed:
         print(
-            f"SERVE_EXPOSURE=cluster: kubectl port-forward -n {settings.namespace} svc/{settings.serve_service_name} 8000:8000, then http://127.0.0.1:8000/v1"
+            f"SERVE_EXPOSURE=cluster: kubectl port-forward -n {settings.namespace} svc/{settings.serve_service_name}"
+            " 8000:8000, then http://127.0.0.1:8000/v1"
         )
         return 0
     try:
@@ -152,7 +176,11 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: cannot reach cluster {settings.cluster_name} in {settings.region}: {error}", file=sys.stderr)
         return 2
     if not host:
-        print(f"error: the Ingress {settings.namespace}/{ingress_name(settings)} has no load balancer yet (kubectl describe ingress)", file=sys.stderr)
+        print(
+            f"error: the Ingress {settings.namespace}/{ingress_name(settings)} has no load balancer yet (kubectl"
+            " describe ingress)",
+            file=sys.stderr,
+        )
         return 1
     url = base_url(settings, host)
     print(f"{url}/v1  ({endpoint.scheme} load balancer {host})")

@@ -34,7 +34,9 @@ def embedded_manifests(assembly: Path) -> Iterator[tuple[str, dict[str, Any]]]:
                 continue
             manifest = resource["Properties"]["Manifest"]
             if not isinstance(manifest, str):
-                raise ValueError(f"{template_file.name}/{logical_id}: the manifest is not a literal, so it cannot be checked offline")
+                raise ValueError(
+                    f"{template_file.name}/{logical_id}: the manifest is not a literal, so it cannot be checked offline"
+                )
             for obj in json.loads(manifest):
                 yield f"{assembly.name}/{template_file.stem}/{logical_id}", obj
 
@@ -79,13 +81,17 @@ def _with_autoscaler(cluster: dict[str, Any], spec: dict[str, Any], cluster_name
         "image": options.get("image", spec["containers"][0]["image"]),
         "imagePullPolicy": options.get("imagePullPolicy", "IfNotPresent"),
         "command": ["/bin/bash", "-c", "--"],
-        "args": ["ray kuberay-autoscaler --cluster-name $(RAY_CLUSTER_NAME) --cluster-namespace $(RAY_CLUSTER_NAMESPACE)"],
+        "args": [
+            "ray kuberay-autoscaler --cluster-name $(RAY_CLUSTER_NAME) --cluster-namespace $(RAY_CLUSTER_NAMESPACE)"
+        ],
         "env": [
             {"name": "RAY_CLUSTER_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.labels['ray.io/cluster']"}}},
             {"name": "RAY_CLUSTER_NAMESPACE", "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}},
             *options.get("env", []),
         ],
-        "resources": options.get("resources", {"limits": {"cpu": "500m", "memory": "512Mi"}, "requests": {"cpu": "500m", "memory": "512Mi"}}),
+        "resources": options.get(
+            "resources", {"limits": {"cpu": "500m", "memory": "512Mi"}, "requests": {"cpu": "500m", "memory": "512Mi"}}
+        ),
         "volumeMounts": [*options.get("volumeMounts", []), logs],
         **({"securityContext": options["securityContext"]} if "securityContext" in options else {}),
     }
@@ -96,15 +102,20 @@ def _with_autoscaler(cluster: dict[str, Any], spec: dict[str, Any], cluster_name
 
 def kuberay_pods(ray_service: dict[str, Any]) -> list[dict[str, Any]]:
     """The Pods KubeRay creates from the RayService's head and worker group templates (their spec as written, the head's
-    with the autoscaler sidecar when in-tree autoscaling is on; KubeRay adds its own labels, the Ray start command and probes)."""
+    with the autoscaler sidecar when in-tree autoscaling is on; KubeRay adds its own labels, the Ray start command and probes).
+    """
     cluster = ray_service["spec"]["rayClusterConfig"]
     name, namespace = ray_service["metadata"]["name"], ray_service["metadata"].get("namespace", "default")
-    groups = [("head", cluster["headGroupSpec"]["template"])] + [(g["groupName"], g["template"]) for g in cluster.get("workerGroupSpecs", [])]
+    groups = [("head", cluster["headGroupSpec"]["template"])] + [
+        (g["groupName"], g["template"]) for g in cluster.get("workerGroupSpecs", [])
+    ]
     pods: list[dict[str, Any]] = []
     for group, template in groups:
         labels = {**template.get("metadata", {}).get("labels", {}), "ray.io/cluster": name, "ray.io/group": group}
         spec: dict[str, Any] = (
-            _with_autoscaler(cluster, template["spec"], name) if group == "head" and cluster.get("enableInTreeAutoscaling") else template["spec"]
+            _with_autoscaler(cluster, template["spec"], name)
+            if group == "head" and cluster.get("enableInTreeAutoscaling")
+            else template["spec"]
         )
         pods.append(
             {

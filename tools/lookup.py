@@ -35,7 +35,14 @@ def main() -> int:
     region, gpu, system, kubernetes = raw["REGION"], raw["GPU_NODE_TYPE"], raw["SYSTEM_NODE_TYPE"], raw["K8S_VERSION"]
     try:
         image = raw["DLC_IMAGE"].replace("${REGION}", region)
-        entries = look_up(boto3.session.Session(), region=region, gpu_node_type=gpu, system_node_type=system, kubernetes_version=kubernetes, image=image)
+        entries = look_up(
+            boto3.session.Session(),
+            region=region,
+            gpu_node_type=gpu,
+            system_node_type=system,
+            kubernetes_version=kubernetes,
+            image=image,
+        )
     except (BotoCoreError, ClientError, LookupError) as error:
         print(f"error: the look-up in {region} failed: {error}", file=sys.stderr)
         return 1

@@ -48,7 +48,10 @@ def target_line(settings: Settings) -> str:
 def mirror_props(settings: Settings, repo: str, revision: str) -> MirrorJobProps:
     source = settings.mirror_s3
     if source is None:
-        raise ValueError(f"MODEL_SOURCE={settings.model_source!r} is not an S3 prefix: set MODEL_SOURCE=s3://BUCKET/PREFIX (and deploy) first")
+        raise ValueError(
+            f"MODEL_SOURCE={settings.model_source!r} is not an S3 prefix: set MODEL_SOURCE=s3://BUCKET/PREFIX (and"
+            " deploy) first"
+        )
     if not HUB_REPOSITORY.fullmatch(repo):
         raise ValueError(f"HF_MODEL={repo!r} is not allowed: a Hugging Face repository ORG/NAME")
     if not re.fullmatch(r"[\w.-]{1,128}", revision):
@@ -70,9 +73,22 @@ def mirror_props(settings: Settings, repo: str, revision: str) -> MirrorJobProps
 def served_now(settings: Settings, destination: str, kubectl: Kubectl) -> bool:
     """Whether the deployed RayService loads from `destination` and GPU workers run: an engine may start (a scale-up, a
     replaced node, a restarted replica) and download the prefix at any moment, so the Job must write nothing there."""
-    found = kubectl(["get", "rayservice", "-n", settings.namespace, settings.ray_service_name, "--ignore-not-found", "-o", "jsonpath={.spec.serveConfigV2}"])
+    found = kubectl(
+        [
+            "get",
+            "rayservice",
+            "-n",
+            settings.namespace,
+            settings.ray_service_name,
+            "--ignore-not-found",
+            "-o",
+            "jsonpath={.spec.serveConfigV2}",
+        ]
+    )
     if found.returncode != 0:
-        raise RuntimeError(f"cannot read RayService {settings.namespace}/{settings.ray_service_name}: {found.stderr.strip()[:200]}")
+        raise RuntimeError(
+            f"cannot read RayService {settings.namespace}/{settings.ray_service_name}: {found.stderr.strip()[:200]}"
+        )
     if not found.stdout.strip():
         return False
     sources = set()
@@ -83,7 +99,19 @@ def served_now(settings: Settings, destination: str, kubectl: Kubectl) -> bool:
                 sources.add(str(source.get("bucket_uri", "")).rstrip("/"))
     if destination.rstrip("/") not in sources:
         return False
-    running = kubectl(["get", "pods", "-n", settings.namespace, "-l", selector(*WORKER_LABEL), "--field-selector=status.phase=Running", "-o", "name"])
+    running = kubectl(
+        [
+            "get",
+            "pods",
+            "-n",
+            settings.namespace,
+            "-l",
+            selector(*WORKER_LABEL),
+            "--field-selector=status.phase=Running",
+            "-o",
+            "name",
+        ]
+    )
     return running.returncode != 0 or bool(running.stdout.strip())  # unknown: as served
 
 
@@ -91,20 +119,59 @@ def manifest(props: MirrorJobProps) -> str:
     return cdk8s.App.of(MirrorJobChart(cdk8s.App(), "mirror", props=props)).synth_yaml()
 
 
-def run_job(props: MirrorJobProps, kubectl: Kubectl, timeout_s: int, *, poll_s: float = POLL_SECONDS, silent_s: float = SILENT_SECONDS) -> dict[str, Any]:
+def run_job(
+    props: MirrorJobProps,
+    kubectl: Kubectl,
+    timeout_s: int,
+    *,
+    poll_s: float = POLL_SECONDS,
+    silent_s: float = SILENT_SECONDS,
+) -> dict[str, Any]:
     """Apply the Job, print its log as it grows, and return its MIRROR_RESULT (RuntimeError when it fails). The Job,
     its ConfigMap and its ServiceAccount are deleted afterwards, whatever the outcome (the log is printed)."""
     try:
         return _run(props, kubectl, timeout_s, poll_s=poll_s, silent_s=silent_s)
     finally:
-        kubectl(["delete", "-n", props.namespace, "job,configmap,serviceaccount", "-l", f"app.kubernetes.io/name={props.name}", "--ignore-not-found"])
+        kubectl(
+            [
+                "delete",
+                "-n",
+                props.namespace,
+                "job,configmap,serviceaccount",
+                "-l",
+                f"app.kubernetes.io/name={props.name}",
+                "--ignore-not-found",
+            ]
+        )
 
 
 def _stuck(props: MirrorJobProps, kubectl: Kubectl) -> str:
     """Why the Job's pod has not started: its waiting reason and the last event."""
     pod = f"job-name={props.name}"
-    waiting = kubectl(["get", "pods", "-n", props.namespace, "-l", pod, "-o", "jsonpath={..waiting.reason} {..conditions[?(@.status=='False')].message}"])
-    events = kubectl(["get", "events", "-n", props.namespace, "--field-selector", "type=Warning", "-o", "jsonpath={.items[-1:].message}"])
+    waiting = kubectl(
+        [
+            "get",
+            "pods",
+            "-n",
+            props.namespace,
+            "-l",
+            pod,
+            "-o",
+            "jsonpath={..waiting.reason} {..conditions[?(@.status=='False')].message}",
+        ]
+    )
+    events = kubectl(
+        [
+            "get",
+            "events",
+            "-n",
+            props.namespace,
+            "--field-selector",
+            "type=Warning",
+            "-o",
+            "jsonpath={.items[-1:].message}",
+        ]
+    )
     return " ".join(x for x in (waiting.stdout.strip(), events.stdout.strip()) if x) or "no reason reported"
 
 
@@ -128,14 +195,20 @@ def _run(props: MirrorJobProps, kubectl: Kubectl, timeout_s: int, *, poll_s: flo
             break
         time.sleep(poll_s)
     else:
-        raise RuntimeError(f"the Job did not finish in {timeout_s // 60} min: `kubectl logs -n {props.namespace} job/{props.name}`")
+        raise RuntimeError(
+            f"the Job did not finish in {timeout_s // 60} min: `kubectl logs -n {props.namespace} job/{props.name}`"
+        )
     lines = kubectl(["logs", *job]).stdout.splitlines()
     for line in lines[shown:]:
         print(line, flush=True)
     results = [json.loads(line[len(RESULT_MARKER) :]) for line in lines if line.startswith(RESULT_MARKER)]
     if not state.startswith("1") or not results:
         errors = [line for line in lines if line.startswith("error:")]
-        raise RuntimeError(errors[-1].removeprefix("error: ") if errors else f"the Job failed: `kubectl logs -n {props.namespace} job/{props.name}`")
+        raise RuntimeError(
+            errors[-1].removeprefix("error: ")
+            if errors
+            else f"the Job failed: `kubectl logs -n {props.namespace} job/{props.name}`"
+        )
     result: dict[str, Any] = results[-1]
     return result
 
@@ -159,15 +232,17 @@ def main(argv: list[str] | None = None) -> int:
     print(target_line(settings), flush=True)
 
     def run(kubectl: Kubectl) -> dict[str, Any]:
-        return run_job(replace(props, served=served_now(settings, props.destination, kubectl)), kubectl, args.timeout_minutes * 60)
+        return run_job(
+            replace(props, served=served_now(settings, props.destination, kubectl)), kubectl, args.timeout_minutes * 60
+        )
 
     result, code = on_cluster(settings, run, timeout=600)
     if result is None:
         return code
     gib = result["bytes"] / 1024**3
     print(
-        f"mirrored {result['repo']}@{result['commit'][:12]}: {result['files']} files, {gib:.1f} GiB in {result['copy_seconds']:.0f} s "
-        f"(+{result['verify_seconds']:.0f} s verification) to {result['destination']}"
+        f"mirrored {result['repo']}@{result['commit'][:12]}: {result['files']} files, {gib:.1f} GiB in"
+        f" {result['copy_seconds']:.0f} s (+{result['verify_seconds']:.0f} s verification) to {result['destination']}"
     )
     return 0
 

@@ -25,7 +25,9 @@ from stacks.addons import chart_pins
 from tools.entry import project_settings
 
 ASSEMBLY = REPO / "cdk.out"
-_SETTINGS_FIELDS = frozenset(f.name for f in fields(Settings)) | {name for name, value in vars(Settings).items() if isinstance(value, property)}
+_SETTINGS_FIELDS = frozenset(f.name for f in fields(Settings)) | {
+    name for name, value in vars(Settings).items() if isinstance(value, property)
+}
 
 
 def read_assembly(settings: Settings, assembly: Path) -> dict[str, dict[str, object]]:
@@ -87,7 +89,9 @@ def preflight_input(
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--assembly", type=Path, default=ASSEMBLY, help="the synthesized cloud assembly (default: cdk.out)")
+    parser.add_argument(
+        "--assembly", type=Path, default=ASSEMBLY, help="the synthesized cloud assembly (default: cdk.out)"
+    )
     args = parser.parse_args(argv)
     try:
         settings = project_settings()

@@ -22,13 +22,17 @@ def endpoint_of(region: str) -> str:
     return f"https://monitoring.{region}.amazonaws.com/api/v1/query"
 
 
-def instant_query(query: str, *, region: str, credentials: Any, endpoint: str | None = None, timeout_s: float = 30) -> list[dict[str, Any]]:
+def instant_query(
+    query: str, *, region: str, credentials: Any, endpoint: str | None = None, timeout_s: float = 30
+) -> list[dict[str, Any]]:
     """The `result` vector of `query` now; `credentials` are botocore's (a session's get_credentials())."""
     if credentials is None:
         raise PromQLError("no AWS credentials")
     url = endpoint or endpoint_of(region)
     body = urllib.parse.urlencode({"query": query})
-    request = AWSRequest(method="POST", url=url, data=body, headers={"Content-Type": "application/x-www-form-urlencoded"})
+    request = AWSRequest(
+        method="POST", url=url, data=body, headers={"Content-Type": "application/x-www-form-urlencoded"}
+    )
     SigV4Auth(credentials.get_frozen_credentials(), "monitoring", region).add_auth(request)
     signed = urllib.request.Request(url, data=body.encode(), headers=dict(request.headers.items()), method="POST")
     try:

@@ -19,7 +19,17 @@ import sys
 import tempfile
 from pathlib import Path
 
-from preflight.template_plan import ADD, MODIFY, PROTECTED_TYPES, REMOVE, REPLACE, ResourceChange, clashes_across_stacks, counts, plan
+from preflight.template_plan import (
+    ADD,
+    MODIFY,
+    PROTECTED_TYPES,
+    REMOVE,
+    REPLACE,
+    ResourceChange,
+    clashes_across_stacks,
+    counts,
+    plan,
+)
 
 REPO = Path(__file__).resolve().parent.parent
 CDK = REPO / "node_modules" / ".bin" / "cdk"
@@ -36,14 +46,30 @@ def _git(*args: str, cwd: Path = REPO) -> subprocess.CompletedProcess[str]:
 def _environment() -> dict[str, str]:
     # Both sides see the same settings (environment and their own cdk.json); no credentials are used.
     env = dict(os.environ)
-    env.update({"JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION": "20", "CDK_DISABLE_VERSION_CHECK": "1", "AWS_EC2_METADATA_DISABLED": "true"})
+    env.update(
+        {
+            "JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION": "20",
+            "CDK_DISABLE_VERSION_CHECK": "1",
+            "AWS_EC2_METADATA_DISABLED": "true",
+        }
+    )
     return env
 
 
 def synthesize(source: Path, outdir: Path, label: str) -> list[str]:
     """`cdk synth` of the app in ``source`` into ``outdir``; returns its stack names in deploy order."""
     result = subprocess.run(
-        [str(CDK), "synth", "--quiet", "--app", f"{sys.executable} app.py", "--output", str(outdir), "--no-notices", "--no-version-reporting"],
+        [
+            str(CDK),
+            "synth",
+            "--quiet",
+            "--app",
+            f"{sys.executable} app.py",
+            "--output",
+            str(outdir),
+            "--no-notices",
+            "--no-version-reporting",
+        ],
         cwd=source,
         env=_environment(),
         capture_output=True,
@@ -51,17 +77,36 @@ def synthesize(source: Path, outdir: Path, label: str) -> list[str]:
         check=False,
     )
     if result.returncode != 0:
-        lines = [line for line in (result.stderr + result.stdout).splitlines() if line.strip() and not line.startswith("notice:")]
-        error = next((line for line in lines if line.startswith("error:")), lines[-1] if lines else f"exit {result.returncode}")
+        lines = [
+            line
+            for line in (result.stderr + result.stdout).splitlines()
+            if line.strip() and not line.startswith("notice:")
+        ]
+        error = next(
+            (line for line in lines if line.startswith("error:")), lines[-1] if lines else f"exit {result.returncode}"
+        )
         raise ReviewError(f"{label} cannot be synthesized: {error.removeprefix('error: ')}")
     manifest = json.loads((outdir / "manifest.json").read_text())
-    stacks = [name for name, artifact in manifest["artifacts"].items() if artifact["type"] == "aws:cloudformation:stack"]
+    stacks = [
+        name for name, artifact in manifest["artifacts"].items() if artifact["type"] == "aws:cloudformation:stack"
+    ]
     return sorted(stacks, key=lambda name: len(manifest["artifacts"][name].get("dependencies", [])))
 
 
 def cdk_diff(stack: str, head_out: Path, base_template: Path) -> str:
     result = subprocess.run(
-        [str(CDK), "diff", stack, "--exclusively", "--app", str(head_out), "--template", str(base_template), "--no-color", "--no-notices"],
+        [
+            str(CDK),
+            "diff",
+            stack,
+            "--exclusively",
+            "--app",
+            str(head_out),
+            "--template",
+            str(base_template),
+            "--no-color",
+            "--no-notices",
+        ],
         cwd=REPO,
         env=_environment(),
         capture_output=True,
@@ -72,7 +117,9 @@ def cdk_diff(stack: str, head_out: Path, base_template: Path) -> str:
 
 
 def manifests_diff(base_dist: Path, head_dist: Path) -> str:
-    names = sorted({p.relative_to(d).as_posix() for d in (base_dist, head_dist) if d.exists() for p in d.rglob("*") if p.is_file()})
+    names = sorted(
+        {p.relative_to(d).as_posix() for d in (base_dist, head_dist) if d.exists() for p in d.rglob("*") if p.is_file()}
+    )
     chunks: list[str] = []
     for name in names:
         before = (base_dist / name).read_text().splitlines(keepends=True) if (base_dist / name).exists() else []
@@ -87,14 +134,20 @@ def _why(change: ResourceChange) -> str:
     return f"{', '.join(change.replaced_by)} cannot change in place"
 
 
-def report(base: str, stacks: list[str], plans: dict[str, list[ResourceChange]], diffs: dict[str, str], manifests: str) -> tuple[str, list[str]]:
+def report(
+    base: str, stacks: list[str], plans: dict[str, list[ResourceChange]], diffs: dict[str, str], manifests: str
+) -> tuple[str, list[str]]:
     """The markdown report and the protected replacements it found."""
     protected = [
-        f"`{stack}` {c.resource_type} `{c.logical_id}` is {'replaced' if c.action == REPLACE else 'destroyed'}: {_why(c)} ({PROTECTED_TYPES[c.resource_type]})"
+        f"`{stack}` {c.resource_type} `{c.logical_id}` is {'replaced' if c.action == REPLACE else 'destroyed'}:"
+        f" {_why(c)} ({PROTECTED_TYPES[c.resource_type]})"
         for stack in stacks
         for c in plans.get(stack, [])
         if c.protected
-    ] + [f"{clash} (destroy the stack that holds the old one first)" for clash in clashes_across_stacks([(stack, plans.get(stack, [])) for stack in stacks])]
+    ] + [
+        f"{clash} (destroy the stack that holds the old one first)"
+        for clash in clashes_across_stacks([(stack, plans.get(stack, [])) for stack in stacks])
+    ]
     lines = [f"## Review: `{base}` → working tree", ""]
     lines += ["| Stack | Added | Changed | Replaced | Destroyed |", "|---|---:|---:|---:|---:|"]
     for stack in stacks:
@@ -102,12 +155,27 @@ def report(base: str, stacks: list[str], plans: dict[str, list[ResourceChange]],
         lines.append(f"| `{stack}` | {tally[ADD]} | {tally[MODIFY]} | {tally[REPLACE]} | {tally[REMOVE]} |")
     lines.append("")
     if protected:
-        lines += ["**Protected resources replaced or destroyed** (set `ALLOW_REPLACEMENT=1`, or the `allow-replacement` label, to accept):", ""]
+        lines += [
+            (
+                "**Protected resources replaced or destroyed** (set `ALLOW_REPLACEMENT=1`, or the `allow-replacement`"
+                " label, to accept):"
+            ),
+            "",
+        ]
         lines += [f"- {item}" for item in protected] + [""]
     else:
         lines += ["No protected resource is replaced or destroyed.", ""]
     for stack in stacks:
-        lines += [f"<details><summary><code>cdk diff {stack}</code></summary>", "", "```", diffs.get(stack, "(new stack)"), "```", "", "</details>", ""]
+        lines += [
+            f"<details><summary><code>cdk diff {stack}</code></summary>",
+            "",
+            "```",
+            diffs.get(stack, "(new stack)"),
+            "```",
+            "",
+            "</details>",
+            "",
+        ]
     lines += ["### Kubernetes manifests (dist/)", ""]
     lines += ["```diff", manifests.rstrip(), "```"] if manifests else ["No change."]
     return "\n".join(lines) + "\n", protected
@@ -116,11 +184,16 @@ def report(base: str, stacks: list[str], plans: dict[str, list[ResourceChange]],
 def review(base: str, workdir: Path) -> tuple[str, list[str]]:
     resolved = _git("rev-parse", "--verify", "--quiet", f"{base}^{{commit}}")
     if not base or resolved.returncode != 0:
-        raise ReviewError(f"BASE={base!r} is not a commit of this repository (a branch, tag or commit such as origin/main or HEAD~1)")
+        raise ReviewError(
+            f"BASE={base!r} is not a commit of this repository (a branch, tag or commit such as origin/main or HEAD~1)"
+        )
     worktree = workdir / "base"
     added = _git("worktree", "add", "--detach", str(worktree), resolved.stdout.strip())
     if added.returncode != 0:
-        raise ReviewError(f"BASE={base!r}: git worktree add failed: {added.stderr.strip().splitlines()[-1] if added.stderr.strip() else added.returncode}")
+        raise ReviewError(
+            f"BASE={base!r}: git worktree add failed:"
+            f" {added.stderr.strip().splitlines()[-1] if added.stderr.strip() else added.returncode}"
+        )
     try:
         base_stacks = synthesize(worktree, workdir / "base.out", f"BASE={base!r}")
         head_stacks = synthesize(REPO, workdir / "head.out", "the working tree")
@@ -157,7 +230,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.output:
         args.output.write_text(text)
     if protected and os.environ.get("ALLOW_REPLACEMENT") != "1":
-        print(f"error: {len(protected)} protected resource(s) replaced or destroyed; ALLOW_REPLACEMENT=1 accepts them", file=sys.stderr)
+        print(
+            f"error: {len(protected)} protected resource(s) replaced or destroyed; ALLOW_REPLACEMENT=1 accepts them",
+            file=sys.stderr,
+        )
         return 1
     return 0
 

@@ -32,7 +32,9 @@ app.synth()
 def _time_synth(app_dir: Path, outdir: Path, extra_env: dict[str, str] | None = None) -> float:
     env = os.environ | {"JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION": "20"} | (extra_env or {})
     start = time.perf_counter()
-    subprocess.run([*CDK, "synth", "--quiet", "--output", str(outdir)], cwd=app_dir, env=env, check=True, capture_output=True)
+    subprocess.run(
+        [*CDK, "synth", "--quiet", "--output", str(outdir)], cwd=app_dir, env=env, check=True, capture_output=True
+    )
     return time.perf_counter() - start
 
 
@@ -56,12 +58,19 @@ def main() -> int:
             unvalidated.append(_time_synth(baseline, Path(tmp) / f"unvalidated{run}", {"CDK_VALIDATION": "false"}))
     ours_median = statistics.median(ours)
     print(f"cdk synth, median of {args.runs} alternating runs")
-    rows = [("this app (5 stacks, EKS, cdk8s)", ours), ("one-bucket app", plain), ("one-bucket app, no built-in validation", unvalidated)]
+    rows = [
+        ("this app (5 stacks, EKS, cdk8s)", ours),
+        ("one-bucket app", plain),
+        ("one-bucket app, no built-in validation", unvalidated),
+    ]
     for label, times in rows:
         print(f"  {label:<40} {statistics.median(times):6.2f} s   runs: {', '.join(f'{t:.2f}' for t in times)}")
     ratio = ours_median / statistics.median(plain)
     strict_ratio = ours_median / statistics.median(unvalidated)
-    print(f"  ratio to the one-bucket app: {ratio:.2f}x; to it without built-in validation: {strict_ratio:.2f}x (goal <= 1.5x, limit <= 2x)")
+    print(
+        f"  ratio to the one-bucket app: {ratio:.2f}x; to it without built-in validation: {strict_ratio:.2f}x (goal <="
+        " 1.5x, limit <= 2x)"
+    )
     return 0 if ratio <= 2.0 else 1
 
 

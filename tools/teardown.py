@@ -49,14 +49,26 @@ def before(settings: Settings, kubectl: Kubectl) -> list[str]:
     ingresses = kubectl(["delete", "ingress", "--all-namespaces", "--all", "--wait=true"])
     if ingresses.returncode != 0 or ingresses.stdout.strip():
         done.append(_said(ingresses, f"deleted Ingresses: {ingresses.stdout.strip()}"))
-    ray = kubectl(["delete", "rayservice", "-n", settings.namespace, settings.ray_service_name, "--ignore-not-found", "--wait=true"])
+    ray = kubectl(
+        [
+            "delete",
+            "rayservice",
+            "-n",
+            settings.namespace,
+            settings.ray_service_name,
+            "--ignore-not-found",
+            "--wait=true",
+        ]
+    )
     done.append(_said(ray, f"deleted RayService {settings.namespace}/{settings.ray_service_name}"))
     return done
 
 
 def deployed_but_left_out(settings: Settings, session: Any) -> list[str]:
     """This cluster's optional stacks that exist in CloudFormation although the configuration leaves them out."""
-    return existing_stacks(lambda service: session.client(service, region_name=settings.region), settings.stacks_left_out)
+    return existing_stacks(
+        lambda service: session.client(service, region_name=settings.region), settings.stacks_left_out
+    )
 
 
 @dataclass(frozen=True)
@@ -87,32 +99,58 @@ def after(settings: Settings, session: Any) -> list[Leftover]:
             found[vid] = Leftover("EBS volume", vid, f"aws ec2 delete-volume --region {region} --volume-id {vid}")
         for eni in ec2.describe_network_interfaces(Filters=filters)["NetworkInterfaces"]:
             eid = eni["NetworkInterfaceId"]
-            found[eid] = Leftover("network interface", eid, f"aws ec2 delete-network-interface --region {region} --network-interface-id {eid}")
+            found[eid] = Leftover(
+                "network interface",
+                eid,
+                f"aws ec2 delete-network-interface --region {region} --network-interface-id {eid}",
+            )
         for group in ec2.describe_security_groups(Filters=filters)["SecurityGroups"]:
             gid = group["GroupId"]
-            found[gid] = Leftover("security group", gid, f"aws ec2 delete-security-group --region {region} --group-id {gid}")
+            found[gid] = Leftover(
+                "security group", gid, f"aws ec2 delete-security-group --region {region} --group-id {gid}"
+            )
     elb = session.client("elbv2", region_name=region)
-    arns = [lb["LoadBalancerArn"] for page in elb.get_paginator("describe_load_balancers").paginate() for lb in page["LoadBalancers"]]
+    arns = [
+        lb["LoadBalancerArn"]
+        for page in elb.get_paginator("describe_load_balancers").paginate()
+        for lb in page["LoadBalancers"]
+    ]
     for start in range(0, len(arns), 20):  # DescribeTags takes at most 20 ARNs
         for description in elb.describe_tags(ResourceArns=arns[start : start + 20])["TagDescriptions"]:
             tags = {t["Key"]: t.get("Value", "") for t in description.get("Tags", [])}
-            if tags.get("elbv2.k8s.aws/cluster") == cluster or f"kubernetes.io/cluster/{cluster}" in tags or tags.get("cluster") == cluster:
+            if (
+                tags.get("elbv2.k8s.aws/cluster") == cluster
+                or f"kubernetes.io/cluster/{cluster}" in tags
+                or tags.get("cluster") == cluster
+            ):
                 arn = description["ResourceArn"]
-                found[arn] = Leftover("load balancer", arn, f"aws elbv2 delete-load-balancer --region {region} --load-balancer-arn {arn}")
+                found[arn] = Leftover(
+                    "load balancer", arn, f"aws elbv2 delete-load-balancer --region {region} --load-balancer-arn {arn}"
+                )
     classic = session.client("elb", region_name=region)  # the in-tree Service controller's load balancers
-    names = [lb["LoadBalancerName"] for page in classic.get_paginator("describe_load_balancers").paginate() for lb in page["LoadBalancerDescriptions"]]
+    names = [
+        lb["LoadBalancerName"]
+        for page in classic.get_paginator("describe_load_balancers").paginate()
+        for lb in page["LoadBalancerDescriptions"]
+    ]
     for start in range(0, len(names), 20):
         for description in classic.describe_tags(LoadBalancerNames=names[start : start + 20])["TagDescriptions"]:
             tags = {t["Key"]: t.get("Value", "") for t in description.get("Tags", [])}
             if f"kubernetes.io/cluster/{cluster}" in tags:
                 name = description["LoadBalancerName"]
-                found[name] = Leftover("classic load balancer", name, f"aws elb delete-load-balancer --region {region} --load-balancer-name {name}")
+                found[name] = Leftover(
+                    "classic load balancer",
+                    name,
+                    f"aws elb delete-load-balancer --region {region} --load-balancer-name {name}",
+                )
     logs = session.client("logs", region_name=region)
     # EKS's control-plane group, and Container Insights' (OBSERVABILITY=on: the add-on's agent makes them).
     for prefix in (f"/aws/eks/{cluster}/", f"/aws/containerinsights/{cluster}/"):
         for group in logs.describe_log_groups(logGroupNamePrefix=prefix)["logGroups"]:
             name = group["logGroupName"]
-            found[name] = Leftover("log group", name, f"aws logs delete-log-group --region {region} --log-group-name {name}")
+            found[name] = Leftover(
+                "log group", name, f"aws logs delete-log-group --region {region} --log-group-name {name}"
+            )
     return sorted(found.values(), key=lambda leftover: (leftover.kind, leftover.identifier))
 
 
@@ -129,19 +167,25 @@ def main(argv: list[str] | None = None) -> int:
             left_out = deployed_but_left_out(settings, boto3.session.Session())
         except (BotoCoreError, ClientError) as error:
             left_out = []
-            print(f"before destroy: skipped the check for stacks left out of this configuration ({str(error).splitlines()[0][:200]})")
+            print(
+                "before destroy: skipped the check for stacks left out of this configuration"
+                f" ({str(error).splitlines()[0][:200]})"
+            )
         if left_out:
             names = ", ".join(left_out)
             print(
                 f"error: {names} is deployed but this configuration leaves it out (OBSERVABILITY=off): "
-                f"run `OBSERVABILITY=on make destroy` (or set the OBSERVABILITY repository variable) so it goes first",
+                "run `OBSERVABILITY=on make destroy` (or set the OBSERVABILITY repository variable) so it goes first",
                 file=sys.stderr,
             )
             return 1
         unreachable = hosted_runner_cannot_reach(settings.endpoint_access, os.environ)
         if unreachable:
             # Skipping would leave load balancers holding the subnets, and the RayService its GPU nodes.
-            print(f"error: {unreachable}, so it cannot delete what Kubernetes made in AWS first: {RUNNER_FIX}", file=sys.stderr)
+            print(
+                f"error: {unreachable}, so it cannot delete what Kubernetes made in AWS first: {RUNNER_FIX}",
+                file=sys.stderr,
+            )
             return 1
         try:
             with cluster_kubectl(settings.region, settings.cluster_name) as kubectl:
@@ -162,7 +206,10 @@ def main(argv: list[str] | None = None) -> int:
     if not leftovers:
         print(f"after destroy: nothing tagged with {settings.cluster_name} is left in {settings.region}")
         return 0
-    print(f"after destroy: {len(leftovers)} resource(s) tagged with {settings.cluster_name} are left in {settings.region}:")
+    print(
+        f"after destroy: {len(leftovers)} resource(s) tagged with {settings.cluster_name} are left in"
+        f" {settings.region}:"
+    )
     for leftover in leftovers:
         print(f"  {leftover.kind} {leftover.identifier}\n    remove: {leftover.remove}")
     return 1

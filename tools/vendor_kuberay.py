@@ -41,15 +41,23 @@ def download(source: str, version: str, name: str, timeout: float = 30) -> str:
     except (urllib.error.URLError, OSError) as error:
         raise VendorError(f"cannot fetch {url}: {error}") from None
     crd = yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))  # libyaml: the CRDs are large
-    if not isinstance(crd, dict) or crd.get("kind") != "CustomResourceDefinition" or crd.get("spec", {}).get("group") != "ray.io":
+    if (
+        not isinstance(crd, dict)
+        or crd.get("kind") != "CustomResourceDefinition"
+        or crd.get("spec", {}).get("group") != "ray.io"
+    ):
         raise VendorError(f"{url} is not a ray.io CustomResourceDefinition")
     if "v1" not in {v.get("name") for v in crd["spec"].get("versions", [])}:
         raise VendorError(f"{url} has no ray.io/v1 version: the typed RayService needs it")
     return text
 
 
-def write_crds(version: str, source: str, crd_dir: Path = versions.KUBERAY_CRD_DIR, versions_file: Path = VERSIONS_FILE) -> None:
-    files = {name: download(source, version, name) for name in versions.KUBERAY_CRD_FILES}  # every file first, then write
+def write_crds(
+    version: str, source: str, crd_dir: Path = versions.KUBERAY_CRD_DIR, versions_file: Path = VERSIONS_FILE
+) -> None:
+    files = {
+        name: download(source, version, name) for name in versions.KUBERAY_CRD_FILES
+    }  # every file first, then write
     for name, text in files.items():
         (crd_dir / name).write_text(text)
     today = dt.date.today().isoformat()
@@ -62,7 +70,11 @@ def write_crds(version: str, source: str, crd_dir: Path = versions.KUBERAY_CRD_D
     readme = crd_dir / "README.md"
     readme.write_text(re.sub(r"v\d+\.\d+\.\d+", f"v{version}", readme.read_text()))
     text = versions_file.read_text()
-    pinned = re.sub(r'(KUBERAY_OPERATOR: Final = HelmChartPin\("[^"]+", "kuberay-operator", ")[^"]+("\))', rf"\g<1>{version}\g<2>", text)
+    pinned = re.sub(
+        r'(KUBERAY_OPERATOR: Final = HelmChartPin\("[^"]+", "kuberay-operator", ")[^"]+("\))',
+        rf"\g<1>{version}\g<2>",
+        text,
+    )
     if pinned == text and f'"kuberay-operator", "{version}"' not in text:
         raise VendorError(f"cannot find the KubeRay pin in {versions_file}")
     versions_file.write_text(pinned)

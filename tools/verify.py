@@ -96,14 +96,19 @@ def check_gpu_nodes(settings: Settings, nodes: dict[str, Any]) -> Step:
     detail = f"{len(items)} of {settings.gpu_node_count} GPU node(s), each {want_gpu} GPU / {want_efa} EFA"
     ok = len(items) == settings.gpu_node_count and not short
     look = "kubectl describe nodes -l role=gpu-worker; kubectl get pods -n kube-system -o wide | grep -E 'nvidia|efa'"
-    return Step("gpu-nodes", ok, detail if ok else f"{detail}: {'; '.join(short) or 'missing nodes'}", "" if ok else look)
+    return Step(
+        "gpu-nodes", ok, detail if ok else f"{detail}: {'; '.join(short) or 'missing nodes'}", "" if ok else look
+    )
 
 
 def check_nixl(settings: Settings, backends: dict[str, str]) -> Step:
     bad = {pod: b for pod, b in backends.items() if b != "LIBFABRIC"}
     detail = ", ".join(f"{pod}: {b}" for pod, b in sorted(backends.items())) or "no Ray worker pods"
     ok = bool(backends) and not bad
-    look = f"kubectl logs -n {settings.namespace} -l {selector(NODE_TYPE_LABEL, 'worker')} -c {WORKER_CONTAINER} | grep -i nixl"
+    look = (
+        f"kubectl logs -n {settings.namespace} -l {selector(NODE_TYPE_LABEL, 'worker')} -c {WORKER_CONTAINER} | grep -i"
+        " nixl"
+    )
     return Step("nixl", ok, detail, "" if ok else look)
 
 
@@ -113,12 +118,18 @@ GCS_STORAGE_LINE = "GCS storage type is"  # gcs_server.cc logs it at start: Stor
 def check_gcs_store(settings: Settings, head: dict[str, Any] | None, storage_line: str) -> Step:
     """GCS_FAULT_TOLERANCE=redis: KubeRay started the head with fault tolerance (its pod's ray.io/ft-enabled), and the
     GCS keeps its state in the store (its log: StorageType::REDIS_PERSIST, not IN_MEMORY)."""
-    look = f"kubectl logs -n {settings.namespace} -l ray.io/node-type=head -c {HEAD_CONTAINER}; kubectl get secret -n {settings.namespace} gcs-store"
+    look = (
+        f"kubectl logs -n {settings.namespace} -l ray.io/node-type=head -c {HEAD_CONTAINER}; kubectl get secret -n"
+        f" {settings.namespace} gcs-store"
+    )
     if head is None:
         return Step("gcs-store", False, "no head pod", look)
     enabled = head["metadata"].get("annotations", {}).get("ray.io/ft-enabled") == "true"
     persisted = "REDIS_PERSIST" in storage_line
-    detail = f"ray.io/ft-enabled={'true' if enabled else 'false'}; {storage_line.split('] ')[-1].strip() or 'no GCS storage line in the head log'}"
+    detail = (
+        f"ray.io/ft-enabled={'true' if enabled else 'false'};"
+        f" {storage_line.split('] ')[-1].strip() or 'no GCS storage line in the head log'}"
+    )
     return Step("gcs-store", enabled and persisted, detail, "" if enabled and persisted else look)
 
 
@@ -129,14 +140,20 @@ def check_completion(settings: Settings, answer: dict[str, Any] | None, error: s
         text = ""
     ok = bool(text)
     detail = f"{settings.model_id} answered {text[:60]!r}" if ok else f"no answer: {error or json.dumps(answer)[:200]}"
-    return Step("completion", ok, detail, "" if ok else f"kubectl describe rayservice -n {settings.namespace} {settings.ray_service_name}")
+    return Step(
+        "completion",
+        ok,
+        detail,
+        "" if ok else f"kubectl describe rayservice -n {settings.namespace} {settings.ray_service_name}",
+    )
 
 
 def check_metrics_collector(settings: Settings, scrapers: list[dict[str, Any]] | None, error: str = "") -> Step:
     """The observability stack's collector (AMP ListScrapers, filtered by its alias) must be ACTIVE."""
     alias = settings.metrics_collector_alias
     look = (
-        f"aws amp list-scrapers --region {settings.region} --filters alias={alias} (statusReason), and the {settings.stack_names['observability']} stack events"
+        f"aws amp list-scrapers --region {settings.region} --filters alias={alias} (statusReason), and the"
+        f" {settings.stack_names['observability']} stack events"
     )
     if scrapers is None:
         return Step("metrics", False, f"cannot list the metrics collectors: {error}", look)
@@ -148,24 +165,41 @@ def check_metrics_collector(settings: Settings, scrapers: list[dict[str, Any]] |
     status = chosen.get("status", {}).get("statusCode", "?")
     reason = chosen.get("statusReason", "")
     ok = status == "ACTIVE"
-    detail = f"collector {alias} {status}" + ("" if ok or not reason else f": {reason}") + (" (scraping into CloudWatch, PromQL)" if ok else "")
+    detail = (
+        f"collector {alias} {status}"
+        + ("" if ok or not reason else f": {reason}")
+        + (" (scraping into CloudWatch, PromQL)" if ok else "")
+    )
     return Step("metrics", ok, detail, "" if ok else look)
 
 
 def engine_series_query(settings: Settings) -> str:
-    return f'count by ({METRICS_PHASE_LABEL}) ({ENGINE_REQUESTS_RUNNING}{{{METRICS_CLUSTER_LABEL}="{settings.cluster_name}"}})'
+    return (
+        f"count by ({METRICS_PHASE_LABEL})"
+        f' ({ENGINE_REQUESTS_RUNNING}{{{METRICS_CLUSTER_LABEL}="{settings.cluster_name}"}})'
+    )
 
 
 def check_engine_series(settings: Settings, result: list[dict[str, Any]] | None, error: str = "") -> Step:
     """The vLLM engines' series of both phases, as CloudWatch's PromQL answers for this cluster."""
-    look = f"CloudWatch Query Studio (PromQL): {engine_series_query(settings)}; the Ray pods' port 8080 (NetworkPolicy metrics-collector)"
+    look = (
+        f"CloudWatch Query Studio (PromQL): {engine_series_query(settings)}; the Ray pods' port 8080 (NetworkPolicy"
+        " metrics-collector)"
+    )
     if result is None:
         return Step("metrics", False, f"collector ACTIVE, but PromQL did not answer: {error}", look)
     phases = sorted({str(r.get("metric", {}).get(METRICS_PHASE_LABEL, "")) for r in result} - {""})
     missing = [p for p in ENGINE_PHASES if p not in phases]
     if missing:
-        return Step("metrics", False, f"collector ACTIVE, but no {ENGINE_REQUESTS_RUNNING} series from {', '.join(missing)} in CloudWatch", look)
-    return Step("metrics", True, f"collector ACTIVE; {ENGINE_REQUESTS_RUNNING} arriving from {', '.join(phases)} (PromQL)")
+        return Step(
+            "metrics",
+            False,
+            f"collector ACTIVE, but no {ENGINE_REQUESTS_RUNNING} series from {', '.join(missing)} in CloudWatch",
+            look,
+        )
+    return Step(
+        "metrics", True, f"collector ACTIVE; {ENGINE_REQUESTS_RUNNING} arriving from {', '.join(phases)} (PromQL)"
+    )
 
 
 def list_collectors(settings: Settings, client: Any | None = None) -> tuple[list[dict[str, Any]] | None, str]:
@@ -175,7 +209,9 @@ def list_collectors(settings: Settings, client: Any | None = None) -> tuple[list
 
     try:
         amp = client or boto3.session.Session().client("amp", region_name=settings.region)
-        scrapers: list[dict[str, Any]] = amp.list_scrapers(filters={"alias": [settings.metrics_collector_alias]}).get("scrapers", [])
+        scrapers: list[dict[str, Any]] = amp.list_scrapers(filters={"alias": [settings.metrics_collector_alias]}).get(
+            "scrapers", []
+        )
         return scrapers, ""
     except (BotoCoreError, ClientError) as error:
         return None, str(error).splitlines()[0][:200]
@@ -197,10 +233,18 @@ def _time(stamp: str | None) -> float | None:
 
 
 def phases(
-    start: float | None, cloudformation_done: float | None, pods: dict[str, Any], ray_service: dict[str, Any], first_token: float | None
+    start: float | None,
+    cloudformation_done: float | None,
+    pods: dict[str, Any],
+    ray_service: dict[str, Any],
+    first_token: float | None,
 ) -> dict[str, float | None]:
     """Seconds from the deploy's start to each phase, from the objects' own timestamps (None: not reached)."""
-    ray_pods = [p for p in pods.get("items", []) if p.get("metadata", {}).get("labels", {}).get(RAY_NODE_LABEL[0]) == RAY_NODE_LABEL[1]]
+    ray_pods = [
+        p
+        for p in pods.get("items", [])
+        if p.get("metadata", {}).get("labels", {}).get(RAY_NODE_LABEL[0]) == RAY_NODE_LABEL[1]
+    ]
     scheduled = [
         _time(c.get("lastTransitionTime"))
         for p in ray_pods
@@ -236,7 +280,18 @@ def phases(
 
 def _completion(settings: Settings, kubectl: Kubectl) -> tuple[dict[str, Any] | None, str]:
     """One chat completion from the head pod (a Ray pod, so the NetworkPolicies let it reach Serve)."""
-    head = kubectl(["get", "pods", "-n", settings.namespace, "-l", selector(NODE_TYPE_LABEL, "head"), "-o", "jsonpath={.items[0].metadata.name}"])
+    head = kubectl(
+        [
+            "get",
+            "pods",
+            "-n",
+            settings.namespace,
+            "-l",
+            selector(NODE_TYPE_LABEL, "head"),
+            "-o",
+            "jsonpath={.items[0].metadata.name}",
+        ]
+    )
     if head.returncode != 0 or not head.stdout.strip():
         return None, "no head pod"
     body = json.dumps({"model": settings.model_id, "messages": [{"role": "user", "content": PROMPT}], "max_tokens": 16})
@@ -249,10 +304,25 @@ def _completion(settings: Settings, kubectl: Kubectl) -> tuple[dict[str, Any] | 
     script = (
         "import json, sys, urllib.request; headers = {'Content-Type': 'application/json'}; "
         + auth
-        + f"req = urllib.request.Request('http://127.0.0.1:{SERVE_PORT}/v1/chat/completions', data=sys.argv[1].encode(), headers=headers); "
-        "print(urllib.request.urlopen(req, timeout=300).read().decode())"
+        + f"req = urllib.request.Request('http://127.0.0.1:{SERVE_PORT}/v1/chat/completions',"
+        " data=sys.argv[1].encode(), headers=headers); print(urllib.request.urlopen(req,"
+        " timeout=300).read().decode())"
     )
-    got = kubectl(["exec", "-n", settings.namespace, head.stdout.strip(), "-c", HEAD_CONTAINER, "--", "python", "-c", script, body])
+    got = kubectl(
+        [
+            "exec",
+            "-n",
+            settings.namespace,
+            head.stdout.strip(),
+            "-c",
+            HEAD_CONTAINER,
+            "--",
+            "python",
+            "-c",
+            script,
+            body,
+        ]
+    )
     if got.returncode != 0:
         return None, got.stderr.strip()[-300:]
     try:
@@ -272,7 +342,12 @@ def check_endpoint(settings: Settings, got: Probe) -> Step:
         if not got.error
         else got.error
     )
-    return Step("endpoint", got.ok, detail, "" if got.ok else f"kubectl describe ingress -n {settings.namespace} {ingress_name(settings)}")
+    return Step(
+        "endpoint",
+        got.ok,
+        detail,
+        "" if got.ok else f"kubectl describe ingress -n {settings.namespace} {ingress_name(settings)}",
+    )
 
 
 def _probe_endpoint(settings: Settings, kubectl: Kubectl) -> Probe:
@@ -280,7 +355,9 @@ def _probe_endpoint(settings: Settings, kubectl: Kubectl) -> Probe:
 
     host = load_balancer_host(settings, kubectl)
     if not host:
-        return Probe(0, 0, "", "the Ingress has no load balancer address (the controller's events: kubectl describe ingress)")
+        return Probe(
+            0, 0, "", "the Ingress has no load balancer address (the controller's events: kubectl describe ingress)"
+        )
     # Over HTTPS without SERVE_HOSTNAME the certificate cannot tell the load balancer from any other server with a
     # trusted certificate (the name check is off): the real key is not sent there, only the refusal is checked.
     endpoint = settings.serve_endpoint
@@ -322,7 +399,11 @@ def verify(
     result.steps.append(check_gpu_nodes(settings, nodes))
 
     pods = _json(kubectl, ["get", "pods", "-n", ns]) or {}
-    workers = [p["metadata"]["name"] for p in pods.get("items", []) if p["metadata"].get("labels", {}).get(NODE_TYPE_LABEL) == "worker"]
+    workers = [
+        p["metadata"]["name"]
+        for p in pods.get("items", [])
+        if p["metadata"].get("labels", {}).get(NODE_TYPE_LABEL) == "worker"
+    ]
     backends = worker_backends(settings, kubectl, workers)
     result.steps.append(check_nixl(settings, backends))
 
@@ -351,7 +432,11 @@ def verify(
     first_token = clock() if answer else None
     result.steps.append(check_completion(settings, answer, error))
     if settings.serve_endpoint.exposed:
-        got = (endpoint_probe or (lambda: _probe_endpoint(settings, kubectl)))() if ready else Probe(0, 0, "", "skipped: the RayService is not ready")
+        got = (
+            (endpoint_probe or (lambda: _probe_endpoint(settings, kubectl)))()
+            if ready
+            else Probe(0, 0, "", "skipped: the RayService is not ready")
+        )
         result.steps.append(check_endpoint(settings, got))
     if settings.observability:
         scrapers, why = (collectors or (lambda: list_collectors(settings)))()
@@ -371,9 +456,14 @@ def verify(
 
 
 def table(result: Result) -> str:
-    lines = [f"{'STEP':<12} {'RESULT':<6} DETAIL"] + [f"{s.name:<12} {'PASS' if s.ok else 'FAIL':<6} {s.detail}" for s in result.steps]
+    lines = [f"{'STEP':<12} {'RESULT':<6} DETAIL"] + [
+        f"{s.name:<12} {'PASS' if s.ok else 'FAIL':<6} {s.detail}" for s in result.steps
+    ]
     lines += ["", f"{'PHASE':<20} SINCE make deploy"]
-    lines += [f"{phase:<20} {'-' if seconds is None else f'{int(seconds) // 60}m{int(seconds) % 60:02d}s'}" for phase, seconds in result.phases.items()]
+    lines += [
+        f"{phase:<20} {'-' if seconds is None else f'{int(seconds) // 60}m{int(seconds) % 60:02d}s'}"
+        for phase, seconds in result.phases.items()
+    ]
     lines += [f"look closer: {s.name}: {s.look_closer}" for s in result.steps if not s.ok]
     return "\n".join(lines)
 
@@ -385,7 +475,11 @@ def _stamp(path: Path) -> float | None:
 @one_line_errors
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--timeout", default=os.environ.get("VERIFY_TIMEOUT", "45m"), help="how long to wait for the RayService (e.g. 45m)")
+    parser.add_argument(
+        "--timeout",
+        default=os.environ.get("VERIFY_TIMEOUT", "45m"),
+        help="how long to wait for the RayService (e.g. 45m)",
+    )
     parser.add_argument("--result", type=Path, default=Path(os.environ.get("VERIFY_RESULT", "verify-result.json")))
     args = parser.parse_args(argv)
 
@@ -393,17 +487,31 @@ def main(argv: list[str] | None = None) -> int:
     timeout_s = duration_seconds(args.timeout)
     try:
         with cluster_kubectl(settings.region, settings.cluster_name) as kubectl:
-            result = verify(settings, kubectl, timeout_s=timeout_s, start=_stamp(DEPLOY_STARTED), cloudformation_done=_stamp(CLOUDFORMATION_DONE))
+            result = verify(
+                settings,
+                kubectl,
+                timeout_s=timeout_s,
+                start=_stamp(DEPLOY_STARTED),
+                cloudformation_done=_stamp(CLOUDFORMATION_DONE),
+            )
     except ClusterUnreachable as error:
         print(f"error: cannot reach cluster {settings.cluster_name} in {settings.region}: {error}", file=sys.stderr)
         return 2
     print(table(result))
-    args.result.write_text(json.dumps({"ok": result.ok, "steps": [asdict(s) for s in result.steps], "phases_seconds": result.phases}, indent=2) + "\n")
+    args.result.write_text(
+        json.dumps(
+            {"ok": result.ok, "steps": [asdict(s) for s in result.steps], "phases_seconds": result.phases}, indent=2
+        )
+        + "\n"
+    )
     failed = [s.name for s in result.steps if not s.ok]
     if failed:
         print(f"error: verification failed at {', '.join(failed)} (see `look closer` above)", file=sys.stderr)
         return 1
-    print(f"verified: {settings.ray_service_name} serves {settings.model_id}, KV cache over LIBFABRIC (EFA); result in {args.result}")
+    print(
+        f"verified: {settings.ray_service_name} serves {settings.model_id}, KV cache over LIBFABRIC (EFA); result in"
+        f" {args.result}"
+    )
     return 0
 
 

@@ -43,7 +43,9 @@ def render(settings: Settings) -> dict[str, str]:
         "image-prepull.k8s.yaml": HEADER + cdk8s.App.of(build_image_prepull_chart(settings)).synth_yaml(),
     }
     for addon in enabled_addons(settings):
-        files[f"helm/{addon.release}.values.yaml"] = _values_file(addon.pin(settings), addon.all_values(settings, PLACEHOLDERS))
+        files[f"helm/{addon.release}.values.yaml"] = _values_file(
+            addon.pin(settings), addon.all_values(settings, PLACEHOLDERS)
+        )
     return files
 
 

@@ -51,9 +51,11 @@ def chart_table_markdown(settings: Settings) -> str:
     for addon in HELM_ADDONS:
         pin = addon.pin(settings)
         late = addon.deploy_values(PLACEHOLDERS) if addon.deploy_values else {}
-        extras = ([f"`{addon.pod_identity.service_account}`"] if addon.pod_identity else []) + [f"`{key}`: {value}" for key, value in late.items()]
+        extras = ([f"`{addon.pod_identity.service_account}`"] if addon.pod_identity else []) + [
+            f"`{key}`: {value}" for key, value in late.items()
+        ]
         rows.append(
-            f"| `{pin.chart}` | {pin.version} | {pin.repository} | `{addon.release}` / `{addon.namespace(settings)}` | `{addon.stack}` | "
-            f"{'; '.join(extras) or '-'} | {addon.purpose} |"
+            f"| `{pin.chart}` | {pin.version} | {pin.repository} | `{addon.release}` / `{addon.namespace(settings)}` |"
+            f" `{addon.stack}` | {'; '.join(extras) or '-'} | {addon.purpose} |"
         )
     return "\n".join(rows)

@@ -56,7 +56,13 @@ _UNUSED_ACTIONS: Final = ("elasticloadbalancing:SetWebAcl",)
 _LISTENER_ACTIONS: Final = frozenset(
     f"elasticloadbalancing:{a}"
     for a in (
-        *("CreateListener", "DeleteListener", "ModifyListener", "AddListenerCertificates", "RemoveListenerCertificates"),
+        *(
+            "CreateListener",
+            "DeleteListener",
+            "ModifyListener",
+            "AddListenerCertificates",
+            "RemoveListenerCertificates",
+        ),
         *("CreateRule", "DeleteRule", "ModifyRule", "SetRulePriorities"),
     )
 )
@@ -135,7 +141,9 @@ def _is_listener_statement(actions: list[str], resources: list[str]) -> bool:
     """A published statement of listener and rule changes (on "*") or of tags on any listener or rule."""
     if set(actions) <= _LISTENER_ACTIONS:
         return True
-    return set(actions) <= _TAG_ACTIONS and all(r.split(":", 5)[-1].startswith(("listener/", "listener-rule/")) for r in resources)
+    return set(actions) <= _TAG_ACTIONS and all(
+        r.split(":", 5)[-1].startswith(("listener/", "listener-rule/")) for r in resources
+    )
 
 
 def policy_statements(settings: Settings, vpc_id: str) -> list[dict[str, Any]]:
@@ -175,23 +183,29 @@ def grant(role: iam.Role, settings: Settings, refs: DeployTimeRefs) -> None:
         for r in (s["Resource"] if isinstance(s["Resource"], list) else [s["Resource"]])
         if "*" in r and not r.split(":", 5)[-1].startswith(("listener/", "listener-rule/"))
     }
-    wildcards |= set(_own_load_balancer(load_balancer_name(settings), "<AWS::Partition>", "<AWS::Region>", "<AWS::AccountId>"))
+    wildcards |= set(
+        _own_load_balancer(load_balancer_name(settings), "<AWS::Partition>", "<AWS::Region>", "<AWS::AccountId>")
+    )
     nag.acknowledge(
         role,
         "AwsSolutions-IAM5",
-        f"The AWS Load Balancer Controller's published policy ({APP_VERSION}): EC2 and ELB reads have no resource-level permissions; "
-        "the load balancers, target groups, listeners and security groups it creates get names and IDs from AWS, so their ARNs end "
-        f"in wildcards, and every change to them is limited to resources tagged {TRACKING_TAG}={settings.cluster_name}, or to "
-        f"the load balancer named {load_balancer_name(settings)} (listeners and rules). Security-group ingress rules stay on * "
-        "within this VPC (ec2:Vpc): the controller adds them to the nodes' groups, which it does not tag.",
+        f"The AWS Load Balancer Controller's published policy ({APP_VERSION}): EC2 and ELB reads have no resource-level"
+        " permissions; the load balancers, target groups, listeners and security groups it creates get names and IDs"
+        " from AWS, so their ARNs end in wildcards, and every change to them is limited to resources tagged"
+        f" {TRACKING_TAG}={settings.cluster_name}, or to the load balancer named {load_balancer_name(settings)}"
+        " (listeners and rules). Security-group ingress rules stay on * within this VPC (ec2:Vpc): the controller adds"
+        " them to the nodes' groups, which it does not tag.",
         applies_to=[f"Resource::{r}" for r in sorted(wildcards)],
     )
     nag.skip_checkov(
         role.node.find_child("DefaultPolicy"),
         {
-            "CKV_AWS_111": f"The controller's published policy ({APP_VERSION}): it creates security groups, load balancers and "
-            "target groups, whose ARNs do not exist before (their tags are required on create), and adds ingress rules to "
-            "the nodes' groups in this VPC; every other write is limited to its tag or its load balancer's name.",
+            "CKV_AWS_111": (
+                f"The controller's published policy ({APP_VERSION}): it creates security groups, load balancers and"
+                " target groups, whose ARNs do not exist before (their tags are required on create), and adds ingress"
+                " rules to the nodes' groups in this VPC; every other write is limited to its tag or its load"
+                " balancer's name."
+            ),
         },
     )
 
@@ -205,6 +219,8 @@ ADDON = HelmAddon(
     values=values,
     enabled=lambda s: s.serve_endpoint.exposed,
     purpose="the load balancer of the Serve endpoint (SERVE_EXPOSURE internal or internet-facing)",
-    pod_identity=PodIdentityGrant(SERVICE_ACCOUNT, lambda s: f"manages the load balancers tagged {TRACKING_TAG}={s.cluster_name}", grant),
+    pod_identity=PodIdentityGrant(
+        SERVICE_ACCOUNT, lambda s: f"manages the load balancers tagged {TRACKING_TAG}={s.cluster_name}", grant
+    ),
     deploy_values=deploy_values,
 )

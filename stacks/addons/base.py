@@ -52,7 +52,9 @@ class PodIdentityGrant:
     namespace: str | None = None  # a managed add-on's (a Helm add-on's is its release's)
     ids: str | None = None  # the prefix of the role's and association's logical IDs; default: the add-on's construct id
 
-    def create(self, scope: Construct, *, cluster: eks.ICluster, settings: Settings, namespace: str, ids: str) -> eks.CfnPodIdentityAssociation:
+    def create(
+        self, scope: Construct, *, cluster: eks.ICluster, settings: Settings, namespace: str, ids: str
+    ) -> eks.CfnPodIdentityAssociation:
         """The role with its statements and the association, named {ids}Role and {ids}PodIdentity (never renamed)."""
         prefix = self.ids or ids
         role, association = pod_identity_role(
@@ -62,7 +64,9 @@ class PodIdentityGrant:
             cluster=cluster,
             namespace=self.namespace or namespace,
             service_account=self.service_account,
-            description=f"EKS Pod Identity of {self.namespace or namespace}/{self.service_account}: {self.does(settings)}",
+            description=(
+                f"EKS Pod Identity of {self.namespace or namespace}/{self.service_account}: {self.does(settings)}"
+            ),
         )
         self.grant(role, settings, DeployTimeRefs.of(cluster))
         return association
@@ -105,7 +109,9 @@ class HelmAddon:
         )
         if self.pod_identity is not None:
             # Its Pod Identity exists before its pods start (they read credentials once, at start).
-            identity = self.pod_identity.create(scope, cluster=cluster, settings=settings, namespace=self.namespace(settings), ids=self.construct_id)
+            identity = self.pod_identity.create(
+                scope, cluster=cluster, settings=settings, namespace=self.namespace(settings), ids=self.construct_id
+            )
             release.node.add_dependency(identity)
         return release
 
@@ -117,7 +123,10 @@ def spread_affinity(match_labels: dict[str, str]) -> dict[str, Any]:
     return {
         "podAntiAffinity": {
             "preferredDuringSchedulingIgnoredDuringExecution": [
-                {"weight": 100, "podAffinityTerm": {"labelSelector": selector, "topologyKey": "topology.kubernetes.io/zone"}},
+                {
+                    "weight": 100,
+                    "podAffinityTerm": {"labelSelector": selector, "topologyKey": "topology.kubernetes.io/zone"},
+                },
                 {"weight": 50, "podAffinityTerm": {"labelSelector": selector, "topologyKey": "kubernetes.io/hostname"}},
             ]
         }

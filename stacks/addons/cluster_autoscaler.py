@@ -89,13 +89,17 @@ def grant(role: iam.Role, settings: Settings, _refs: DeployTimeRefs) -> None:
     role.add_to_policy(
         iam.PolicyStatement(
             actions=["eks:DescribeNodegroup"],
-            resources=[f"arn:{Aws.PARTITION}:eks:{Aws.REGION}:{Aws.ACCOUNT_ID}:nodegroup/{settings.cluster_name}/{settings.gpu_nodegroup_name}/*"],
+            resources=[
+                f"arn:{Aws.PARTITION}:eks:{Aws.REGION}:{Aws.ACCOUNT_ID}:nodegroup/{settings.cluster_name}/{settings.gpu_nodegroup_name}/*"
+            ],
         )
     )
     role.add_to_policy(
         iam.PolicyStatement(
             actions=list(RESIZE_ACTIONS),
-            resources=[f"arn:{Aws.PARTITION}:autoscaling:{Aws.REGION}:{Aws.ACCOUNT_ID}:autoScalingGroup:*:autoScalingGroupName/*"],
+            resources=[
+                f"arn:{Aws.PARTITION}:autoscaling:{Aws.REGION}:{Aws.ACCOUNT_ID}:autoScalingGroup:*:autoScalingGroupName/*"
+            ],
             conditions={
                 "StringEquals": {
                     "aws:ResourceTag/eks:cluster-name": settings.cluster_name,
@@ -127,5 +131,7 @@ ADDON = HelmAddon(
     values=values,
     enabled=lambda s: s.autoscaling,
     purpose="grows and shrinks the GPU nodegroup for the Ray autoscaler's pods (PREFILL/DECODE_MAX_REPLICAS)",
-    pod_identity=PodIdentityGrant(SERVICE_ACCOUNT, lambda s: f"resizes the {s.gpu_nodegroup_name} nodegroup only", grant),
+    pod_identity=PodIdentityGrant(
+        SERVICE_ACCOUNT, lambda s: f"resizes the {s.gpu_nodegroup_name} nodegroup only", grant
+    ),
 )

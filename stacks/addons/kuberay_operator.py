@@ -32,7 +32,11 @@ class KubeRayOperatorValues:
     replicas: int = 1
 
     def to_values(self) -> dict[str, Any]:
-        spread = {"replicas": self.replicas, "affinity": spread_affinity({"app.kubernetes.io/name": RELEASE_NAME})} if self.replicas > 1 else {}
+        spread = (
+            {"replicas": self.replicas, "affinity": spread_affinity({"app.kubernetes.io/name": RELEASE_NAME})}
+            if self.replicas > 1
+            else {}
+        )
         return {
             **spread,
             "nodeSelector": dict(self.node_selector),

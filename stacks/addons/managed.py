@@ -39,8 +39,12 @@ class ManagedAddon:
         association = None
         if self.pod_identity is not None:
             if self.pod_identity.namespace is None:
-                raise ValueError(f"{self.name}: a managed add-on's Pod Identity names the namespace of its service account")
-            association = self.pod_identity.create(scope, cluster=cluster, settings=settings, namespace=self.pod_identity.namespace, ids=self.construct_id)
+                raise ValueError(
+                    f"{self.name}: a managed add-on's Pod Identity names the namespace of its service account"
+                )
+            association = self.pod_identity.create(
+                scope, cluster=cluster, settings=settings, namespace=self.pod_identity.namespace, ids=self.construct_id
+            )
         version = dict(settings.eks_addon_versions).get(self.name) if self.follows_kubernetes_version else None
         addon = eks.Addon(
             scope,
@@ -92,7 +96,8 @@ def _cloudwatch_agent_grant(role: iam.Role, _: Settings, __: DeployTimeRefs) -> 
     nag.acknowledge(
         role,
         "AwsSolutions-IAM4",
-        "The CloudWatch agent's AWS managed policy: what the amazon-cloudwatch-observability add-on documents for its agent.",
+        "The CloudWatch agent's AWS managed policy: what the amazon-cloudwatch-observability add-on documents for its"
+        " agent.",
         applies_to=[f"Policy::arn:<AWS::Partition>:iam::aws:policy/{CLOUDWATCH_AGENT_POLICY}"],
     )
 
@@ -100,10 +105,20 @@ def _cloudwatch_agent_grant(role: iam.Role, _: Settings, __: DeployTimeRefs) -> 
 MANAGED_ADDONS: tuple[ManagedAddon, ...] = (
     # The VPC CNI's network policy agent enforces the serving namespace's NetworkPolicies (none would be
     # enforced without it: EKS ships the agent off).
-    ManagedAddon("vpc-cni", "cluster", "Addon-vpc-cni", lambda s: {"enableNetworkPolicy": "true"}, purpose="pod networking, NetworkPolicy enforcement"),
+    ManagedAddon(
+        "vpc-cni",
+        "cluster",
+        "Addon-vpc-cni",
+        lambda s: {"enableNetworkPolicy": "true"},
+        purpose="pod networking, NetworkPolicy enforcement",
+    ),
     ManagedAddon("kube-proxy", "cluster", "Addon-kube-proxy", purpose="Service routing on the nodes"),
-    ManagedAddon("eks-pod-identity-agent", "cluster", "Addon-eks-pod-identity-agent", purpose="EKS Pod Identity credentials"),
-    ManagedAddon("coredns", "system", "Addon-coredns", _coredns_configuration, purpose="cluster DNS, on the system nodes"),
+    ManagedAddon(
+        "eks-pod-identity-agent", "cluster", "Addon-eks-pod-identity-agent", purpose="EKS Pod Identity credentials"
+    ),
+    ManagedAddon(
+        "coredns", "system", "Addon-coredns", _coredns_configuration, purpose="cluster DNS, on the system nodes"
+    ),
     ManagedAddon(
         "amazon-cloudwatch-observability",
         "observability",
@@ -133,6 +148,10 @@ def managed_table_markdown(settings: Settings) -> str:
     rows = ["| Managed add-on | Stack | Version | What for |", "|---|---|---|---|"]
     versions = dict(settings.eks_addon_versions)
     for addon in MANAGED_ADDONS:
-        version = (versions.get(addon.name) or "EKS's default for K8S_VERSION (`make lookup` pins it)") if addon.follows_kubernetes_version else "EKS's default"
+        version = (
+            (versions.get(addon.name) or "EKS's default for K8S_VERSION (`make lookup` pins it)")
+            if addon.follows_kubernetes_version
+            else "EKS's default"
+        )
         rows.append(f"| `{addon.name}` | `{addon.stack}` | {version} | {addon.purpose} |")
     return "\n".join(rows)

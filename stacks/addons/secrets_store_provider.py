@@ -12,7 +12,9 @@ from settings.scheduling import gpu_toleration
 from settings.versions import HelmChartPin
 from stacks.addons.base import HelmAddon
 
-PIN: Final = HelmChartPin("https://aws.github.io/secrets-store-csi-driver-provider-aws", "secrets-store-csi-driver-provider-aws", "3.1.3")
+PIN: Final = HelmChartPin(
+    "https://aws.github.io/secrets-store-csi-driver-provider-aws", "secrets-store-csi-driver-provider-aws", "3.1.3"
+)
 
 
 # SERVE_API_KEYS: how often the driver re-reads the mounted secrets, so that a rotated key reaches the pods (the
@@ -22,7 +24,11 @@ ROTATION_POLL_INTERVAL: Final = "60s"
 
 def values(settings: Settings) -> dict[str, Any]:
     """It and the CSI driver it installs run on every node, GPU nodes included."""
-    rotation = {"enableSecretRotation": True, "rotationPollInterval": ROTATION_POLL_INTERVAL} if settings.serve_endpoint.api_keys else {}
+    rotation = (
+        {"enableSecretRotation": True, "rotationPollInterval": ROTATION_POLL_INTERVAL}
+        if settings.serve_endpoint.api_keys
+        else {}
+    )
     return {
         "tolerations": [gpu_toleration()],
         "secrets-store-csi-driver": {
@@ -44,5 +50,8 @@ ADDON = HelmAddon(
     namespace=lambda s: "kube-system",
     values=values,
     enabled=lambda s: bool(s.hf_token_secret_name) or s.gcs_redis or s.serve_endpoint.api_keys,
-    purpose="mounts secrets from Secrets Manager: the Hugging Face token (HF_TOKEN_SECRET_NAME), the GCS store's token (GCS_FAULT_TOLERANCE=redis), the API keys (SERVE_API_KEYS)",
+    purpose=(
+        "mounts secrets from Secrets Manager: the Hugging Face token (HF_TOKEN_SECRET_NAME), the GCS store's token"
+        " (GCS_FAULT_TOLERANCE=redis), the API keys (SERVE_API_KEYS)"
+    ),
 )

@@ -7,7 +7,10 @@ import sys
 
 def main(argv: list[str]) -> int:
     if not argv or argv[0] not in ("plan", "run"):
-        print("usage: python -m tools.local_check plan [--output FILE] | run [--plan FILE] [options]  (run --help)", file=sys.stderr)
+        print(
+            "usage: python -m tools.local_check plan [--output FILE] | run [--plan FILE] [options]  (run --help)",
+            file=sys.stderr,
+        )
         return 2
     if argv[0] == "plan":
         from tools.local_check.plan import main as plan

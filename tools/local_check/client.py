@@ -22,7 +22,9 @@ from tools.local_check.results import Report
 TRANSFER_PLAN_MARKER = "Transfer plan"  # the decode engine's NIXL handshake (vLLM 0.26, nixl_connector.py)
 
 
-def http(method: str, url: str, body: dict[str, Any] | None = None, *, key: str | None = None, timeout: float = 300) -> tuple[int, Any]:
+def http(
+    method: str, url: str, body: dict[str, Any] | None = None, *, key: str | None = None, timeout: float = 300
+) -> tuple[int, Any]:
     data = json.dumps(body).encode() if body is not None else None
     headers = {"Content-Type": "application/json", **({"Authorization": f"Bearer {key}"} if key else {})}
     request = urllib.request.Request(url, data=data, method=method, headers=headers)
@@ -147,7 +149,9 @@ def nixl_lines(log_dir: Path) -> tuple[dict[str, str], list[str]]:
     return {process: backend_of("\n".join(lines)) for process, lines in sorted(found.items())}, sorted(plans.values())
 
 
-def run_bench(plan: dict[str, Any], base: str, tokenizer: str, rates: list[float] | None, key: str | None) -> list[dict[str, Any]]:
+def run_bench(
+    plan: dict[str, Any], base: str, tokenizer: str, rates: list[float] | None, key: str | None
+) -> list[dict[str, Any]]:
     """The plan's benchmark runs (the Job's `vllm bench serve` commands): long and short streams at once per rate."""
     marker = plan.get("bench_result_marker", "BENCH_RESULT ")
     results = []
@@ -165,9 +169,14 @@ def run_bench(plan: dict[str, Any], base: str, tokenizer: str, rates: list[float
         if incomplete:
             raise RuntimeError(
                 f"vllm bench serve at {entry['rate']} req/s: "
-                + "; ".join(f"{r.get('workload')}: {r.get('completed')} completed, {r.get('failed')} failed" for r in incomplete)
+                + "; ".join(
+                    f"{r.get('workload')}: {r.get('completed')} completed, {r.get('failed')} failed" for r in incomplete
+                )
             )
         if done.returncode != 0 or len(lines) != 2:
-            raise RuntimeError(f"vllm bench serve at {entry['rate']} req/s failed (exit {done.returncode}): {(done.stderr or done.stdout).strip()[-300:]}")
+            raise RuntimeError(
+                f"vllm bench serve at {entry['rate']} req/s failed (exit {done.returncode}):"
+                f" {(done.stderr or done.stdout).strip()[-300:]}"
+            )
         results += lines
     return results

@@ -30,7 +30,9 @@ def worker_env(rayservice: dict[str, Any], cache: Path) -> tuple[dict[str, str],
             elif item["name"] == "VLLM_HOST_IP":
                 env["VLLM_HOST_IP"] = "127.0.0.1"
                 if not any(c.what == "env VLLM_HOST_IP" for c in changes):
-                    changes.append(Change("env VLLM_HOST_IP", "the pod's IP", "127.0.0.1", "every Ray node is on this host"))
+                    changes.append(
+                        Change("env VLLM_HOST_IP", "the pod's IP", "127.0.0.1", "every Ray node is on this host")
+                    )
     node_cache = env.get("HF_HOME")
     if node_cache:
         for name, value in sorted(env.items()):
@@ -45,7 +47,9 @@ class LocalCluster:
     """A head and one raylet per worker pod on this host (ray.cluster_utils.Cluster), each GPU node with its
     CUDA_VISIBLE_DEVICES, the group's custom resources and KubeRay's node-group label."""
 
-    def __init__(self, plan: dict[str, Any], host: Host, extra_resources: dict[str, float], env: dict[str, str]) -> None:
+    def __init__(
+        self, plan: dict[str, Any], host: Host, extra_resources: dict[str, float], env: dict[str, str]
+    ) -> None:
         from ray.cluster_utils import Cluster
 
         shape = cluster_shape(plan["rayservice"])

@@ -18,7 +18,13 @@ def figure(run: dict[str, Any], name: str, percentile: str = "p50") -> float:
 
 # What issue 29's comparison reports per rate: the short stream's latencies (what PD is meant to keep flat while
 # long prompts arrive), the long stream's time to first token, and the output throughput of both streams.
-COMPARED = (("short", "itl", "p50"), ("short", "itl", "p99"), ("short", "ttft", "p50"), ("short", "ttft", "p99"), ("long", "ttft", "p50"))
+COMPARED = (
+    ("short", "itl", "p50"),
+    ("short", "itl", "p99"),
+    ("short", "ttft", "p50"),
+    ("short", "ttft", "p99"),
+    ("long", "ttft", "p50"),
+)
 
 
 def compare_modes(bench: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -73,7 +79,9 @@ def draw_comparison(rows: list[dict[str, Any]], path: Path, *, title: str) -> Pa
         axis.set(xlabel="request rate of each stream (req/s)", ylabel=label)
         axis.legend(fontsize=8)
     for mode, color in (("pd", "tab:blue"), ("collocated", "tab:orange")):
-        axes[3].plot(rates, [row.get(f"{mode} output tok/s", 0) for row in rows], "-", color=color, marker="o", label=mode)
+        axes[3].plot(
+            rates, [row.get(f"{mode} output tok/s", 0) for row in rows], "-", color=color, marker="o", label=mode
+        )
     axes[3].set(xlabel="request rate of each stream (req/s)", ylabel="output tokens/s")
     axes[3].legend(fontsize=8)
     figure.suptitle(title)

@@ -47,7 +47,9 @@ class VllmEngine:
         import torch
 
         if not torch.cuda.is_available() or torch.cuda.device_count() == 0:
-            raise MissingPrerequisite("no NVIDIA GPU is visible (torch.cuda.device_count() is 0): run `make local-check` on a GPU host")
+            raise MissingPrerequisite(
+                "no NVIDIA GPU is visible (torch.cuda.device_count() is 0): run `make local-check` on a GPU host"
+            )
         properties = torch.cuda.get_device_properties(0)
         total = torch.cuda.mem_get_info(0)[1]
         return Host(
@@ -94,7 +96,12 @@ class VllmEngine:
                 command,
                 stdout=sink,
                 stderr=subprocess.STDOUT,
-                env={**os.environ, **env, "VLLM_LOGGING_LEVEL": "DEBUG", "VLLM_LOGGING_CONFIG_PATH": str(_debug_logging(log))},
+                env={
+                    **os.environ,
+                    **env,
+                    "VLLM_LOGGING_LEVEL": "DEBUG",
+                    "VLLM_LOGGING_CONFIG_PATH": str(_debug_logging(log)),
+                },
                 start_new_session=True,  # its engine core is a child: stopped with it, as a group
             )
             returncode = _wait_for_answers(process, out)
@@ -122,8 +129,17 @@ def _debug_logging(log: Path) -> Path:
     config = {
         "version": 1,
         "disable_existing_loggers": False,
-        "formatters": {"vllm": {"class": "vllm.logging_utils.NewLineFormatter", "datefmt": "%m-%d %H:%M:%S", "format": line}},
-        "handlers": {"vllm": {"class": "logging.StreamHandler", "formatter": "vllm", "level": "DEBUG", "stream": "ext://sys.stdout"}},
+        "formatters": {
+            "vllm": {"class": "vllm.logging_utils.NewLineFormatter", "datefmt": "%m-%d %H:%M:%S", "format": line}
+        },
+        "handlers": {
+            "vllm": {
+                "class": "logging.StreamHandler",
+                "formatter": "vllm",
+                "level": "DEBUG",
+                "stream": "ext://sys.stdout",
+            }
+        },
         "loggers": {"vllm": {"handlers": ["vllm"], "level": "DEBUG", "propagate": False}, "vllm.ir": {"level": "INFO"}},
     }
     path.write_text(json.dumps(config))
@@ -158,7 +174,11 @@ class MissingPrerequisite(Exception):
 def _has_efa() -> bool:
     """An EFA device (its uverbs under /sys/class/infiniband) and libfabric's efa provider loadable."""
     devices = Path("/sys/class/infiniband")
-    return devices.is_dir() and any(d.name.startswith("rdmap") or "efa" in d.name for d in devices.iterdir()) and shutil.which("fi_info") is not None
+    return (
+        devices.is_dir()
+        and any(d.name.startswith("rdmap") or "efa" in d.name for d in devices.iterdir())
+        and shutil.which("fi_info") is not None
+    )
 
 
 def load_engine(spec: str) -> Engine:

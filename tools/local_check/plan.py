@@ -59,7 +59,13 @@ def prediction(settings: Settings, phase: Phase) -> dict[str, float] | None:
     if settings.model_facts is None:
         return None
     eager = settings.eager(phase)
-    fitted = fit(settings.model_facts, settings.gpu_node, settings.tensor_parallel_size, text_only=settings.text_only_multimodal, eager=eager)
+    fitted = fit(
+        settings.model_facts,
+        settings.gpu_node,
+        settings.tensor_parallel_size,
+        text_only=settings.text_only_multimodal,
+        eager=eager,
+    )
     return {
         "budget_gib": fitted.budget / GIB,
         "weights_gib": fitted.weights / GIB,
@@ -74,8 +80,13 @@ def prediction(settings: Settings, phase: Phase) -> dict[str, float] | None:
 def bench_commands(settings: Settings) -> list[dict[str, Any]]:
     """The benchmark Job's own `vllm bench serve` runs (k8s_constructs/bench_job.py), long and short streams at
     each rate, with the endpoint and tokenizer left for the host."""
-    props = BenchJobProps(name="local-check", namespace="", image="", base_url=BASE_URL, model_id=settings.model_id, tokenizer=TOKENIZER)
-    return [{"rate": rate, "long": bench_command(props, LONG, rate), "short": bench_command(props, SHORT, rate)} for rate in props.rates]
+    props = BenchJobProps(
+        name="local-check", namespace="", image="", base_url=BASE_URL, model_id=settings.model_id, tokenizer=TOKENIZER
+    )
+    return [
+        {"rate": rate, "long": bench_command(props, LONG, rate), "short": bench_command(props, SHORT, rate)}
+        for rate in props.rates
+    ]
 
 
 def build_plan(settings: Settings) -> dict[str, Any]:
@@ -111,7 +122,10 @@ def main(argv: list[str] | None = None) -> int:
     plan = build_plan(project_settings())
     args.output.parent.mkdir(parents=True, exist_ok=True)
     args.output.write_text(json.dumps(plan, indent=1, sort_keys=True) + "\n")
-    print(f"wrote {args.output}: {plan['rayservice']['metadata']['name']} on {plan['target']['instance_type']}, model {plan['model']['source']}")
+    print(
+        f"wrote {args.output}: {plan['rayservice']['metadata']['name']} on {plan['target']['instance_type']}, model"
+        f" {plan['model']['source']}"
+    )
     return 0
 
 

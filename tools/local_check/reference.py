@@ -34,7 +34,10 @@ def main(argv: list[str] | None = None) -> int:
         params.ignore_eos = True
         # One prompt at a time, as the check sends them to PD: batches of other shapes may round differently.
         generating = time.monotonic()
-        outputs = [llm.generate([TokensPrompt(prompt_token_ids=ids)], params, use_tqdm=False)[0] for ids in json.loads(args.prompts.read_text())]
+        outputs = [
+            llm.generate([TokensPrompt(prompt_token_ids=ids)], params, use_tqdm=False)[0]
+            for ids in json.loads(args.prompts.read_text())
+        ]
         result["outputs"] = [list(output.outputs[0].token_ids) for output in outputs]
         result["generate_s"] = round(time.monotonic() - generating, 1)
     args.output.write_text(json.dumps(result))

@@ -28,7 +28,11 @@ class ParityRow:
         for index, (a, b) in enumerate(zip(self.pd_tokens, self.reference_tokens, strict=False)):
             if a != b:
                 return index
-        return None if len(self.pd_tokens) == len(self.reference_tokens) else min(len(self.pd_tokens), len(self.reference_tokens))
+        return (
+            None
+            if len(self.pd_tokens) == len(self.reference_tokens)
+            else min(len(self.pd_tokens), len(self.reference_tokens))
+        )
 
 
 def parity_lengths(max_model_len: int, max_tokens: int, *, count: int = 4, shortest: int = 40) -> list[int]:
@@ -91,7 +95,11 @@ def compare_memory(predicted: dict[str, float], measured: dict[str, float]) -> l
         )
     )
     parts = [measured.get(k) for k in ("activation_peak_gib", "non_torch_gib")]
-    overhead = sum(p for p in parts if p is not None) + measured.get("graphs_gib", 0.0) if all(p is not None for p in parts) else None
+    overhead = (
+        sum(p for p in parts if p is not None) + measured.get("graphs_gib", 0.0)
+        if all(p is not None for p in parts)
+        else None
+    )
     rows.append(
         MemoryRow(
             "overhead",
@@ -108,7 +116,8 @@ def compare_memory(predicted: dict[str, float], measured: dict[str, float]) -> l
             predicted["kv_cache_gib"],
             kv,
             kv is not None and kv >= predicted["one_sequence_gib"],
-            f"at least one sequence of max_model_len ({predicted['one_sequence_gib']:.2f} GiB); predicted is what the budget leaves",
+            f"at least one sequence of max_model_len ({predicted['one_sequence_gib']:.2f} GiB); predicted is what the"
+            " budget leaves",
         )
     )
     return rows

@@ -65,14 +65,18 @@ EXIT_MISSING = 2  # no GPU, other versions: the check could not run
 def _check_versions(engine: Engine, expected: dict[str, str]) -> None:
     installed = engine.installed_versions()
     wrong = [
-        f"{name} is not installed (the image has {version})"
-        if installed.get(name) in (None, "not installed")
-        else f"{name} {installed[name]} is installed, the image has {version}"
+        (
+            f"{name} is not installed (the image has {version})"
+            if installed.get(name) in (None, "not installed")
+            else f"{name} {installed[name]} is installed, the image has {version}"
+        )
         for name, version in expected.items()
         if installed.get(name) != version
     ]
     if wrong:
-        raise MissingPrerequisite("; ".join(wrong) + ": pip install -r requirements-gpu.txt, or run inside the Ray LLM image")
+        raise MissingPrerequisite(
+            "; ".join(wrong) + ": pip install -r requirements-gpu.txt, or run inside the Ray LLM image"
+        )
 
 
 def _model_dir(args: argparse.Namespace, plan: dict[str, Any], report: Report) -> tuple[str, bool]:
@@ -81,7 +85,9 @@ def _model_dir(args: argparse.Namespace, plan: dict[str, Any], report: Report) -
         if args.weights == "random":
             raise MissingPrerequisite("--weights random needs --model-dir (a directory with the model's config.json)")
         if str(plan["model"]["source"]).startswith("s3://"):
-            raise MissingPrerequisite(f"MODEL_SOURCE {plan['model']['source']} is an S3 prefix: copy it to a directory and give --model-dir")
+            raise MissingPrerequisite(
+                f"MODEL_SOURCE {plan['model']['source']} is an S3 prefix: copy it to a directory and give --model-dir"
+            )
         return plan["model"]["source"], False
     model_dir = Path(args.model_dir).resolve()
     if not (model_dir / "config.json").is_file():
@@ -89,7 +95,10 @@ def _model_dir(args: argparse.Namespace, plan: dict[str, Any], report: Report) -
     random_weights = args.weights == "random" or not any(model_dir.glob("*.safetensors"))
     if not (model_dir / "tokenizer.json").is_file() and not (model_dir / "tokenizer.model").is_file():
         if not args.generate_tokenizer:
-            raise MissingPrerequisite(f"{model_dir} has no tokenizer: add the model's, or --generate-tokenizer for a stand-in of its vocabulary size")
+            raise MissingPrerequisite(
+                f"{model_dir} has no tokenizer: add the model's, or --generate-tokenizer for a stand-in of its"
+                " vocabulary size"
+            )
         config = json.loads((model_dir / "config.json").read_text())
         write_tokenizer(model_dir, vocab_size(config))
         report.changes.append(
@@ -106,7 +115,10 @@ def _model_dir(args: argparse.Namespace, plan: dict[str, Any], report: Report) -
 
 def run(args: argparse.Namespace, engine: Engine) -> Report:
     if not Path(args.plan).is_file():
-        raise MissingPrerequisite(f"no plan at {args.plan}: `make local-check` writes it (python -m tools.local_check plan, with the project installed)")
+        raise MissingPrerequisite(
+            f"no plan at {args.plan}: `make local-check` writes it (python -m tools.local_check plan, with the project"
+            " installed)"
+        )
     plan = json.loads(Path(args.plan).read_text())
     if engine.name == "vllm":
         _check_versions(engine, plan["versions"])
@@ -130,7 +142,9 @@ def run(args: argparse.Namespace, engine: Engine) -> Report:
         f"{host.gpus} x {host.gpu_name}, {host.gpu_total_bytes / GIB:.1f} GiB; versions {report.facts['versions']}",
     )
     model, random_weights = _model_dir(args, plan, report)
-    target = Target(plan["target"]["gpu_model"], int(plan["target"]["gpu_total_bytes"]), bool(plan["model"]["hybrid_gdn"]))
+    target = Target(
+        plan["target"]["gpu_model"], int(plan["target"]["gpu_total_bytes"]), bool(plan["model"]["hybrid_gdn"])
+    )
     deployed = serve_config(plan["rayservice"])
     out = Path(args.output_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -142,11 +156,17 @@ def run(args: argparse.Namespace, engine: Engine) -> Report:
     # The lone engine first, alone on the GPU: its profile is undisturbed, and its KV cache is what each engine gets
     # when the phases share a GPU.
     lengths = parity_lengths(plan["max_model_len"], PARITY_MAX_TOKENS, count=args.parity_prompts)
-    vocab = vocab_size(json.loads((Path(model) / "config.json").read_text())) if Path(model, "config.json").is_file() else 32000
+    vocab = (
+        vocab_size(json.loads((Path(model) / "config.json").read_text()))
+        if Path(model, "config.json").is_file()
+        else 32000
+    )
     prompts = parity_prompts(lengths, vocab)
     # The serve config as this host runs it; whether the phases share a GPU (and each engine's KV cache then) is
     # known once the lone engine has measured.
-    patch = functools.partial(patch_serve_config, deployed, host=host, target=target, model_path=model, random_weights=random_weights)
+    patch = functools.partial(
+        patch_serve_config, deployed, host=host, target=target, model_path=model, random_weights=random_weights
+    )
     patched_once, _ = patch(shared_gpu=False, kv_cache_bytes=None)
     too_much = shared_budget_error(patched_once, shape, host.gpus)
     if too_much:
@@ -163,7 +183,9 @@ def run(args: argparse.Namespace, engine: Engine) -> Report:
             references[phase] = references[same]
             continue
         try:
-            references[phase] = engine.reference(model, kwargs, prompts if phase == "decode" else None, out / f"reference-{phase}.log", env)
+            references[phase] = engine.reference(
+                model, kwargs, prompts if phase == "decode" else None, out / f"reference-{phase}.log", env
+            )
         except Exception as error:
             report.add(f"lone engine ({phase})", False, f"{type(error).__name__}: {error}")
             return report
@@ -300,7 +322,9 @@ def check_application(
     application = config["applications"][0]
     import_path = engine.app_import_path(application["import_path"])
     if import_path != application["import_path"]:
-        report.changes.append(Change(f"{prefix}import_path", application["import_path"], import_path, "the stand-in engine of the tests"))
+        report.changes.append(
+            Change(f"{prefix}import_path", application["import_path"], import_path, "the stand-in engine of the tests")
+        )
     app = call_user_app_builder_with_args_if_necessary(import_attr(import_path), application["args"])
     started = time.monotonic()
     # serve.run waits for RUNNING without a limit (Ray 2.58: timeout_s=-1); deploy, then wait with ours.
@@ -318,15 +342,22 @@ def check_application(
         report.add(f"{prefix}deploy", False, str(error))
         return
     report.facts.setdefault("ready_s", {})[mode] = round(time.monotonic() - started, 1)
-    report.add(f"{prefix}deploy", True, f"{application['name']} running {time.monotonic() - started:.0f} s after serve.run")
+    report.add(
+        f"{prefix}deploy", True, f"{application['name']} running {time.monotonic() - started:.0f} s after serve.run"
+    )
     check_routes(report, base, plan["model"]["id"], key, prefix=prefix)
-    parity = [ParityRow(len(p), pd_tokens(base, plan["model"]["id"], p, key), ref) for p, ref in zip(prompts, reference, strict=True)]
+    parity = [
+        ParityRow(len(p), pd_tokens(base, plan["model"]["id"], p, key), ref)
+        for p, ref in zip(prompts, reference, strict=True)
+    ]
     if mode == "pd":
         report.parity = parity
     report.add(
         f"{prefix}parity",
         all(r.equal for r in parity),
-        ", ".join(f"{r.prompt_tokens} tokens: {'equal' if r.equal else f'differs at {r.first_difference}'}" for r in parity),
+        ", ".join(
+            f"{r.prompt_tokens} tokens: {'equal' if r.equal else f'differs at {r.first_difference}'}" for r in parity
+        ),
     )
     if mode == "pd":
         backends, plans = nixl_lines(cluster.log_dir())
@@ -347,7 +378,10 @@ def check_application(
         report.add(
             f"{prefix}bench",
             True,
-            "; ".join(f"{r['workload']}@{r['rate']}: TTFT p50 {figure(r, 'ttft'):.0f} ms, ITL p50 {figure(r, 'itl'):.1f} ms" for r in bench),
+            "; ".join(
+                f"{r['workload']}@{r['rate']}: TTFT p50 {figure(r, 'ttft'):.0f} ms, ITL p50 {figure(r, 'itl'):.1f} ms"
+                for r in bench
+            ),
         )
 
 
@@ -359,7 +393,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--plan", default="local-check/plan.json")
     parser.add_argument("--output-dir", default="local-check")
-    parser.add_argument("--model-dir", help="a directory with the model's config.json (and tokenizer; weights optional)")
+    parser.add_argument(
+        "--model-dir", help="a directory with the model's config.json (and tokenizer; weights optional)"
+    )
     parser.add_argument(
         "--weights",
         choices=("auto", "random"),

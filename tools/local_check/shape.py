@@ -22,7 +22,9 @@ NODE_GROUP_LABEL = "ray.io/node-group"  # the label KubeRay gives every Ray node
 LARGE_GPU_BYTES = 70 * GIB
 SMALL_GPU_BATCH = {"max_num_batched_tokens": 2048, "max_num_seqs": 256}
 LARGE_GPU_BATCH = {"max_num_batched_tokens": 8192, "max_num_seqs": 1024}
-SHARED_GPU_LIMIT = 0.95  # of a GPU's memory that engines sharing it may ask for together (its CUDA contexts need the rest)
+SHARED_GPU_LIMIT = (
+    0.95  # of a GPU's memory that engines sharing it may ask for together (its CUDA contexts need the rest)
+)
 # A name -> key object, as the Secrets Store CSI mount holds them (k8s_constructs/endpoint.KEYS_FILE; not imported:
 # this module runs where the CDK is not installed). The ingress reads every file of the directory, so only the form matters.
 API_KEYS_FILE = "api-keys.json"
@@ -66,7 +68,13 @@ def _worker_node(group: dict[str, Any]) -> NodeShape:
     cpus = resources.pop("CPU", None)
     num_gpus = int(gpus if gpus is not None else params.get("num-gpus", limits.get("nvidia.com/gpu", 0)))
     num_cpus = int(cpus) if cpus is not None else _quantity_cpus(params.get("num-cpus", limits.get("cpu", 1)))
-    return NodeShape(group["groupName"], num_cpus, num_gpus, resources, {NODE_GROUP_LABEL: group["groupName"], **(group.get("labels") or {})})
+    return NodeShape(
+        group["groupName"],
+        num_cpus,
+        num_gpus,
+        resources,
+        {NODE_GROUP_LABEL: group["groupName"], **(group.get("labels") or {})},
+    )
 
 
 def cluster_shape(rayservice: dict[str, Any]) -> ClusterShape:
@@ -168,9 +176,19 @@ def accelerator_resources(config: dict[str, Any], host: Host) -> tuple[dict[str,
     """Ray Serve LLM adds `accelerator_type:<GPU>: 0.001` to every bundle of a phase that names its GPU; a host with
     another GPU lacks that resource, so every worker node advertises the deployed one as well."""
     wanted = sorted({phase["accelerator_type"] for _, phase in _phases(config) if phase.get("accelerator_type")})
-    extra = {f"accelerator_type:{name}": 1.0 for name in wanted if name.upper() not in host.gpu_name.upper().replace("NVIDIA ", "").split()}
+    extra = {
+        f"accelerator_type:{name}": 1.0
+        for name in wanted
+        if name.upper() not in host.gpu_name.upper().replace("NVIDIA ", "").split()
+    }
     changes = [
-        Change(f"worker nodes' resource {name}", "from the GPU", "advertised", f"the bundles ask for it; this host's GPU is {host.gpu_name}") for name in extra
+        Change(
+            f"worker nodes' resource {name}",
+            "from the GPU",
+            "advertised",
+            f"the bundles ask for it; this host's GPU is {host.gpu_name}",
+        )
+        for name in extra
     ]
     return extra, changes
 
@@ -198,15 +216,30 @@ def patch_serve_config(
 
     for name, phase in _phases(patched):
         loading = phase["model_loading_config"]
-        change("model_source", loading["model_source"], model_path, "the deployed source is not reachable from this host" if random_weights else "a local copy")
+        change(
+            "model_source",
+            loading["model_source"],
+            model_path,
+            "the deployed source is not reachable from this host" if random_weights else "a local copy",
+        )
         loading["model_source"] = model_path
         engine = phase.setdefault("engine_kwargs", {})
         if random_weights:
-            change("engine_kwargs.load_format", engine.get("load_format", "auto"), "dummy", "no weights here: the model's real config with random weights")
+            change(
+                "engine_kwargs.load_format",
+                engine.get("load_format", "auto"),
+                "dummy",
+                "no weights here: the model's real config with random weights",
+            )
             engine["load_format"] = "dummy"
         backends = engine.get("kv_transfer_config", {}).get("kv_connector_extra_config", {}).get("backends")
         if backends and "LIBFABRIC" in backends and not host.efa:
-            change("kv_connector_extra_config.backends", backends, ["UCX"], "no EFA device on this host: libfabric cannot load")
+            change(
+                "kv_connector_extra_config.backends",
+                backends,
+                ["UCX"],
+                "no EFA device on this host: libfabric cannot load",
+            )
             engine["kv_transfer_config"]["kv_connector_extra_config"]["backends"] = ["UCX"]
         utilization = float(engine.get("gpu_memory_utilization", 0.9))
         if host.gpu_total_bytes > target.gpu_total_bytes:
@@ -215,7 +248,8 @@ def patch_serve_config(
                 "engine_kwargs.gpu_memory_utilization",
                 utilization,
                 here,
-                f"{host.gpu_name} has {host.gpu_total_bytes / GIB:.1f} GiB: the same budget as on the {target.gpu_model}",
+                f"{host.gpu_name} has {host.gpu_total_bytes / GIB:.1f} GiB: the same budget as on the"
+                f" {target.gpu_model}",
             )
             engine["gpu_memory_utilization"] = here
         # vLLM's batch defaults of the deployed GPU, for the OpenAI server Ray Serve LLM runs (UsageContext
@@ -228,7 +262,12 @@ def patch_serve_config(
             if key not in engine:
                 engine[key] = value
                 if host_batch != deployed_batch:
-                    change(f"engine_kwargs.{key}", f"{value} (vLLM's default there)", value, f"vLLM's default here would be {host_batch[key]}")
+                    change(
+                        f"engine_kwargs.{key}",
+                        f"{value} (vLLM's default there)",
+                        value,
+                        f"vLLM's default here would be {host_batch[key]}",
+                    )
         if shared_gpu:
             if kv_cache_bytes is None:
                 raise ValueError("two engines share a GPU: the KV cache size to give each is needed")
@@ -236,11 +275,22 @@ def patch_serve_config(
                 "engine_kwargs.kv_cache_memory_bytes",
                 "profiled",
                 kv_cache_bytes,
-                "the phases share one GPU: profiling side by side is unreliable, so each gets the KV cache the lone engine measured",
+                "the phases share one GPU: profiling side by side is unreliable, so each gets the KV cache the lone"
+                " engine measured",
             )
             engine["kv_cache_memory_bytes"] = kv_cache_bytes
-        if target.hybrid_gdn and host.compute_capability == (9, 0) and not host.cutlass_dsl and "gdn_prefill_backend" not in engine:
-            change("engine_kwargs.gdn_prefill_backend", "auto", "triton", "FlashInfer's SM90 GDN prefill kernel needs nvidia-cutlass-dsl, absent here")
+        if (
+            target.hybrid_gdn
+            and host.compute_capability == (9, 0)
+            and not host.cutlass_dsl
+            and "gdn_prefill_backend" not in engine
+        ):
+            change(
+                "engine_kwargs.gdn_prefill_backend",
+                "auto",
+                "triton",
+                "FlashInfer's SM90 GDN prefill kernel needs nvidia-cutlass-dsl, absent here",
+            )
             engine["gdn_prefill_backend"] = "triton"
         del name
     return patched, changes
@@ -258,8 +308,9 @@ def shared_budget_error(config: dict[str, Any], shape: ClusterShape, host_gpus: 
     utilization = max(float(p.get("engine_kwargs", {}).get("gpu_memory_utilization", 0.9)) for _, p in _phases(config))
     if sharing > 1 and sharing * utilization > SHARED_GPU_LIMIT:
         return (
-            f"{sharing} engines would share each GPU at gpu_memory_utilization {utilization} ({sharing * utilization:.2f} of it): "
-            f"run on a host with {shape.gpus} GPUs, or with a GPU at least {sharing * utilization / SHARED_GPU_LIMIT:.1f} x the deployed one's memory"
+            f"{sharing} engines would share each GPU at gpu_memory_utilization {utilization}"
+            f" ({sharing * utilization:.2f} of it): run on a host with {shape.gpus} GPUs, or with a GPU at least"
+            f" {sharing * utilization / SHARED_GPU_LIMIT:.1f} x the deployed one's memory"
         )
     return ""
 
@@ -273,7 +324,10 @@ def patch_api_keys(config: dict[str, Any], keys_dir: str) -> tuple[dict[str, Any
     if "api_keys_dir" not in kwargs:
         return patched, []
     change = Change(
-        "ingress_extra_kwargs.api_keys_dir", kwargs["api_keys_dir"], keys_dir, "the Secrets Store CSI mount of the pods: a key generated for the run"
+        "ingress_extra_kwargs.api_keys_dir",
+        kwargs["api_keys_dir"],
+        keys_dir,
+        "the Secrets Store CSI mount of the pods: a key generated for the run",
     )
     kwargs["api_keys_dir"] = keys_dir
     return patched, [change]

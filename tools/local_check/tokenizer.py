@@ -19,7 +19,9 @@ SPECIAL = ("<|endoftext|>", "<|im_start|>", "<|im_end|>")
 
 def _byte_alphabet() -> list[str]:
     """GPT-2's byte-to-unicode table: 256 printable characters, one per byte (what ByteLevel pre-tokenizes to)."""
-    printable = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + list(range(ord("®"), ord("ÿ") + 1))
+    printable = (
+        list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + list(range(ord("®"), ord("ÿ") + 1))
+    )
     codes = printable[:]
     extra = 0
     for byte in range(256):
@@ -39,7 +41,11 @@ def tokenizer_files(vocab_size: int) -> dict[str, Any]:
     alphabet = _byte_alphabet()
     vocab: dict[str, int] = {symbol: index for index, symbol in enumerate(alphabet)}
     merges: list[list[str]] = []
-    ascii_letters = [alphabet[b] for b in range(ord("a"), ord("z") + 1)] + [alphabet[b] for b in range(ord("A"), ord("Z") + 1)] + [alphabet[ord(" ")]]
+    ascii_letters = (
+        [alphabet[b] for b in range(ord("a"), ord("z") + 1)]
+        + [alphabet[b] for b in range(ord("A"), ord("Z") + 1)]
+        + [alphabet[ord(" ")]]
+    )
     room = vocab_size - len(SPECIAL)
     # Two-symbol then three-symbol tokens over the byte alphabet, in a fixed order, until the vocabulary is full.
     for first in alphabet:
@@ -59,7 +65,17 @@ def tokenizer_files(vocab_size: int) -> dict[str, Any]:
     next_id = len(vocab)
     added = []
     for offset, content in enumerate(SPECIAL):
-        added.append({"id": next_id + offset, "content": content, "single_word": False, "lstrip": False, "rstrip": False, "normalized": False, "special": True})
+        added.append(
+            {
+                "id": next_id + offset,
+                "content": content,
+                "single_word": False,
+                "lstrip": False,
+                "rstrip": False,
+                "normalized": False,
+                "special": True,
+            }
+        )
     tokenizer = {
         "version": "1.0",
         "truncation": None,
