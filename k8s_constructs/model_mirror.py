@@ -58,7 +58,7 @@ class MirrorJobChart(cdk8s.Chart):
             "HF_REVISION": props.revision,
             "DEST_URI": props.destination,
             "HF_ENDPOINT": props.hf_endpoint,
-            # boto3 without a Region would use us-east-1's endpoint, which this VPC's S3 gateway endpoint does not carry.
+            # boto3 without a Region would use us-east-1's endpoint, not carried by this VPC's S3 gateway endpoint.
             "AWS_REGION": props.region,
             "AWS_DEFAULT_REGION": props.region,
             "PYTHONUNBUFFERED": "1",

@@ -210,7 +210,10 @@ def mirror(
             )
         if COMPLETION_OBJECT in existing:
             finished = s3.get_object(Bucket=bucket, Key=prefix + COMPLETION_OBJECT)
-            was = f"{finished.get('Metadata', {}).get(MIRRORED_FROM, 'a model')}@{finished['Body'].read().decode().strip()}"
+            was = (
+                f"{finished.get('Metadata', {}).get(MIRRORED_FROM, 'a model')}"
+                f"@{finished['Body'].read().decode().strip()}"
+            )
             if was != f"{repo}@{commit}":
                 raise MirrorError(
                     f"s3://{bucket}/{prefix} is the finished mirror of {was}, which engines may load at any time: a"

@@ -5,10 +5,11 @@ Ingress is denied by default; then only: the pods of the RayCluster among themse
 transfers, NIXL's side channel, Serve's internal calls), the KubeRay operator to the head's dashboard
 (serve config, status) and Serve health port, the namespaces named by SERVE_CLIENT_NAMESPACES to the Serve
 port, the Serve endpoint's load balancer (SERVE_EXPOSURE internal or internet-facing) to the Serve port from the
-public subnets it alone has addresses in, and the metrics collectors to the metrics port: METRICS_NAMESPACE (a collector run in the cluster)
-and, with OBSERVABILITY=on, the managed Prometheus collector, which connects from network interfaces in
-subnets of its own (no node or pod has an address there), named by their address blocks. Ray's token authentication guards the dashboard,
-the Jobs API and GCS; it does not cover Serve's HTTP port, so this is the Serve endpoint's only guard.
+public subnets it alone has addresses in, and the metrics collectors to the metrics port: METRICS_NAMESPACE (a
+collector run in the cluster) and, with OBSERVABILITY=on, the managed Prometheus collector, which connects from
+network interfaces in subnets of its own (no node or pod has an address there), named by their address blocks.
+Ray's token authentication guards the dashboard, the Jobs API and GCS; it does not cover Serve's HTTP port, so
+this is the Serve endpoint's only guard.
 EFA's OS-bypass traffic does not pass through the kernel's IP stack: the EFA security group governs it.
 """
 

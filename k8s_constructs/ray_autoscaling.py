@@ -45,8 +45,8 @@ WORKER_ANNOTATIONS = {"cluster-autoscaler.kubernetes.io/safe-to-evict": "false"}
 # and patch every pod of the namespace, patch pods/resize, get and patch RayClusters) to the head pod's service account,
 # and automountServiceAccountToken is pod-wide: mounted for the sidecar, the token would reach the head container too
 # (the Serve controller, any task on the head), which could then patch the privileged GPU workers. So the pod mounts
-# none, and this projected volume, what the kubelet would mount (a bound token, the cluster CA, the namespace), goes into
-# the autoscaler container alone, at the standard path where Ray's KubeRay node provider reads the token and the CA
+# none, and this projected volume, what the kubelet would mount (a bound token, the cluster CA, the namespace), goes
+# into the autoscaler container alone, at the standard path where Ray's KubeRay node provider reads the token and the CA
 # (ray/autoscaler/_private/kuberay/node_provider.py, load_k8s_secrets; it re-reads them periodically, so the kubelet's
 # rotation of the token is picked up).
 SERVICE_ACCOUNT_MOUNT = "/var/run/secrets/kubernetes.io/serviceaccount"

@@ -103,7 +103,8 @@ Q = TypeVar("Q")
 
 
 def worker_identity_needed(settings: Settings) -> bool:
-    """The GPU workers get a ServiceAccount with an EKS Pod Identity only when they read from AWS (Hub token, S3 weights, API keys)."""
+    """The GPU workers get a ServiceAccount with an EKS Pod Identity only when they read from AWS (Hub token, S3
+    weights, API keys)."""
     return bool(settings.hf_token_secret_name) or settings.model_s3 is not None or settings.serve_endpoint.api_keys
 
 
@@ -115,7 +116,7 @@ def head_identity_needed(settings: Settings) -> bool:
 @dataclass(frozen=True)
 class RayServiceProps:
     settings: Settings
-    # GCS_FAULT_TOLERANCE=redis: the deployed store (the serving stack's tokens); None: placeholders (dist/, validators).
+    # GCS_FAULT_TOLERANCE=redis: the deployed store (serving stack tokens); None: placeholders (dist/, validators).
     gcs_store: gcs_ft.GcsStoreRef | None = None
     # SERVE_EXPOSURE / SERVE_API_KEYS: the keys' secret and the load balancer's subnets (tokens), else placeholders.
     endpoint_refs: endpoint.EndpointRefs = field(default_factory=endpoint.EndpointRefs)

@@ -224,7 +224,7 @@ class IngressConfig:
 class PdApplication:
     prefill: PhaseConfig
     decode: PhaseConfig
-    # The ingress (Ray Serve LLM's OpenAI app) relays every stream too: replaced in a rolling change, it drains as decode does.
+    # The ingress (Ray Serve LLM's OpenAI app) relays every stream too: in a rolling change it drains as decode does.
     ingress_graceful_shutdown_timeout_s: int | None = None
     name: str = APP_NAME
     route_prefix: str = "/"

@@ -1,6 +1,6 @@
-"""`make preflight`'s runner (preflight/registry.py declares the checks): every check of preflight/registry.py, in order, each reported (passed, warned or
-failed with a one-sentence fix) and never raised, so the user sees a table and never a traceback. Only
-read-only AWS calls are made.
+"""`make preflight`'s runner (preflight/registry.py declares the checks): every check of preflight/registry.py, in
+order, each reported (passed, warned or failed with a one-sentence fix) and never raised, so the user sees a table and
+never a traceback. Only read-only AWS calls are made.
 """
 
 from __future__ import annotations

@@ -307,7 +307,8 @@ MAX_GPU_NODES = 64  # as GPU_NODE_COUNT
 
 
 def _check_maxima(settings: Settings, raw: Mapping[str, str]) -> None:
-    """Each maximum at least its phase's minimum, and the nodes of both maxima within what one nodegroup may hold here."""
+    """Each maximum at least its phase's minimum, and the nodes of both maxima within what one nodegroup may hold
+    here."""
     for env, minimum_env, maximum, minimum in (
         ("PREFILL_MAX_REPLICAS", "PREFILL_REPLICAS", settings.prefill_max_replicas, settings.prefill_replicas),
         ("DECODE_MAX_REPLICAS", "DECODE_REPLICAS", settings.decode_max_replicas, settings.decode_replicas),

@@ -42,7 +42,8 @@ class ModelFacts:
         return self.layers - self.attention_layers if self.linear_state_bytes_per_layer else 0
 
     def kv_bytes_per_token(self, tensor_parallel_size: int) -> int:
-        """Full-attention KV cache per token on one GPU: K and V, the GPU's share of the KV heads, every attention layer."""
+        """Full-attention KV cache per token on one GPU: K and V, the GPU's share of the KV heads, every attention
+        layer."""
         heads = max(1, self.kv_heads // tensor_parallel_size)
         # The engines run dtype bfloat16 (the serve config), whatever the checkpoint's: the cache is bf16 too.
         return 2 * heads * self.head_dim * ENGINE_DTYPE_BYTES * self.attention_layers

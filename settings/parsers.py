@@ -172,7 +172,8 @@ class OptionalInteger:
 
 @dataclass(frozen=True)
 class Flag:
-    """A switch: `on_value` is True, `off_value` False (on/off unless the setting's words are others, say true/false)."""
+    """A switch: `on_value` is True, `off_value` False (on/off unless the setting's words are others, say
+    true/false)."""
 
     on_value: str = "on"
     off_value: str = "off"

@@ -110,7 +110,8 @@ def check_head_fits(instance: InstanceFacts, *, observability: bool, autoscaling
             instance.name,
             f"a type with room for the Ray head ({HEAD_REQUEST_CPU_MILLI // 1000} vCPU,"
             f" {HEAD_REQUEST_MEMORY_MIB // 1024} GiB) beside the operator and"
-            f" CoreDNS{' and the observability add-on' if observability else ''}{' and the autoscalers' if autoscaling else ''};"
+            f" CoreDNS{' and the observability add-on' if observability else ''}"
+            f"{' and the autoscalers' if autoscaling else ''};"
             f" {instance.name} leaves {free_cpu}m CPU, {free_memory} MiB",
         )
 

@@ -207,7 +207,7 @@ class CiAccessStack(Stack):
                 iam.PolicyStatement(
                     sid="ReadEc2Quotas", actions=["servicequotas:GetServiceQuota"], resources=[ec2_quotas]
                 ),
-                # The preflight checks that each ADMIN_PRINCIPAL_ARNS entry exists before EKS is asked for its access entry.
+                # The preflight checks that each ADMIN_PRINCIPAL_ARNS entry exists before EKS is asked for its entry.
                 iam.PolicyStatement(
                     sid="ReadAdminRoles", actions=["iam:GetRole"], resources=[self._arn("iam", "", "role/*")]
                 ),
@@ -238,7 +238,8 @@ class CiAccessStack(Stack):
                 ),
                 # The preflight's model-source check of an s3:// MODEL_SOURCE (and MODEL_NEXT_SOURCE, same bucket).
                 *_model_bucket_reads(settings),
-                # SERVE_EXPOSURE beyond the cluster: the load balancer's certificate (this Region's) and the DNS name's hosted zone.
+                # SERVE_EXPOSURE beyond the cluster: the load balancer's certificate (this Region's) and the DNS
+                # name's hosted zone.
                 iam.PolicyStatement(
                     sid="ReadTheEndpointCertificate",
                     actions=["acm:DescribeCertificate"],

@@ -1,4 +1,5 @@
-"""The serving layer: the prefill/decode RayService (cdk8s), its namespace and NetworkPolicies, after the KubeRay operator of the system stack."""
+"""The serving layer: the prefill/decode RayService (cdk8s), its namespace and NetworkPolicies, after the KubeRay
+operator of the system stack."""
 
 from __future__ import annotations
 
@@ -277,7 +278,8 @@ class ServingStack(Stack):
         return needs
 
     def _head_access(self, cluster: eks.ICluster, settings: Settings, store: GcsStore | None) -> Construct:
-        """The head's Pod Identity role: it may read the GCS store's AUTH token and the API keys (each when there), nothing else."""
+        """The head's Pod Identity role: it may read the GCS store's AUTH token and the API keys (each when there),
+        nothing else."""
         account = head_service_account(settings.ray_service_name)
         reads = " and ".join(
             what for what, on in (("the GCS store's AUTH token", store), ("the API keys", self.api_keys)) if on

@@ -231,7 +231,8 @@ def run(spec: dict[str, Any]) -> dict[str, Any]:
                 for chunk in handle.options(stream=True, method_name="stream").remote(spec["stream_s"]):
                     chunks.append(chunk)
 
-        # At least one stream on each replica (the router chooses; a few more until both have one), whichever is removed.
+        # At least one stream on each replica (the router chooses; a few more until both have one), whichever is
+        # removed.
         while len(streams) < spec["streams"] or (
             len({c[0] for c in streams if c}) < 2 and len(streams) < 4 * spec["streams"]
         ):

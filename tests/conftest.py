@@ -189,5 +189,6 @@ ENDPOINT = {
 
 @pytest.fixture(scope="session")
 def endpoint_synth(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Synth]:
-    """SERVE_EXPOSURE=internal with a certificate, a hosted zone and access logs: the controller, the Ingress, the keys."""
+    """SERVE_EXPOSURE=internal with a certificate, a hosted zone and access logs: the controller, the Ingress, the
+    keys."""
     yield synthesize(settings_for(ENDPOINT), tmp_path_factory.mktemp("endpoint"))

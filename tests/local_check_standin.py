@@ -139,9 +139,10 @@ def build_collocated_app(args: dict[str, Any]) -> Any:
     return Ingress.options(ray_actor_options={"num_cpus": 0}).bind(replicas, config.model_id)
 
 
-# vLLM's memory report lines, in its own words, with a lone engine's figures.
+# vLLM's memory report lines, in its own words, with a lone engine's figures (a line ending in a backslash goes on).
 MEMORY_LOG = """INFO Model loading took 16.60 GiB memory and 30.1 seconds
-DEBUG Memory profiling takes 3.02 seconds. Total non KV cache memory: 17.82GiB; torch peak memory increase: 1.00GiB; non-torch forward increase memory: 0.22GiB; weights memory: 16.60GiB.
+DEBUG Memory profiling takes 3.02 seconds. Total non KV cache memory: 17.82GiB; torch peak memory increase: 1.00GiB; \
+non-torch forward increase memory: 0.22GiB; weights memory: 16.60GiB.
 INFO Available KV cache memory: 2.21 GiB
 INFO GPU KV cache size: 51,013 tokens
 INFO Maximum concurrency for 4,096 tokens per request: 12.45x

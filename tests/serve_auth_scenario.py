@@ -88,7 +88,8 @@ def run(spec: dict[str, Any]) -> dict[str, Any]:
         application["import_path"] = "tests.serve_auth_standin:build_app"
         observed["runtime_env"] = application.get("runtime_env")
 
-        # What every Ray process of the cluster sees (the image's own path, in the pods): the stand-ins and this repository.
+        # What every Ray process of the cluster sees (the image's own path, in the pods): the stand-ins and this
+        # repository.
         os.environ["PYTHONPATH"] = f"{fake}{os.pathsep}{REPO}"
         ray.init(num_cpus=0, include_dashboard=False, _temp_dir=str(tmp / "ray"), logging_level="warning")
         observed["node_cpus"] = ray.cluster_resources().get("CPU", 0.0)

@@ -105,10 +105,11 @@ def _mounts_kube_api_token(container: dict[str, Any], volumes: dict[str, dict[st
 def test_only_the_autoscaler_container_holds_a_kubernetes_token(
     synth_name: str, request: pytest.FixtureRequest
 ) -> None:
-    """KubeRay 1.7's autoscaler Role (rbac.go) may get/list/watch/patch every pod of the namespace and patch RayClusters;
-    automountServiceAccountToken is pod-wide. The head pod mounts none; with autoscaling a projected token (what the
-    kubelet would mount) goes into KubeRay's autoscaler container only, at the path Ray's KubeRay node provider reads
-    (node_provider.py, load_k8s_secrets). Checked on the synthesized template and on the Pods KubeRay makes from it."""
+    """KubeRay 1.7's autoscaler Role (rbac.go) may get/list/watch/patch every pod of the namespace and patch
+    RayClusters; automountServiceAccountToken is pod-wide. The head pod mounts none; with autoscaling a projected token
+    (what the kubelet would mount) goes into KubeRay's autoscaler container only, at the path Ray's KubeRay node
+    provider reads (node_provider.py, load_k8s_secrets). Checked on the synthesized template and on the Pods KubeRay
+    makes from it."""
     import kubernetes_validate
 
     from tools.k8s_objects import AUTOSCALER_CONTAINER, kuberay_pods
@@ -375,8 +376,8 @@ def test_load_on_decode_adds_a_decode_node_only_and_the_cluster_returns_to_its_m
         "timeout_s": 120,
         "control_bundles": control,
         "control_wait_s": 8,
-        # Streams that outlive Ray Serve's default graceful_shutdown_timeout_s (20 s) counted from the replica's stop, which
-        # comes a downscale delay after they start: with Ray's default they are cut.
+        # Streams that outlive Ray Serve's default graceful_shutdown_timeout_s (20 s) counted from the replica's stop,
+        # which comes a downscale delay after they start: with Ray's default they are cut.
         "streams": 4,
         "stream_s": (
             DEFAULT_GRACEFUL_SHUTDOWN_TIMEOUT_S + phases["decode"]["autoscaling_config"]["downscale_delay_s"] + 5

@@ -51,8 +51,8 @@ value = lambda flag: args[args.index(flag) + 1]
 if value("--request-rate") == FAIL_AT:
     sys.exit(3)
 rate, length = float(value("--request-rate")), int(value("--random-input-len"))
-result = {"p50_ttft_ms": length / 10 + rate, "p99_ttft_ms": length / 5 + rate, "p50_itl_ms": 20 + rate, "p99_itl_ms": 40 + rate,
-          "output_throughput": 100 * rate, "request_throughput": rate}
+result = {"p50_ttft_ms": length / 10 + rate, "p99_ttft_ms": length / 5 + rate, "p50_itl_ms": 20 + rate,
+          "p99_itl_ms": 40 + rate, "output_throughput": 100 * rate, "request_throughput": rate}
 json.dump(result, open(value("--result-dir") + "/" + value("--result-filename"), "w"))
 """
 
@@ -132,13 +132,15 @@ def test_the_ramp_goes_past_one_replicas_capacity_and_holds_its_last_rate() -> N
     assert [rate for _, rate in steps] == [1.0, 2.0, 4.0, 8.0]
     assert [w.num_prompts for w, _ in steps] == [120, 240, 480, 4800]
     assert bench_script(bench_props(SETTINGS)).count("--max-concurrency 48") == 4
-    # At the top rate, with a request taking a few seconds (256 tokens), far more streams than a decode replica's target.
+    # At the top rate, with a request taking a few seconds (256 tokens), far more streams than a decode replica's
+    # target.
     top_workload, top_rate = steps[-1]
     assert top_rate * 4 > TARGET_ONGOING_REQUESTS["decode"] and top_workload.output_len == 256
 
 
 class _Cluster:
-    """kubectl as the benchmark sees it: a decode pod and a GPU node join on the second sample; the Job succeeds on the third."""
+    """kubectl as the benchmark sees it: a decode pod and a GPU node join on the second sample; the Job succeeds on the
+    third."""
 
     def __init__(self) -> None:
         self.samples = 0

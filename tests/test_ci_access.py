@@ -275,7 +275,8 @@ def _authorization_reference() -> dict[str, Any]:
 
 
 def _resource_types(action: str) -> list[str]:
-    """The resource types an IAM action can be scoped to, from cfn-lint's copy of the Service Authorization Reference."""
+    """The resource types an IAM action can be scoped to, from cfn-lint's copy of the Service Authorization
+    Reference."""
     policies = _authorization_reference()
     service, name = action.split(":")
     resources: list[str] = policies[service]["Actions"][name.lower()].get("Resources", [])

@@ -15,7 +15,8 @@ from tests.conftest import REPO, Synth
 
 
 def test_cfn_lint_reports_no_error(default_synth: Synth, features_synth: Synth) -> None:
-    # The default, and the features that add resources of their own (S3 model roles, the Cluster Autoscaler, the GCS store).
+    # The default, and the features that add resources of their own (S3 model roles, the Cluster Autoscaler, the GCS
+    # store).
     templates = sorted(
         str(p) for synth in (default_synth, features_synth) for p in synth.outdir.glob("*.template.json")
     )

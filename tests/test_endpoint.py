@@ -110,7 +110,10 @@ def test_the_controllers_role_is_its_published_policy_narrowed_to_this_cluster(e
         {"aws:ResourceTag/elbv2.k8s.aws/cluster": "ray-llm-multinode"},
         {"aws:ResourceTag/elbv2.k8s.aws/cluster": "prod"},
     )
-    lb = "arn:aws:elasticloadbalancing:sa-east-1:123456789012:loadbalancer/app/k8s-inferenc-rayllmse-0a1b2c3d4e/0123456789abcdef"
+    lb = (
+        "arn:aws:elasticloadbalancing:sa-east-1:123456789012:loadbalancer/app/"
+        "k8s-inferenc-rayllmse-0a1b2c3d4e/0123456789abcdef"
+    )
     sg = "arn:aws:ec2:sa-east-1:123456789012:security-group/sg-0123456789abcdef0"
     sg_elsewhere = sg.replace("sa-east-1", "us-east-1")
     create_tags = {"aws:RequestTag/elbv2.k8s.aws/cluster": "ray-llm-multinode"}

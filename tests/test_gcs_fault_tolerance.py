@@ -99,7 +99,8 @@ def tls_redis(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, P
     server = subprocess.Popen(
         [
             REDIS, "--port", "0", "--tls-port", str(port), "--bind", "127.0.0.1", "--requirepass", PASSWORD,
-            "--tls-cert-file", str(files["server"]), "--tls-key-file", str(files["server-key"]), "--tls-ca-cert-file", str(files["ca"]),
+            "--tls-cert-file", str(files["server"]), "--tls-key-file", str(files["server-key"]),
+            "--tls-ca-cert-file", str(files["ca"]),
             "--tls-auth-clients", "no", "--save", "", "--appendonly", "no", "--dir", str(directory),
         ],
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
@@ -123,14 +124,15 @@ def _scenario(tmp_path: Path, name: str, spec: dict[str, Any], env: dict[str, st
         try:
             done = subprocess.run(
                 [sys.executable, "-m", "tests.gcs_ft_scenario", str(tmp_path / f"{name}.json")],
-                capture_output=True, text=True, cwd=REPO, timeout=300, env={**os.environ, "RAY_USAGE_STATS_ENABLED": "0", **env},
+                capture_output=True, text=True, cwd=REPO, timeout=300,
+                env={**os.environ, "RAY_USAGE_STATS_ENABLED": "0", **env},
             )  # fmt: skip
         except subprocess.TimeoutExpired:
             if attempt == 2:
                 raise
-            # A hang, not a failed observation: on a loaded 2-core machine the scenario has hung once in about ten runs
-            # (the process waiting on Ray, no CPU used, in a fresh-clone CI run on 2026-12-01). Once more, on fresh ports
-            # and a fresh store namespace; every assertion below holds for the second run as for the first.
+            # A hang, not a failed observation: on a loaded 2-core machine the scenario has hung once in about ten
+            # runs (the process waiting on Ray, no CPU used, in a fresh-clone CI run on 2026-12-01). Once more, on fresh
+            # ports and a fresh store namespace; every assertion below holds for the second run as for the first.
             spec = {**spec, "serve_port": free_port()}
             if "RAY_external_storage_namespace" in env:
                 env = {**env, "RAY_external_storage_namespace": env["RAY_external_storage_namespace"] + "-again"}
@@ -177,7 +179,10 @@ def test_the_worker_serves_through_a_gcs_outage_with_the_store_and_not_without(
     assert lost["outage_ok_at_the_end"] == 0, shown
     # And the state was in the TLS store, under the namespace, written with the password.
     keys = subprocess.run(
-        ["redis-cli", "--tls", "--cacert", str(ca), "-h", "127.0.0.1", "-p", address.rsplit(":", 1)[1], "--no-auth-warning", "-a", PASSWORD, "--scan", "--pattern", "*pd-test*"],
+        [
+            "redis-cli", "--tls", "--cacert", str(ca), "-h", "127.0.0.1", "-p", address.rsplit(":", 1)[1],
+            "--no-auth-warning", "-a", PASSWORD, "--scan", "--pattern", "*pd-test*",
+        ],
         capture_output=True, text=True, timeout=30, check=True,
     )  # fmt: skip
     assert keys.stdout.split(), "no GCS key under the storage namespace in the store"

@@ -224,7 +224,7 @@ def test_the_preflight_wants_the_store_type_and_version_offered_in_the_region() 
     ).ok  # off: nothing asked
 
 
-# --- system nodes that can lose one (SYSTEM_NODE_COUNT >= 2) -----------------------------------------------------------
+# --- system nodes that can lose one (SYSTEM_NODE_COUNT >= 2) ----------------------------------------------------------
 
 
 def test_two_system_nodes_spread_coredns_and_the_operator_over_azs() -> None:

@@ -245,13 +245,19 @@ def test_parity_row_finds_the_first_difference() -> None:
     assert not ParityRow(3, [], []).equal  # no tokens is no evidence
 
 
-# vLLM 0.26.0's own lines, as the lone Qwen3.5-9B engine logged them on the H200 at an L4's budget (2026-12-01).
-H200_LOG = """(EngineCore pid=6886) INFO 12-01 22:32:28 [v1/worker/gpu_model_runner.py:5347] Model loading took 16.8 GiB memory and 0.406746 seconds
-(EngineCore pid=6886) DEBUG 12-01 22:32:35 [v1/worker/gpu_worker.py:559] Memory profiling takes 5.93 seconds. Total non KV cache memory: 18.03GiB; torch peak memory increase: 1.0GiB; non-torch forward increase memory: 0.22GiB; weights memory: 16.8GiB
+# vLLM 0.26.0's own lines, as the lone Qwen3.5-9B engine logged them on the H200 at an L4's budget (2026-12-01); a
+# line ending in a backslash goes on.
+H200_LOG = """(EngineCore pid=6886) INFO 12-01 22:32:28 [v1/worker/gpu_model_runner.py:5347] Model loading took 16.8 \
+GiB memory and 0.406746 seconds
+(EngineCore pid=6886) DEBUG 12-01 22:32:35 [v1/worker/gpu_worker.py:559] Memory profiling takes 5.93 seconds. Total \
+non KV cache memory: 18.03GiB; torch peak memory increase: 1.0GiB; non-torch forward increase memory: 0.22GiB; weights \
+memory: 16.8GiB
 (EngineCore pid=6886) INFO 12-01 22:32:35 [v1/worker/gpu_worker.py:560] Available KV cache memory: 2.21 GiB
 (EngineCore pid=6886) INFO 12-01 22:32:35 [v1/core/kv_cache_utils.py:2177] GPU KV cache size: 51,013 tokens
-(EngineCore pid=6886) INFO 12-01 22:32:35 [v1/core/kv_cache_utils.py:2178] Maximum concurrency for 4,096 tokens per request: 12.45x
-(EngineCore pid=6886) INFO 12-01 22:32:43 [v1/engine/core.py:347] init engine (profile, create kv cache, warmup model) took 14.72 s
+(EngineCore pid=6886) INFO 12-01 22:32:35 [v1/core/kv_cache_utils.py:2178] Maximum concurrency for 4,096 tokens per \
+request: 12.45x
+(EngineCore pid=6886) INFO 12-01 22:32:43 [v1/engine/core.py:347] init engine (profile, create kv cache, warmup model) \
+took 14.72 s
 """
 
 
@@ -413,8 +419,9 @@ def test_the_whole_flow_on_a_real_ray_cluster_with_a_stand_in_engine(plan: dict[
     out = tmp_path / "out"
     port = free_port()
     code = run_main(
-        ["--plan", str(tmp_path / "plan.json"), "--output-dir", str(out), "--model-dir", str(model), "--generate-tokenizer", "--mode", "both",
-         "--parity-prompts", "3", "--bench-rates", "2.0", "--port", str(port), "--engine", f"{StandInEngine.__module__}:StandInEngine"]
+        ["--plan", str(tmp_path / "plan.json"), "--output-dir", str(out), "--model-dir", str(model),
+         "--generate-tokenizer", "--mode", "both", "--parity-prompts", "3", "--bench-rates", "2.0", "--port", str(port),
+         "--engine", f"{StandInEngine.__module__}:StandInEngine"]
     )  # fmt: skip
     report = json.loads((out / "local-check.json").read_text())
     steps = {s["name"]: s for s in report["steps"]}

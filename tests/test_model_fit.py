@@ -33,8 +33,8 @@ def test_the_default_at_4096_fits_an_l4_as_the_design_says() -> None:
     assert 16 * GIB < this.weights < 17 * GIB
     # Qwen3.5: 8 full-attention layers x 2 x 4 KV heads x 256 x 2 bytes per token; 24 Gated DeltaNet layers' state.
     assert this.kv_per_token == 8 * 2 * 4 * 256 * 2 == 32_768
-    # One state page per sequence, not two: vLLM 0.26 keeps prefix caching off for hybrid models (engine/arg_utils.py), so
-    # its Mamba cache mode is "none" and MambaSpec.max_memory_usage_bytes is one page (v1/kv_cache_interface.py).
+    # One state page per sequence, not two: vLLM 0.26 keeps prefix caching off for hybrid models (engine/arg_utils.py),
+    # so its Mamba cache mode is "none" and MambaSpec.max_memory_usage_bytes is one page (v1/kv_cache_interface.py).
     assert this.state == 24 * ((16 * 128 * 2 + 32 * 128) * 3 * 2 + 32 * 128 * 128 * 4)
 
 

@@ -214,7 +214,8 @@ def test_a_finished_mirror_is_never_rewritten(hub: tuple[FakeHub, str], s3: Any)
 
 
 def test_nothing_is_written_into_a_prefix_the_running_engines_read(hub: tuple[FakeHub, str], s3: Any) -> None:
-    """Not even a first copy: the engines would load the half-written prefix (a missing `hash` is Ray's 000…0 snapshot)."""
+    """Not even a first copy: the engines would load the half-written prefix (a missing `hash` is Ray's 000…0
+    snapshot)."""
     _, base = hub
     with pytest.raises(
         script.MirrorError, match=r"read by the deployed RayService while its GPU workers run.*park first"

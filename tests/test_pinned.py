@@ -32,7 +32,8 @@ def test_every_setting_is_pinned_or_follows_a_version_pin() -> None:
 
 @pytest.fixture
 def flipped() -> Iterator[None]:
-    """REGION and GPU_NODE_TYPE with other defaults, in this process (tests/flip_defaults.py does it for a whole run)."""
+    """REGION and GPU_NODE_TYPE with other defaults, in this process (tests/flip_defaults.py does it for a whole
+    run)."""
     before = {env: SPECS_BY_CONTEXT_KEY[env.lower()].default for env in FLIPPED}
     for env, value in FLIPPED.items():
         object.__setattr__(SPECS_BY_CONTEXT_KEY[env.lower()], "default", value)
@@ -48,7 +49,8 @@ def test_the_tests_settings_do_not_move_with_the_defaults(flipped: None) -> None
     assert (defaults.region, defaults.gpu_node.name) == (FLIPPED["REGION"], FLIPPED["GPU_NODE_TYPE"])
 
 
-# The files the Region and the GPU type appear in most (the whole suite: `make test ARGS="-p tests.flip_defaults -m 'not defaults'"`).
+# The files the Region and the GPU type appear in most (the whole suite:
+# `make test ARGS="-p tests.flip_defaults -m 'not defaults'"`).
 
 
 def _pytest_flipped(*args: str) -> subprocess.CompletedProcess[str]:

@@ -414,8 +414,8 @@ def test_a_roll_of_a_capacity_block_nodegroup_with_nodes_in_it_is_refused(monkey
 def test_autoscaling_into_a_placement_group_without_a_reservation_is_warned_about(
     changes: dict[str, Any], verdict: str
 ) -> None:
-    """Scale-ups add one GPU node at a time into the cluster placement group, where EC2's InsufficientInstanceCapacity is
-    likelier, and the Cluster Autoscaler backs the nodegroup off after each failure (issue 28.7)."""
+    """Scale-ups add one GPU node at a time into the cluster placement group, where EC2's InsufficientInstanceCapacity
+    is likelier, and the Cluster Autoscaler backs the nodegroup off after each failure (issue 28.7)."""
     from types import SimpleNamespace
 
     from preflight import capacity

@@ -176,7 +176,8 @@ def test_the_full_run_switches_every_optional_input_on() -> None:
 
 def test_every_aws_call_of_the_checks_is_declared_in_the_registry(aws: None, monkeypatch: pytest.MonkeyPatch) -> None:
     """The CI deploy role's read-only actions are derived from preflight/registry.py: every call a full run makes
-    (every optional input switched on: SWITCHED_ON, an exposed endpoint's certificate and zone included) must be among them.
+    (every optional input switched on: SWITCHED_ON, an exposed endpoint's certificate and zone included) must be among
+    them.
     """
     import botocore.client
 

@@ -68,7 +68,8 @@ def _quotas(gpu: float, standard: float) -> Any:
 
 
 def _cloudformation(redeploy: Redeploy | None, deployed: Mapping[str, dict[str, Any]]) -> Any:
-    """DescribeStacks/GetTemplate of our stacks (``deployed``: name -> template; absent = not deployed), then the bootstrap stack."""
+    """DescribeStacks/GetTemplate of our stacks (``deployed``: name -> template; absent = not deployed), then the
+    bootstrap stack."""
     client = boto3.session.Session().client("cloudformation", region_name=REGION)
     stubber = Stubber(client)
     for name in redeploy.templates if redeploy else ():
@@ -345,8 +346,9 @@ def _list_imports(answers: Mapping[str, list[str]]) -> Any:
 def test_turning_the_store_off_is_refused_while_the_serving_stack_imports_its_exports(
     features_synth: Any, default_synth: Any
 ) -> None:
-    """GCS_FAULT_TOLERANCE redis -> off with `make deploy` alone: the system stack would delete the store's exports while
-    the deployed serving stack imports them, and CloudFormation fails the update. The preflight names them and the procedure.
+    """GCS_FAULT_TOLERANCE redis -> off with `make deploy` alone: the system stack would delete the store's exports
+    while the deployed serving stack imports them, and CloudFormation fails the update. The preflight names them and the
+    procedure.
     """
     from preflight.deployed import Deployed, DeployedStack
     from preflight.redeploy import check_removed_exports, removed_exports

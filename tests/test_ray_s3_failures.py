@@ -17,9 +17,10 @@ def test_what_rays_downloader_logs_when_an_object_or_the_listing_fails(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """What docs/troubleshooting.md and docs/weights.md tell users to grep for, from Ray 2.58's own downloader on moto's
-    S3: an object it cannot read (here one in Glacier) is logged as `Failed to download KEY: ...` and `Failed to download N
-    files: [...]`, and the download returns (the engine then starts from what is there); a listing that fails (here no
-    bucket) raises, and the replica fails. `Failed to download files for model` is logged only for a RuntimeError."""
+    S3: an object it cannot read (here one in Glacier) is logged as `Failed to download KEY: ...` and `Failed to
+    download N files: [...]`, and the download returns (the engine then starts from what is there); a listing that fails
+    (here no bucket) raises, and the replica fails. `Failed to download files for model` is logged only for a
+    RuntimeError."""
     import logging
 
     from ray.llm._internal.common.utils.cloud_filesystem import s3_filesystem

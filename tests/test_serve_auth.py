@@ -118,11 +118,15 @@ def websocket(token):
     async def send(message):
         sent.append(message)
 
-    asyncio.run(module.ApiKeyMiddleware(app, keys=keys)({{"type": "websocket", "path": "/ws", "headers": headers}}, receive, send))
+    asyncio.run(
+        module.ApiKeyMiddleware(app, keys=keys)(
+            {{"type": "websocket", "path": "/ws", "headers": headers}}, receive, send
+        )
+    )
     return sent
 
-print(json.dumps({{"keys": sorted(keys.current()), "none": websocket(None), "short": websocket(short), "reached_before": list(reached),
-                  "good": websocket(good), "reached": reached}}))
+print(json.dumps({{"keys": sorted(keys.current()), "none": websocket(None), "short": websocket(short),
+                  "reached_before": list(reached), "good": websocket(good), "reached": reached}}))
 """
     env = {**os.environ, "PYTHONPATH": f"{fake}{os.pathsep}{REPO}"}
     done = subprocess.run(

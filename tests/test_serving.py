@@ -90,7 +90,8 @@ def test_workers_one_gpu_one_efa_privileged(default_synth: Synth, phase: str) ->
     assert list(_workers(default_synth)) == ["prefill", "decode"]
     group = _worker(default_synth, phase)
     assert group["replicas"] == group["minReplicas"] == group["maxReplicas"] == 1
-    # The phase's own Ray resource, one per GPU; GPUs in `resources`, so nothing in rayStartParams (KubeRay rejects both).
+    # The phase's own Ray resource, one per GPU; GPUs in `resources`, so nothing in rayStartParams (KubeRay rejects
+    # both).
     assert group["resources"] == {"GPU": "1", f"pd_{phase}": "1"}
     assert "rayStartParams" not in group
     pod = group["template"]["spec"]
@@ -152,7 +153,8 @@ def test_serve_config_has_every_setting_of_the_reference(default_synth: Synth) -
             "language_model_only": True,
             "kv_transfer_config": {
                 "kv_connector": "NixlConnector",
-                # vLLM 0.26 deprecates kv_both for the NixlConnector: each phase its own role (run on a GPU: same output).
+                # vLLM 0.26 deprecates kv_both for the NixlConnector: each phase its own role (run on a GPU: same
+                # output).
                 "kv_role": {"prefill": "kv_producer", "decode": "kv_consumer"}[phase],
                 "engine_id": phase,
                 "kv_connector_extra_config": {"backends": ["LIBFABRIC"]},

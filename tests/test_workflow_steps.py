@@ -87,7 +87,7 @@ def test_destroy_runs_make_destroy_with_force() -> None:
     assert kubeconfig < destroy, "kubectl must reach the cluster to remove what Kubernetes created"
 
 
-# --- Deploy and park ----------------------------------------------------------------------------------------------------
+# --- Deploy and park --------------------------------------------------------------------------------------------------
 
 
 FORBIDDEN_DEPLOY_FLAGS = re.compile(r"--no-rollback|--rollback[= ]false|(^|\s)-R(\s|$)|--express")
@@ -157,7 +157,7 @@ def test_the_park_decision(tmp_path: Path, event: str, keep_until: str, parks: b
     assert outputs(tmp_path) == {"park": "true" if parks else "false"}, result.stdout
 
 
-# --- ci: lint, test, checkov and the review ------------------------------------------------------------------------------
+# --- ci: lint, test, checkov and the review ---------------------------------------------------------------------------
 
 
 def test_ci_runs_lint_test_and_checkov() -> None:
@@ -265,7 +265,7 @@ def test_one_review_comment_updated_in_place(
     assert body.count("```") % 2 == 0, "the code block cut open is closed"
 
 
-# --- Settings from repository variables ----------------------------------------------------------------------------------
+# --- Settings from repository variables -------------------------------------------------------------------------------
 
 
 SETTINGS_STEP = "Settings from repository variables"

@@ -221,7 +221,7 @@ def test_no_aws_work_before_the_credentials() -> None:
             assert "aws " not in str(step.get("run", "")), f"{name}.{job_id}: aws CLI before the credentials"
 
 
-# --- One queue for deploy, destroy and park ----------------------------------------------------------------------------
+# --- One queue for deploy, destroy and park ---------------------------------------------------------------------------
 
 
 def test_deploy_destroy_and_park_share_one_queue_that_never_cancels() -> None:
@@ -251,7 +251,7 @@ def test_deploy_destroy_and_park_share_one_queue_that_never_cancels() -> None:
         assert load(name)["concurrency"]["group"] != group, f"{name} must not queue with (or replace) a deploy"
 
 
-# --- Every job, every step ---------------------------------------------------------------------------------------------
+# --- Every job, every step --------------------------------------------------------------------------------------------
 
 
 PINNED = re.compile(

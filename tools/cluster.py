@@ -141,7 +141,10 @@ def verify_efa(settings: Settings, kubectl: Kubectl) -> int:
 
 def status(settings: Settings, kubectl: Kubectl) -> int:
     gpu_role = GPU_NODE_LABELS["role"]
-    columns = "custom-columns=NAME:.metadata.name,GPU:.status.allocatable.nvidia\\.com/gpu,EFA:.status.allocatable.vpc\\.amazonaws\\.com/efa"
+    columns = (
+        "custom-columns=NAME:.metadata.name,GPU:.status.allocatable.nvidia\\.com/gpu,"
+        "EFA:.status.allocatable.vpc\\.amazonaws\\.com/efa"
+    )
     failed = 0
     for args in (
         ["get", "rayservice", "-n", settings.namespace, settings.ray_service_name],

@@ -1,7 +1,7 @@
 """Every Kubernetes object the project ships, one file each, for the validators that read manifests
 (checkov's kubernetes framework): dist/, the manifests embedded in the synthesized templates, the benchmark
-Job of `make bench-serving`, the chart of an exposed endpoint with API keys, and the Pods KubeRay makes from each RayService's head and worker templates
-(checkov does not look inside the CRD).
+Job of `make bench-serving`, the chart of an exposed endpoint with API keys, and the Pods KubeRay makes from each
+RayService's head and worker templates (checkov does not look inside the CRD).
 
 `python -m tools.k8s_objects OUTDIR ASSEMBLY...` (make checkov: cdk.out and the other configurations' assemblies).
 """
@@ -102,7 +102,8 @@ def _with_autoscaler(cluster: dict[str, Any], spec: dict[str, Any], cluster_name
 
 def kuberay_pods(ray_service: dict[str, Any]) -> list[dict[str, Any]]:
     """The Pods KubeRay creates from the RayService's head and worker group templates (their spec as written, the head's
-    with the autoscaler sidecar when in-tree autoscaling is on; KubeRay adds its own labels, the Ray start command and probes).
+    with the autoscaler sidecar when in-tree autoscaling is on; KubeRay adds its own labels, the Ray start command and
+    probes).
     """
     cluster = ray_service["spec"]["rayClusterConfig"]
     name, namespace = ray_service["metadata"]["name"], ray_service["metadata"].get("namespace", "default")

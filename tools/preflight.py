@@ -57,8 +57,8 @@ def preflight_input(
 ) -> PreflightInput:
     quota_code, quota_name = settings.gpu_node.on_demand_quota
     redeploy = Redeploy.of(settings, templates) if templates is not None else None
-    # A PreflightInput field named as a Settings field (or property) takes its value: a check's new input that is a setting
-    # is its field in preflight/context.py, nothing here. The others are derived from the settings below.
+    # A PreflightInput field named as a Settings field (or property) takes its value: a check's new input that is a
+    # setting is its field in preflight/context.py, nothing here. The others are derived from the settings below.
     same_name = {f.name: getattr(settings, f.name) for f in fields(PreflightInput) if f.name in _SETTINGS_FIELDS}
     return PreflightInput(
         **same_name

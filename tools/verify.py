@@ -4,10 +4,10 @@ In order, each with a visible wait where it waits:
 1. rayservice   the RayService Ready for the spec just deployed, its Serve application RUNNING
 2. gpu-nodes    every GPU node advertises the GPUs and EFA devices the instance facts say
 3. nixl         every Ray worker's NIXL backend is LIBFABRIC (UCX, or no backend line, fails)
-4. completion   one chat completion through Serve, from inside the cluster, with a non-empty answer (with SERVE_API_KEYS=on,
-                the head pod's own key)
-   endpoint     with SERVE_EXPOSURE beyond the cluster: through the load balancer (HTTPS), 401 without a key and a completion
-                with one (run it from where the load balancer is reachable: inside the VPC for internal)
+4. completion   one chat completion through Serve, from inside the cluster, with a non-empty answer (with
+                SERVE_API_KEYS=on, the head pod's own key)
+   endpoint     with SERVE_EXPOSURE beyond the cluster: through the load balancer (HTTPS), 401 without a key and a
+                completion with one (run it from where the load balancer is reachable: inside the VPC for internal)
 5. metrics      with OBSERVABILITY=on: the managed Prometheus collector of the Ray pods is ACTIVE, and
                 CloudWatch answers PromQL with the vLLM engines' series of both phases (what the
                 dashboard and the NIXL alarm read), waiting a few scrapes for them

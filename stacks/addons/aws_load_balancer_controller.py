@@ -36,7 +36,8 @@ from stacks.addons.base import DeployTimeRefs, HelmAddon, PodIdentityGrant
 
 NAMESPACE: Final = "kube-system"
 SERVICE_ACCOUNT: Final = "aws-load-balancer-controller"
-# Chart 3.5.0 (kubernetes-sigs/aws-load-balancer-controller tag v3.5.0, helm/aws-load-balancer-controller), appVersion v3.5.0.
+# Chart 3.5.0, appVersion v3.5.0: kubernetes-sigs/aws-load-balancer-controller at tag v3.5.0,
+# helm/aws-load-balancer-controller.
 PIN: Final = HelmChartPin("https://aws.github.io/eks-charts", "aws-load-balancer-controller", "3.5.0")
 APP_VERSION: Final = "v3.5.0"
 # docs/install/iam_policy.json at the same tag, unchanged.

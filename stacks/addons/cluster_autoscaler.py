@@ -26,8 +26,8 @@ NAMESPACE = "kube-system"
 # cloudprovider/aws/aws_cloud_provider.go's GPULabel: a node with it is a GPU node before its GPUs are allocatable.
 GPU_LABEL: Final = "k8s.amazonaws.com/accelerator"
 SERVICE_ACCOUNT = "cluster-autoscaler"
-# Chart 9.59.0 (kubernetes/autoscaler tag cluster-autoscaler-chart-9.59.0, appVersion 1.35.0). The image must
-# match the cluster's Kubernetes minor version: the newest patch of each (tags cluster-autoscaler-1.34.5, -1.35.2, -1.36.1).
+# Chart 9.59.0 (kubernetes/autoscaler tag cluster-autoscaler-chart-9.59.0, appVersion 1.35.0). The image must match the
+# cluster's Kubernetes minor version: the newest patch of each (tags cluster-autoscaler-1.34.5, -1.35.2, -1.36.1).
 PIN: Final = HelmChartPin("https://kubernetes.github.io/autoscaler", "cluster-autoscaler", "9.59.0")
 IMAGE_TAGS: Final = {"1.34": "v1.34.5", "1.35": "v1.35.2", "1.36": "v1.36.1"}
 # What it may read (no resource-level permissions exist for these; the project's README lists them).

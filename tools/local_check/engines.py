@@ -152,7 +152,8 @@ EXIT_GRACE_S = 10
 
 
 def _wait_for_answers(process: subprocess.Popen[bytes], answers: Path) -> int:
-    """The lone engine's exit status; stopped (SIGTERM, then SIGKILL) once its answers are written and the grace ran out."""
+    """The lone engine's exit status; stopped (SIGTERM, then SIGKILL) once its answers are written and the grace ran
+    out."""
     written_at: float | None = None
     while process.poll() is None:
         if written_at is None and answers.is_file():

@@ -313,7 +313,8 @@ def check_application(
     args: argparse.Namespace,
     model: str,
 ) -> None:
-    """Deploy one application (PD, or the collocated replicas) and check it: routes, parity, NIXL (PD), the benchmark."""
+    """Deploy one application (PD, or the collocated replicas) and check it: routes, parity, NIXL (PD), the
+    benchmark."""
     from ray import serve
     from ray._common.utils import import_attr
     from ray.serve._private.api import call_user_app_builder_with_args_if_necessary

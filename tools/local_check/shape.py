@@ -16,9 +16,10 @@ import yaml
 GIB = 1024**3
 HEAD_GROUP = "headgroup"  # KubeRay's ray.io/group of the head
 NODE_GROUP_LABEL = "ray.io/node-group"  # the label KubeRay gives every Ray node of a worker group
-# vLLM 0.26's batch defaults for the OpenAI server (engine/arg_utils.py, _set_default_max_num_seqs_and_batched_tokens_args):
-# the larger ones from 70 GiB of GPU memory up (A100s excepted). A host with a bigger GPU than the target's would
-# otherwise profile, and run, other batch sizes than the deployed engine.
+# vLLM 0.26's batch defaults for the OpenAI server (engine/arg_utils.py,
+# _set_default_max_num_seqs_and_batched_tokens_args): the larger ones from 70 GiB of GPU memory up (A100s excepted).
+# A host with a bigger GPU than the target's would otherwise profile, and run, other batch sizes than the deployed
+# engine.
 LARGE_GPU_BYTES = 70 * GIB
 SMALL_GPU_BATCH = {"max_num_batched_tokens": 2048, "max_num_seqs": 256}
 LARGE_GPU_BATCH = {"max_num_batched_tokens": 8192, "max_num_seqs": 1024}
@@ -26,7 +27,8 @@ SHARED_GPU_LIMIT = (
     0.95  # of a GPU's memory that engines sharing it may ask for together (its CUDA contexts need the rest)
 )
 # A name -> key object, as the Secrets Store CSI mount holds them (k8s_constructs/endpoint.KEYS_FILE; not imported:
-# this module runs where the CDK is not installed). The ingress reads every file of the directory, so only the form matters.
+# this module runs where the CDK is not installed). The ingress reads every file of the directory, so only the form
+# matters.
 API_KEYS_FILE = "api-keys.json"
 
 
