@@ -17,8 +17,9 @@ from constructs import Construct
 from k8s_constructs import gcs_ft
 from k8s_constructs.endpoint import EndpointRefs
 from k8s_constructs.gcs_ft import GcsStoreRef, head_service_account
+from k8s_constructs.ray_cluster_groups import head_identity_needed, worker_identity_needed
 from k8s_constructs.ray_facts import SERVE_PORT, worker_service_account
-from k8s_constructs.ray_service import PdRayServiceChart, RayServiceProps, head_identity_needed, worker_identity_needed
+from k8s_constructs.ray_service import PdRayServiceChart, RayServiceProps
 from k8s_constructs.synced_secrets import HfToken, hf_token_of
 from settings import Settings
 from stacks import addons, model_access, nag, serve_endpoint
