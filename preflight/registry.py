@@ -14,6 +14,7 @@ from preflight import capacity
 from preflight import observability_checks as observability
 from preflight import quota_checks as quotas
 from preflight import redeploy as day2
+from preflight import redeploy_live as live
 from preflight.charts import check_helm_charts
 from preflight.context import CheckFunction, Context
 from preflight.deployed import Deployed
@@ -66,7 +67,7 @@ def _redeploy_check(check: Callable[[Redeploy, Deployed], CheckResult], name: st
 def _check_log_group(ctx: Context) -> CheckResult:
     if ctx.inp.redeploy is None:
         return ok("control-plane-log-group", "no synthesized assembly to compare (first deploy checks only)")
-    return day2.check_control_plane_log_group(ctx.inp.redeploy, ctx.deployed(), ctx.client("logs"))
+    return live.check_control_plane_log_group(ctx.inp.redeploy, ctx.deployed(), ctx.client("logs"))
 
 
 def _check_charts(ctx: Context) -> CheckResult:
@@ -146,7 +147,7 @@ CHECKS: tuple[Check, ...] = (
     Check(
         "removed-exports",
         lambda ctx: (
-            day2.check_removed_exports(ctx.inp.redeploy, ctx.deployed(), ctx.client("cloudformation"))
+            live.check_removed_exports(ctx.inp.redeploy, ctx.deployed(), ctx.client("cloudformation"))
             if ctx.inp.redeploy is not None
             else ok("removed-exports", "no synthesized assembly to compare (first deploy checks only)")
         ),
@@ -157,7 +158,7 @@ CHECKS: tuple[Check, ...] = (
     ),
     Check(
         "kuberay-crds",
-        _redeploy_check(day2.check_kuberay_crds, "kuberay-crds"),
+        _redeploy_check(live.check_kuberay_crds, "kuberay-crds"),
         "KUBERAY_VERSION differs from the deployed release and the cluster's CRDs are not the new ones (fix: `make"
         " kuberay-crds`)",
         _DEPLOYED,

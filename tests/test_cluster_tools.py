@@ -8,7 +8,7 @@ from typing import Any
 
 import yaml
 
-from preflight.redeploy import KUBERAY_CRD_LABEL
+from preflight.redeploy_live import KUBERAY_CRD_LABEL
 from tests.conftest import settings_for
 from tools.cluster import kuberay_crd_documents, ray_service_verdict, wait_ready
 

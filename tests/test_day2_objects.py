@@ -9,12 +9,8 @@ from typing import Any
 import pytest
 
 from preflight.deployed import Deployed, DeployedStack
-from preflight.redeploy import (
-    KUBERAY_CRD_LABEL,
-    check_kuberay_crds,
-    check_stack_changes,
-    check_stack_states,
-)
+from preflight.redeploy import check_stack_changes, check_stack_states
+from preflight.redeploy_live import KUBERAY_CRD_LABEL, check_kuberay_crds
 from preflight.template_plan import MODIFY, REMOVE, clashes_across_stacks, plan
 from tests.day2_helpers import changes, deployed_as, redeploy_of, synth
 

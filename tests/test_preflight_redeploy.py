@@ -351,7 +351,7 @@ def test_turning_the_store_off_is_refused_while_the_serving_stack_imports_its_ex
     procedure.
     """
     from preflight.deployed import Deployed, DeployedStack
-    from preflight.redeploy import check_removed_exports, removed_exports
+    from preflight.redeploy_live import check_removed_exports, removed_exports
 
     names = default_synth.settings.stack_names
     deployed = Deployed(

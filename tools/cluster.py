@@ -28,7 +28,7 @@ from k8s_constructs.ray_facts import (
     selector,
 )
 from preflight.cluster_access import ClusterUnreachable, Kubectl, cluster_kubectl
-from preflight.redeploy import KUBERAY_CRD_LABEL
+from preflight.redeploy_live import KUBERAY_CRD_LABEL
 from settings import SettingError, Settings, versions
 from settings.scheduling import GPU_NODE_LABELS
 from tools.entry import one_line_errors, project_settings
