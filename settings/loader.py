@@ -18,17 +18,12 @@ from settings.configuration import Settings
 from settings.endpoint import parse_endpoint
 from settings.errors import SettingError
 from settings.images import pinned_image
-from settings.instance_types import (
-    BUILT_IN,
-    BUILT_IN_GPU_TYPES,
-    INSTANCE_TYPE_PATTERN,
-    InstanceFacts,
-    instance_type_context_key,
-)
+from settings.instance_types import InstanceFacts
 from settings.model_facts import model_facts, vllm_architectures
 from settings.model_fit import fit, misfit
 from settings.model_source import parse_kms_key_arn, parse_model_source, parse_next_source
-from settings.parsers import cidr, closest, csv, integer, known_instance_types, namespaces, region_name
+from settings.node_types import gpu_node_facts, system_node_facts
+from settings.parsers import cidr, closest, csv, integer, namespaces, region_name
 from settings.sizing import check_engine_cpus, check_head_fits, gpu_worker_resources
 from settings.specs import SPECS, SPECS_BY_CONTEXT_KEY
 from settings.zones import choose_zones
@@ -88,69 +83,6 @@ def raw_values(
         else:
             values[spec.env] = (defaults or {}).get(spec.env, spec.default)
     return values
-
-
-def _instance_facts(env: str, name: str, context: Mapping[str, Any], suggestions: tuple[str, ...]) -> InstanceFacts:
-    if name in BUILT_IN:
-        return BUILT_IN[name]  # known good: skip loading the EC2 API model
-    if not INSTANCE_TYPE_PATTERN.fullmatch(name) or name not in known_instance_types():
-        # A suggestion only among the types this setting takes (not g6.xlarge, which has no EFA, for g6.8xlarg).
-        raise SettingError(env, name, f"an EC2 instance type{closest(name, suggestions)}")
-    cached = context.get(instance_type_context_key(name))
-    if isinstance(cached, Mapping):
-        return InstanceFacts.from_context(cached)
-    return InstanceFacts(name=name, vcpus=0, memory_mib=0)  # unknown facts: the callers reject it clearly
-
-
-def _gpu_facts(name: str, context: Mapping[str, Any]) -> InstanceFacts:
-    facts = _instance_facts("GPU_NODE_TYPE", name, context, BUILT_IN_GPU_TYPES)
-    supported = ", ".join(BUILT_IN_GPU_TYPES)
-    if facts.vcpus == 0:
-        if not facts.family.startswith(("g", "p")):
-            raise SettingError("GPU_NODE_TYPE", name, f"a GPU type with EFA ({name} has no GPU): {supported}")
-        raise SettingError(
-            "GPU_NODE_TYPE",
-            name,
-            f"a built-in GPU type ({supported}), or run `make lookup` with AWS credentials to cache {name}'s facts",
-        )
-    if facts.gpus == 0:
-        raise SettingError("GPU_NODE_TYPE", name, f"a GPU type with EFA ({name} has no GPU): {supported}")
-    if not facts.efa_supported:
-        raise SettingError("GPU_NODE_TYPE", name, f"a GPU type with EFA ({name} has no EFA): {supported}")
-    if facts.architecture != "x86_64" or facts.gpu_model.upper().startswith(("RADEON", "T4G")):
-        raise SettingError("GPU_NODE_TYPE", name, f"an x86_64 NVIDIA GPU type (the AL2023 NVIDIA AMI): {supported}")
-    return facts
-
-
-# The built-in types SYSTEM_NODE_TYPE takes: x86_64, no GPU, at least 4 vCPU and 16 GiB (see _system_facts).
-BUILT_IN_SYSTEM_TYPES = tuple(
-    n
-    for n, f in BUILT_IN.items()
-    if f.gpus == 0 and f.architecture == "x86_64" and f.vcpus >= 4 and f.memory_mib >= 16 * 1024
-)
-
-
-def _system_facts(name: str, context: Mapping[str, Any]) -> InstanceFacts:
-    facts = _instance_facts("SYSTEM_NODE_TYPE", name, context, BUILT_IN_SYSTEM_TYPES)
-    if facts.vcpus == 0:
-        raise SettingError(
-            "SYSTEM_NODE_TYPE",
-            name,
-            "a built-in x86_64 type (m5-m7i, c5-c7i, r5-r7i, large to 16xlarge), or run `make lookup` with AWS"
-            " credentials to cache its facts",
-        )
-    if facts.architecture != "x86_64":
-        raise SettingError(
-            "SYSTEM_NODE_TYPE", name, "an x86_64 instance type (the nodegroup uses the AL2023 x86_64 AMI)"
-        )
-    # The Ray head (2 vCPU / 8 GiB requested, 3 / 12 GiB limit) must fit beside the operator and CoreDNS.
-    if facts.vcpus < 4 or facts.memory_mib < 16 * 1024:
-        raise SettingError(
-            "SYSTEM_NODE_TYPE",
-            name,
-            f"a type with at least 4 vCPU and 16 GiB ({name} has {facts.vcpus} vCPU, {facts.memory_mib // 1024} GiB)",
-        )
-    return facts
 
 
 def _principal_arn(raw: str) -> str:
@@ -367,7 +299,7 @@ def load_settings(
             "OBSERVABILITY", "on", "off while ENDPOINT_ACCESS=public (the metrics collector needs the private endpoint)"
         )
 
-    gpu_node = _gpu_facts(raw["GPU_NODE_TYPE"], context)
+    gpu_node = gpu_node_facts(raw["GPU_NODE_TYPE"], context)
     placement_group, reservation = _capacity(raw, parsed["gpu_capacity_reservation_type"])
     zones = choose_zones(region=region, gpu_type=gpu_node.name, gpu_az=raw["GPU_AZ"].strip(), context=context)
 
@@ -381,7 +313,7 @@ def load_settings(
         availability_zones=zones.vpc_azs,
         public_access_cidrs=public_cidrs,
         admin_principal_arns=_principal_arns(raw["ADMIN_PRINCIPAL_ARNS"]),
-        system_node=_system_facts(raw["SYSTEM_NODE_TYPE"], context),
+        system_node=system_node_facts(raw["SYSTEM_NODE_TYPE"], context),
         gpu_node=gpu_node,
         gpu_node_count=(
             -1 if not raw["GPU_NODE_COUNT"].strip() else integer("GPU_NODE_COUNT", raw["GPU_NODE_COUNT"], 0, 64)
