@@ -273,7 +273,7 @@ def test_two_system_nodes_spread_coredns_and_the_operator_over_azs() -> None:
 
 def test_verify_wants_kuberays_ft_annotation_and_the_gcs_on_the_store() -> None:
     from tests.conftest import settings_for
-    from tools.verify import check_gcs_store
+    from tools.verify_steps import check_gcs_store
 
     settings = settings_for({"GCS_FAULT_TOLERANCE": "redis"})
     head = {"metadata": {"name": "ray-llm-head-x", "annotations": {"ray.io/ft-enabled": "true"}}}

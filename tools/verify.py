@@ -29,43 +29,35 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from datetime import datetime
 from pathlib import Path
-from typing import Any, get_args
+from typing import Any
 
-from k8s_constructs.endpoint import KEYS_FILE, ingress_name
-from k8s_constructs.ray_facts import (
-    ENGINE_REQUESTS_RUNNING,
-    HEAD_CONTAINER,
-    METRICS_CLUSTER_LABEL,
-    METRICS_PHASE_LABEL,
-    NODE_TYPE_LABEL,
-    RAY_NODE_LABEL,
-    SERVE_PORT,
-    WORKER_CONTAINER,
-    selector,
-)
-from k8s_constructs.serve_config import API_KEYS_DIR, Phase
+from k8s_constructs.endpoint import KEYS_FILE
+from k8s_constructs.ray_facts import HEAD_CONTAINER, NODE_TYPE_LABEL, RAY_NODE_LABEL, SERVE_PORT, selector
+from k8s_constructs.serve_config import API_KEYS_DIR
 from preflight.cluster_access import ClusterUnreachable, Kubectl, cluster_kubectl
 from settings import Settings
 from settings.context_files import REPO
 from settings.scheduling import GPU_NODE_LABELS
 from tools.cluster import duration_seconds, ray_service_verdict, worker_backends
-from tools.endpoint import NOT_SENT, Probe, base_url, load_balancer_host, probe, read_key, tls_context
+from tools.endpoint import Probe, base_url, load_balancer_host, probe, read_key, tls_context
 from tools.entry import one_line_errors, project_settings
+from tools.verify_steps import (
+    GCS_STORAGE_LINE,
+    Step,
+    check_completion,
+    check_endpoint,
+    check_engine_series,
+    check_gcs_store,
+    check_gpu_nodes,
+    check_metrics_collector,
+    check_nixl,
+    engine_series_query,
+)
 
 DEPLOY_STARTED = REPO / ".deploy-started"
 CLOUDFORMATION_DONE = REPO / ".deploy-finished"
 PROMPT = "Say hello in five words."
-# The worker groups whose engines must report ENGINE_REQUESTS_RUNNING: one per phase.
-ENGINE_PHASES: tuple[Phase, ...] = get_args(Phase)
 METRICS_WAIT_S = 180  # a few 30 s scrapes and CloudWatch's ingestion
-
-
-@dataclass
-class Step:
-    name: str
-    ok: bool
-    detail: str
-    look_closer: str = ""  # the command to run when it failed
 
 
 @dataclass
@@ -81,125 +73,6 @@ class Result:
 def _json(kubectl: Kubectl, args: list[str]) -> dict[str, Any] | None:
     got = kubectl([*args, "-o", "json"])
     return json.loads(got.stdout) if got.returncode == 0 and got.stdout.strip() else None
-
-
-def check_gpu_nodes(settings: Settings, nodes: dict[str, Any]) -> Step:
-    """Every GPU node advertises all its GPUs and EFA interfaces (the device plugins are running)."""
-    want_gpu, want_efa = settings.gpu_node.gpus, settings.gpu_node.efa_interfaces
-    items = nodes.get("items", [])
-    short = []
-    for node in items:
-        allocatable = node.get("status", {}).get("allocatable", {})
-        gpu, efa = int(allocatable.get("nvidia.com/gpu", 0)), int(allocatable.get("vpc.amazonaws.com/efa", 0))
-        if (gpu, efa) != (want_gpu, want_efa):
-            short.append(f"{node['metadata']['name']} has {gpu} GPU / {efa} EFA")
-    detail = f"{len(items)} of {settings.gpu_node_count} GPU node(s), each {want_gpu} GPU / {want_efa} EFA"
-    ok = len(items) == settings.gpu_node_count and not short
-    look = "kubectl describe nodes -l role=gpu-worker; kubectl get pods -n kube-system -o wide | grep -E 'nvidia|efa'"
-    return Step(
-        "gpu-nodes", ok, detail if ok else f"{detail}: {'; '.join(short) or 'missing nodes'}", "" if ok else look
-    )
-
-
-def check_nixl(settings: Settings, backends: dict[str, str]) -> Step:
-    bad = {pod: b for pod, b in backends.items() if b != "LIBFABRIC"}
-    detail = ", ".join(f"{pod}: {b}" for pod, b in sorted(backends.items())) or "no Ray worker pods"
-    ok = bool(backends) and not bad
-    look = (
-        f"kubectl logs -n {settings.namespace} -l {selector(NODE_TYPE_LABEL, 'worker')} -c {WORKER_CONTAINER} | grep -i"
-        " nixl"
-    )
-    return Step("nixl", ok, detail, "" if ok else look)
-
-
-GCS_STORAGE_LINE = "GCS storage type is"  # gcs_server.cc logs it at start: StorageType::REDIS_PERSIST with a store
-
-
-def check_gcs_store(settings: Settings, head: dict[str, Any] | None, storage_line: str) -> Step:
-    """GCS_FAULT_TOLERANCE=redis: KubeRay started the head with fault tolerance (its pod's ray.io/ft-enabled), and the
-    GCS keeps its state in the store (its log: StorageType::REDIS_PERSIST, not IN_MEMORY)."""
-    look = (
-        f"kubectl logs -n {settings.namespace} -l ray.io/node-type=head -c {HEAD_CONTAINER}; kubectl get secret -n"
-        f" {settings.namespace} gcs-store"
-    )
-    if head is None:
-        return Step("gcs-store", False, "no head pod", look)
-    enabled = head["metadata"].get("annotations", {}).get("ray.io/ft-enabled") == "true"
-    persisted = "REDIS_PERSIST" in storage_line
-    detail = (
-        f"ray.io/ft-enabled={'true' if enabled else 'false'};"
-        f" {storage_line.split('] ')[-1].strip() or 'no GCS storage line in the head log'}"
-    )
-    return Step("gcs-store", enabled and persisted, detail, "" if enabled and persisted else look)
-
-
-def check_completion(settings: Settings, answer: dict[str, Any] | None, error: str) -> Step:
-    try:
-        text = str(answer["choices"][0]["message"]["content"]).strip() if answer else ""
-    except (KeyError, IndexError, TypeError):
-        text = ""
-    ok = bool(text)
-    detail = f"{settings.model_id} answered {text[:60]!r}" if ok else f"no answer: {error or json.dumps(answer)[:200]}"
-    return Step(
-        "completion",
-        ok,
-        detail,
-        "" if ok else f"kubectl describe rayservice -n {settings.namespace} {settings.ray_service_name}",
-    )
-
-
-def check_metrics_collector(settings: Settings, scrapers: list[dict[str, Any]] | None, error: str = "") -> Step:
-    """The observability stack's collector (AMP ListScrapers, filtered by its alias) must be ACTIVE."""
-    alias = settings.metrics_collector_alias
-    look = (
-        f"aws amp list-scrapers --region {settings.region} --filters alias={alias} (statusReason), and the"
-        f" {settings.stack_names['observability']} stack events"
-    )
-    if scrapers is None:
-        return Step("metrics", False, f"cannot list the metrics collectors: {error}", look)
-    # An alias need not be unique: while CloudFormation replaces the collector, the old one is DELETING.
-    ours = [s for s in scrapers if s.get("alias") == alias and s.get("status", {}).get("statusCode") != "DELETING"]
-    if not ours:
-        return Step("metrics", False, f"no metrics collector {alias}", look)
-    chosen = next((s for s in ours if s.get("status", {}).get("statusCode") == "ACTIVE"), ours[0])
-    status = chosen.get("status", {}).get("statusCode", "?")
-    reason = chosen.get("statusReason", "")
-    ok = status == "ACTIVE"
-    detail = (
-        f"collector {alias} {status}"
-        + ("" if ok or not reason else f": {reason}")
-        + (" (scraping into CloudWatch, PromQL)" if ok else "")
-    )
-    return Step("metrics", ok, detail, "" if ok else look)
-
-
-def engine_series_query(settings: Settings) -> str:
-    return (
-        f"count by ({METRICS_PHASE_LABEL})"
-        f' ({ENGINE_REQUESTS_RUNNING}{{{METRICS_CLUSTER_LABEL}="{settings.cluster_name}"}})'
-    )
-
-
-def check_engine_series(settings: Settings, result: list[dict[str, Any]] | None, error: str = "") -> Step:
-    """The vLLM engines' series of both phases, as CloudWatch's PromQL answers for this cluster."""
-    look = (
-        f"CloudWatch Query Studio (PromQL): {engine_series_query(settings)}; the Ray pods' port 8080 (NetworkPolicy"
-        " metrics-collector)"
-    )
-    if result is None:
-        return Step("metrics", False, f"collector ACTIVE, but PromQL did not answer: {error}", look)
-    phases = sorted({str(r.get("metric", {}).get(METRICS_PHASE_LABEL, "")) for r in result} - {""})
-    missing = [p for p in ENGINE_PHASES if p not in phases]
-    if missing:
-        return Step(
-            "metrics",
-            False,
-            f"collector ACTIVE, but no {ENGINE_REQUESTS_RUNNING} series from {', '.join(missing)} in CloudWatch",
-            look,
-        )
-    return Step(
-        "metrics", True, f"collector ACTIVE; {ENGINE_REQUESTS_RUNNING} arriving from {', '.join(phases)} (PromQL)"
-    )
 
 
 def list_collectors(settings: Settings, client: Any | None = None) -> tuple[list[dict[str, Any]] | None, str]:
@@ -329,25 +202,6 @@ def _completion(settings: Settings, kubectl: Kubectl) -> tuple[dict[str, Any] | 
         return json.loads(got.stdout), ""
     except json.JSONDecodeError:
         return None, got.stdout.strip()[:300]
-
-
-def check_endpoint(settings: Settings, got: Probe) -> Step:
-    detail = (
-        f"through the {settings.serve_endpoint.scheme} load balancer: without a key {got.without_key}, "
-        + (
-            "with one: not sent (set SERVE_HOSTNAME: without it the certificate cannot identify the load balancer)"
-            if got.with_key == NOT_SENT
-            else f"with one {got.with_key}: {got.answer.strip()!r}"
-        )
-        if not got.error
-        else got.error
-    )
-    return Step(
-        "endpoint",
-        got.ok,
-        detail,
-        "" if got.ok else f"kubectl describe ingress -n {settings.namespace} {ingress_name(settings)}",
-    )
 
 
 def _probe_endpoint(settings: Settings, kubectl: Kubectl) -> Probe:
