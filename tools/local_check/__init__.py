@@ -6,5 +6,6 @@ Two halves, so the GPU side needs only the image's stack (Ray, vLLM, NIXL, PyYAM
 - run (tools/local_check/runner.py, the GPU host's side): a local Ray cluster shaped from that RayService, the
   serve config deployed with only what one host forces changed (tools/local_check/shape.py names each change),
   then the endpoint's routes, greedy parity against one non-disaggregated engine, the NIXL lines, the benchmark
-  and the memory report against the prediction; one JSON and one PNG, exit 0 only when everything held.
+  (tools/local_check/application.py) and the memory report against the prediction; one JSON and one PNG, exit 0
+  only when everything held.
 """
