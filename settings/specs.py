@@ -1,7 +1,7 @@
 """Every setting, declared once: its name (the environment variable; in lower case the context key), default,
 meaning, what is allowed, and what changing it does to a deployed stack. The docs' settings and change tables
-are rendered from here; settings/loader.py parses and checks the values (tests/test_settings.py fails for a
-setting without a bad-value test).
+are rendered from here; settings/loader.py parses and checks the values (tests/test_settings_bad_values.py fails
+for a setting without a bad-value test).
 """
 
 from __future__ import annotations

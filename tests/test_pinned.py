@@ -78,6 +78,7 @@ def test_a_flipped_default_breaks_only_the_defaults_tests() -> None:
     four tests, each marked `defaults`; every other test passes."""
     flipped = _pytest_flipped(
         "tests/test_settings.py",
+        "tests/test_settings_bad_values.py",
         "tests/test_lookup.py",
         "tests/test_model_fit.py",
         "tests/test_preflight_first_deploy.py",
