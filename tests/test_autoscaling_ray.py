@@ -1,0 +1,129 @@
+"""Elastic capacity as Ray's own code decides it: Ray's bin-packer on the node types Ray's KubeRay code
+(`_derive_autoscaling_config_from_ray_cr`) derives from the synthesized RayCluster, i.e. what a new node can
+take, and the whole chain on a real Ray 2.58 cluster with Ray's autoscaler (its fake multi-node provider;
+tests/autoscaling_scenario.py). The synth, settings and preflight: tests/test_autoscaling.py."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from stacks.serving_stack import build_rayservice_chart
+from tests.conftest import REPO, settings_for
+from tests.test_autoscaling import ELASTIC, _llm_configs
+from tests.validators import ray_serve_llm_placement
+
+
+def _node_types(rs: dict[str, Any]) -> dict[str, Any]:
+    """The worker node types Ray's KubeRay autoscaler derives from the RayCluster (its own code)."""
+    from ray.autoscaler._private.kuberay.autoscaling_config import _derive_autoscaling_config_from_ray_cr
+
+    config = _derive_autoscaling_config_from_ray_cr(
+        {"metadata": {"name": "ray-llm", "namespace": "inference"}, "spec": rs["spec"]["rayClusterConfig"]}
+    )
+    return {name: t for name, t in config["available_node_types"].items() if name != "headgroup"}
+
+
+# --- what a new node can take: Ray's own bin-packer on Ray's own node types -----------------------------------------
+
+
+def test_a_new_node_of_the_phases_group_takes_its_bundles_and_only_with_the_fix() -> None:
+    from ray.autoscaler._private.resource_demand_scheduler import get_bin_pack_residual
+
+    elastic = _ray_service_of(ELASTIC)
+    types = _node_types(elastic)
+    assert set(types) == {"prefill", "decode"}
+    for phase, llm in _llm_configs(elastic).items():
+        bundles, _ = ray_serve_llm_placement(llm)
+        own, other = types[phase]["resources"], types["decode" if phase == "prefill" else "prefill"]["resources"]
+        assert get_bin_pack_residual([dict(own)], bundles)[0] == [], (phase, own, bundles)
+        assert get_bin_pack_residual([dict(other)], bundles)[0] != [], (
+            "a phase's bundle must not fit the other phase's node"
+        )
+    # The control: the same phase with accelerator_type, as a fixed deployment has it.
+    fixed = _llm_configs(_ray_service_of({}))["decode"]
+    bundles, _ = ray_serve_llm_placement(fixed)
+    assert any(k.startswith("accelerator_type:") for b in bundles for k in b)
+    assert get_bin_pack_residual([dict(types["decode"]["resources"])], bundles)[0] != []
+
+
+def _ray_service_of(env: dict[str, str]) -> dict[str, Any]:
+    return build_rayservice_chart(settings_for(env)).ray_service.to_json()
+
+
+# --- the whole chain, on a real Ray cluster with Ray's autoscaler ---------------------------------------------------
+
+
+def test_load_on_decode_adds_a_decode_node_only_and_the_cluster_returns_to_its_minimum(tmp_path: Path) -> None:
+    from ray.serve._private.constants import DEFAULT_GRACEFUL_SHUTDOWN_TIMEOUT_S
+
+    rs = _ray_service_of({"PREFILL_MAX_REPLICAS": "2", "DECODE_MAX_REPLICAS": "2"})
+    phases, node_types = {}, {}
+    for phase, llm in _llm_configs(rs).items():
+        bundles, strategy = ray_serve_llm_placement(llm)
+        scaling = dict(llm["deployment_config"]["autoscaling_config"])
+        # Ours, with the delays of a test (seconds, not Ray's 30 s up and 10 min down).
+        scaling.update({"upscale_delay_s": 1, "downscale_delay_s": 5, "look_back_period_s": 2})
+        draining = llm["deployment_config"].get("graceful_shutdown_timeout_s")  # ours, unchanged
+        phases[phase] = {
+            "bundles": bundles,
+            "strategy": strategy,
+            "autoscaling_config": scaling,
+            "graceful_shutdown_timeout_s": draining,
+        }
+    for name, node_type in _node_types(rs).items():
+        # The node type as derived; Ray's object store kept small (four raylets on a CI machine) and memory left
+        # out (a fake node would try to reserve the GPU node's 113 GiB; no bundle asks for memory).
+        resources = {k: v for k, v in node_type["resources"].items() if k != "memory"} | {
+            "object_store_memory": 78643200
+        }
+        node_types[name] = {**node_type, "resources": resources}
+    control, _ = ray_serve_llm_placement(_llm_configs(_ray_service_of({}))["decode"])
+    serve_args = yaml.safe_load(rs["spec"]["serveConfigV2"])["applications"][0]["args"]
+    spec = {
+        "ingress": serve_args["ingress_deployment_config"],  # ours, as synthesized
+        "node_types": node_types,
+        "phase_resources": {"prefill": "pd_prefill", "decode": "pd_decode"},
+        "phases": phases,
+        "min_nodes": ["decode", "prefill"],
+        "decode_in_flight": 3 * phases["decode"]["autoscaling_config"]["target_ongoing_requests"] // 2,
+        "idle_timeout_minutes": 0.05,
+        "timeout_s": 120,
+        "control_bundles": control,
+        "control_wait_s": 8,
+        # Streams that outlive Ray Serve's default graceful_shutdown_timeout_s (20 s) counted from the replica's stop,
+        # which comes a downscale delay after they start: with Ray's default they are cut.
+        "streams": 4,
+        "stream_s": (
+            DEFAULT_GRACEFUL_SHUTDOWN_TIMEOUT_S + phases["decode"]["autoscaling_config"]["downscale_delay_s"] + 5
+        ),
+    }
+    (tmp_path / "spec.json").write_text(json.dumps(spec))
+    done = subprocess.run(
+        [sys.executable, "-m", "tests.autoscaling_scenario", str(tmp_path / "spec.json")],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=420,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    seen = json.loads(done.stdout.strip().splitlines()[-1])
+    print(json.dumps({"log": seen["log"], "streams": seen["streams"]}))
+    assert seen["nodes_at_start"] == ["decode", "prefill"], seen
+    assert seen["grew"], seen
+    # One more node, of the decode group; the new replica runs on a decode node; prefill untouched.
+    assert seen["nodes_under_load"] == ["decode", "decode", "prefill"], seen
+    assert seen["decode_replica_phases"] == ["decode", "decode"] and seen["prefill_replicas_under_load"] == 1, seen
+    assert seen["shrank"] and seen["nodes_after_load"] == ["decode", "prefill"], seen
+    # The ingress's replicas (two, no CPU: issue 27) ran throughout and kept no added node from leaving.
+    assert seen["ingress_replicas"] == seen["ingress_replicas_after_load"] == 2, seen
+    # Every stream that outlived Ray Serve's default timeout completed, those on the replica the scale-down removed too.
+    assert any(stream["removed_replica"] for stream in seen["streams"]), seen
+    assert all(stream["tokens"] == spec["stream_s"] for stream in seen["streams"]), seen
+    # Without the fix (the bundle carries accelerator_type): pending, and no node launched for it.
+    assert not seen["control_placed"] and seen["control_nodes_added"] == 0 and seen["control_pending_s"] >= 8, seen
