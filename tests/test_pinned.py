@@ -82,6 +82,7 @@ def test_a_flipped_default_breaks_only_the_defaults_tests() -> None:
         "tests/test_lookup.py",
         "tests/test_model_fit.py",
         "tests/test_preflight_first_deploy.py",
+        "tests/test_preflight_reservation.py",
         "tests/test_dist.py::test_dist_is_in_step_with_the_code",
     )
     failed = sorted(line.split()[1] for line in flipped.stdout.splitlines() if line.startswith("FAILED "))
