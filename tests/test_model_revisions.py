@@ -136,7 +136,8 @@ def test_a_kms_key_covers_the_next_prefix_too() -> None:
 
 
 def test_the_tool_fills_the_next_prefix_and_says_so_first() -> None:
-    from tests.test_model_mirror import REPO, ClusterKubectl
+    from tests.test_model_mirror import REPO
+    from tests.test_model_mirror_job import ClusterKubectl
     from tools import mirror_model
 
     served = settings_for({"MODEL_SOURCE": SOURCE})
