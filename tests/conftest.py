@@ -73,11 +73,12 @@ def settings_for(env: Mapping[str, str] | None = None, context: Mapping[str, Any
 # collection order (--no-loadscope-reorder in pyproject.toml; its default order, most tests first, started the
 # files with one or two long tests last, and one worker ran them alone at the end). The others keep their order.
 LONGEST_FIRST = (
-    "test_autoscaling",
+    "test_autoscaling_ray",
     "test_security",
     "test_review",
     "test_topology",
     "test_ci_access",
+    "test_ci_access_settings",
     "test_pinned",
     "test_gcs_fault_tolerance",
     "test_head_security",
