@@ -37,6 +37,15 @@ H200 = Host(
     cutlass_dsl=False,
 )
 L4 = Target("L4", 23_034 * 1024 * 1024, hybrid_gdn=True)
+# A host like the deployed nodes: the GPU the serve config was sized for, and EFA.
+L4_HOST = Host(
+    gpus=2,
+    gpu_name="NVIDIA L4",
+    gpu_total_bytes=L4.gpu_total_bytes,
+    compute_capability=(8, 9),
+    efa=True,
+    cutlass_dsl=False,
+)
 
 
 @pytest.fixture(scope="module")
@@ -96,14 +105,7 @@ def test_every_change_one_host_forces_is_named_and_nothing_else_changes(plan: di
 
 
 def test_a_host_like_the_target_changes_only_the_model(plan: dict[str, Any]) -> None:
-    host = Host(
-        gpus=2,
-        gpu_name="NVIDIA L4",
-        gpu_total_bytes=L4.gpu_total_bytes,
-        compute_capability=(8, 9),
-        efa=True,
-        cutlass_dsl=False,
-    )
+    host = L4_HOST
     _, changes = patch_serve_config(
         serve_config(plan["rayservice"]),
         host=host,
@@ -140,14 +142,7 @@ def test_sharing_a_gpu_needs_the_kv_cache_size(plan: dict[str, Any]) -> None:
 def test_the_lone_engine_has_the_servers_batch_sizes_whatever_the_host(plan: dict[str, Any]) -> None:
     """vllm.LLM's own defaults (UsageContext LLM_CLASS: 8,192 batched tokens) are not the server's (2,048 on an L4):
     written out even on a host like the target, where they are no change to name."""
-    l4 = Host(
-        gpus=2,
-        gpu_name="NVIDIA L4",
-        gpu_total_bytes=L4.gpu_total_bytes,
-        compute_capability=(8, 9),
-        efa=True,
-        cutlass_dsl=False,
-    )
+    l4 = L4_HOST
     patched, changes = patch_serve_config(
         serve_config(plan["rayservice"]),
         host=l4,
