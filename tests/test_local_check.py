@@ -176,6 +176,27 @@ def test_a_lone_engine_that_lingers_after_its_answers_is_stopped_with_its_childr
         raise AssertionError("the lone engine's child still runs")
 
 
+def test_a_previous_runs_answers_are_not_read_as_this_engines(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    log = tmp_path / "reference-decode.log"
+    answers = log.with_suffix(".json")
+    answers.write_text(json.dumps({"start_s": 1.0, "outputs": [[9, 9]]}))  # make local-check's directory, run before
+    seen: dict[str, bool] = {}
+
+    class Engine:  # the lone engine's process: it writes its answers and exits
+        returncode = 0
+
+        def __init__(self, command: list[str], **kwargs: Any) -> None:
+            seen["stale answers at start"] = answers.exists()
+            answers.write_text(json.dumps({"start_s": 2.0, "outputs": [[1, 2]]}))
+
+        def poll(self) -> int:
+            return 0
+
+    monkeypatch.setattr(engines.subprocess, "Popen", Engine)
+    outputs, report = engines.VllmEngine().reference("/m", {}, [[1]], log, {})
+    assert seen == {"stale answers at start": False} and outputs == [[1, 2]] and report["start_s"] == 2.0
+
+
 def test_a_lone_engine_that_exits_by_itself_keeps_its_status(tmp_path: Path) -> None:
     process = subprocess.Popen([sys.executable, "-c", "raise SystemExit(3)"], start_new_session=True)
     assert engines._wait_for_answers(process, tmp_path / "never.json") == 3

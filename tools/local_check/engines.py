@@ -76,6 +76,8 @@ class VllmEngine:
         self, model: str, engine_kwargs: dict[str, Any], prompts: list[list[int]] | None, log: Path, env: dict[str, str]
     ) -> tuple[list[list[int]], dict[str, float]]:
         out = log.with_suffix(".json")
+        # A previous run's answers in the same directory would read as this engine's (and stop it early).
+        out.unlink(missing_ok=True)
         command = [
             sys.executable,
             "-m",
@@ -105,7 +107,6 @@ class VllmEngine:
                 start_new_session=True,  # its engine core is a child: stopped with it, as a group
             )
             returncode = _wait_for_answers(process, out)
-        text = log.read_text(errors="replace")
         text = log.read_text(errors="replace")
         if returncode != 0 and not out.is_file():
             tail = [line for line in text.splitlines() if "Error" in line][-1:] or text.splitlines()[-1:]
