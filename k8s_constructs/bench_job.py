@@ -111,14 +111,25 @@ def ramp_steps(props: BenchJobProps) -> list[tuple[Workload, float]]:
     return steps
 
 
+def concurrent_runs(long: str, short: str, stem: str) -> str:
+    """The long and the short run at the same time; their result lines printed one after the other once both
+    ended. Printed as each run ends, two lines longer than a pipe's atomic write (vLLM's saved results are) could
+    interleave, as two lines of a test's stand-in runs did under load. `wait PID` returns each run's own status."""
+    return (
+        f"( {long} ) > {stem}.long & long=$!; ( {short} ) > {stem}.short & short=$!; wait $long; wait $short; "
+        f"cat {stem}.long {stem}.short"
+    )
+
+
 def bench_script(props: BenchJobProps) -> str:
     """For each rate: the long and the short stream at the same time, then both results; then the ramp."""
     steps = ["set -e"]
     for rate in props.rates:
-        # `wait PID` returns the run's own status, so a failed run fails the Job.
+        # A failed run fails the Job (`wait PID`, set -e).
         steps.append(
-            f"( {bench_command(props, props.long, rate)} ) & long=$!; ( {bench_command(props, props.short, rate)} ) &"
-            " short=$!; wait $long; wait $short"
+            concurrent_runs(
+                bench_command(props, props.long, rate), bench_command(props, props.short, rate), f"/tmp/pair-{rate}"
+            )
         )
     steps += [
         bench_command(props, workload, rate, max_concurrency=RAMP_MAX_CONCURRENCY)

@@ -4,6 +4,7 @@ with a stand-in `vllm` (the image's vLLM is not installable here), and the resul
 from __future__ import annotations
 
 import json
+import shlex
 import stat
 import subprocess
 from pathlib import Path
@@ -14,7 +15,7 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from k8s_constructs.bench_job import RESULT_MARKER, BenchJobChart, bench_script
+from k8s_constructs.bench_job import RESULT_MARKER, BenchJobChart, bench_script, concurrent_runs
 from tests.conftest import settings_for
 from tools.bench_serving import bench_props, parse_results, run_job, summarize, table
 
@@ -208,3 +209,23 @@ def test_the_runs_key_is_created_not_applied_and_deleted_when_the_run_fails(monk
     assert len(created) == 1 and "sk-test-key" in (created[0] or "")
     assert not any("sk-test-key" in (stdin or "") for args, stdin in calls if args[0] == "apply")
     assert verbs[-1] == ("delete", "secret")
+
+
+def test_two_runs_ending_together_print_whole_result_lines(tmp_path: Path) -> None:
+    """vLLM's saved results are longer than a pipe's atomic write (4 KiB): two runs printing theirs at the same
+    moment interleaved (seen under load in the local check's test). Each line is printed once both runs ended."""
+    start = tmp_path / "go"
+
+    def run(label: str) -> str:
+        program = (
+            f"import json, os, time; [time.sleep(0.001) for _ in iter(lambda: os.path.exists({str(start)!r}), True)]; "
+            f"print({RESULT_MARKER!r} + json.dumps({{'workload': {label!r}, 'rate': 1.0, 'itls': [1.5] * 100000}}))"
+        )
+        return f"python3 -c {shlex.quote(program)}"
+
+    script = concurrent_runs(run("long"), run("short"), str(tmp_path / "pair"))
+    process = subprocess.Popen(["bash", "-c", f"set -e; {script}"], stdout=subprocess.PIPE, text=True)
+    start.touch()
+    out, _ = process.communicate(timeout=60)
+    assert process.returncode == 0
+    assert [r["workload"] for r in parse_results(out)] == ["long", "short"]

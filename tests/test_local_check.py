@@ -21,7 +21,7 @@ from tests.local_check_standin import VOCAB, StandInEngine
 from tests.loopback import free_port
 from tools.local_check import client, engines
 from tools.local_check.client import nixl_lines, run_bench
-from tools.local_check.plan import BASE_URL, TOKENIZER, build_plan, image_versions
+from tools.local_check.plan import BASE_URL, TOKENIZER, bench_entry, build_plan, image_versions
 from tools.local_check.results import ParityRow, compare_memory, memory_report, parity_lengths
 from tools.local_check.runner import main as run_main
 from tools.local_check.tokenizer import tokenizer_files, vocab_size
@@ -233,7 +233,7 @@ def test_the_whole_flow_on_a_real_ray_cluster_with_a_stand_in_engine(plan: dict[
     stand_in = "python3 -c " + json.dumps(
         f"import json,sys; print({marker!r} + json.dumps({{**{result!r}, 'workload': sys.argv[1], 'rate': 2.0}}))"
     )
-    plan = {**plan, "bench": [{"rate": 2.0, "long": f"{stand_in} long", "short": f"{stand_in} short"}]}
+    plan = {**plan, "bench": [bench_entry(2.0, f"{stand_in} long", f"{stand_in} short")]}
     (tmp_path / "plan.json").write_text(json.dumps(plan))
     model = tmp_path / "model"
     model.mkdir()
@@ -280,8 +280,8 @@ def test_a_benchmark_whose_requests_failed_fails_the_check() -> None:
         return "python3 -c " + json.dumps(f"import json; print({marker!r} + json.dumps({figures!r}))")
 
     good, bad = printing(workload="long", completed=40, failed=0), printing(workload="short", completed=0, failed=60)
-    plan = {"bench_result_marker": marker, "bench": [{"rate": 1.0, "long": good, "short": bad}]}
+    plan = {"bench_result_marker": marker, "bench": [bench_entry(1.0, good, bad)]}
     with pytest.raises(RuntimeError, match="short: 0 completed, 60 failed"):
         run_bench(plan, "http://127.0.0.1:9", "/m", None, None)
-    plan["bench"][0]["short"] = printing(workload="short", completed=60, failed=0)
+    plan["bench"][0] = bench_entry(1.0, good, printing(workload="short", completed=60, failed=0))
     assert sorted(r["workload"] for r in run_bench(plan, "http://127.0.0.1:9", "/m", None, None)) == ["long", "short"]

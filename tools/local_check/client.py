@@ -8,6 +8,7 @@ import os
 import random
 import re
 import subprocess
+import tempfile
 import time
 import urllib.error
 import urllib.request
@@ -158,11 +159,14 @@ def run_bench(
     for entry in plan["bench"]:
         if rates is not None and entry["rate"] not in rates:
             continue
-        # As the Job runs them (bench_job.bench_script): `wait PID` returns each run's own status.
-        script = f"( {entry['long']} ) & long=$!; ( {entry['short']} ) & short=$!; wait $long; wait $short"
-        script = script.replace("@BASE_URL@", base).replace("@TOKENIZER@", tokenizer)
         env = {**os.environ, **({"OPENAI_API_KEY": key} if key else {})}
-        done = subprocess.run(["bash", "-c", f"set -e; {script}"], capture_output=True, text=True, env=env, check=False)
+        with tempfile.TemporaryDirectory(prefix="local-check-bench-") as scratch:
+            # As the Job runs them (bench_job.concurrent_runs, written into the plan).
+            script = entry["script"].replace("@BASE_URL@", base).replace("@TOKENIZER@", tokenizer)
+            script = script.replace("@SCRATCH@", scratch)
+            done = subprocess.run(
+                ["bash", "-c", f"set -e; {script}"], capture_output=True, text=True, env=env, check=False
+            )
         lines = [json.loads(line.split(marker, 1)[1]) for line in done.stdout.splitlines() if marker in line]
         # `vllm bench serve` exits 0 when every request failed ("All requests failed", completed 0): count them.
         incomplete = [r for r in lines if r.get("failed") or not r.get("completed")]

@@ -16,7 +16,7 @@ os.environ.setdefault("JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION", "20")
 import cdk8s
 import yaml
 
-from k8s_constructs.bench_job import LONG, RESULT_MARKER, SHORT, BenchJobProps, bench_command
+from k8s_constructs.bench_job import LONG, RESULT_MARKER, SHORT, BenchJobProps, bench_command, concurrent_runs
 from k8s_constructs.serve_config import Phase
 from settings import Settings
 from settings.context_files import REPO
@@ -29,6 +29,7 @@ DEFAULT_PLAN = REPO / "local-check" / "plan.json"
 # What the plan leaves for the host to fill in: the endpoint and the tokenizer's path are known only there.
 BASE_URL = "@BASE_URL@"
 TOKENIZER = "@TOKENIZER@"
+SCRATCH = "@SCRATCH@"  # a directory of the host's, for the two runs' result lines
 # The packages whose versions must be the image's (the rest of requirements-gpu.txt is their closure).
 CHECKED_PACKAGES = ("ray", "vllm", "nixl", "torch")
 
@@ -84,9 +85,13 @@ def bench_commands(settings: Settings) -> list[dict[str, Any]]:
         name="local-check", namespace="", image="", base_url=BASE_URL, model_id=settings.model_id, tokenizer=TOKENIZER
     )
     return [
-        {"rate": rate, "long": bench_command(props, LONG, rate), "short": bench_command(props, SHORT, rate)}
-        for rate in props.rates
+        bench_entry(rate, bench_command(props, LONG, rate), bench_command(props, SHORT, rate)) for rate in props.rates
     ]
+
+
+def bench_entry(rate: float, long: str, short: str) -> dict[str, Any]:
+    """One rate's runs, and the script that runs them as the Job does (at once; the result lines after both)."""
+    return {"rate": rate, "long": long, "short": short, "script": concurrent_runs(long, short, f"{SCRATCH}/pair")}
 
 
 def build_plan(settings: Settings) -> dict[str, Any]:
