@@ -58,6 +58,8 @@ ACCESS_LOG_PREFIX: Final = "alb"  # the load balancer writes under BUCKET/alb/AW
 # The ALB's name: at most 32 characters, letters, digits and hyphens, never starting with "internal-".
 _LOAD_BALANCER_NAME_MAX: Final = 32
 _NAME_DIGEST: Final = 8
+# Where the controller reports the load balancer it made, on the Ingress (read back at deploy and by make endpoint).
+DNS_NAME_PATH: Final = ".status.loadBalancer.ingress[0].hostname"
 
 
 def ingress_name(settings: Settings) -> str:

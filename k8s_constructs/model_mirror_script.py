@@ -191,6 +191,19 @@ def mirror(
     files, left_out = served_files(listed)
     bucket, prefix = split_uri(dest)
     total = sum(f.size for f in files)
+
+    def summary(copy_seconds: float, verify_seconds: float) -> dict[str, Any]:
+        return {
+            "repo": repo,
+            "commit": commit,
+            "destination": f"s3://{bucket}/{prefix}",
+            "files": len(files),
+            "bytes": total,
+            "left_out": [f.path for f in left_out],
+            "copy_seconds": copy_seconds,
+            "verify_seconds": verify_seconds,
+        }
+
     print(f"{repo}@{commit}: {len(files)} files, {total / 1024**3:.2f} GiB -> s3://{bucket}/{prefix}", flush=True)
     if left_out:
         print(f"left out (vLLM loads the safetensors): {', '.join(f.path for f in left_out)}", flush=True)
@@ -233,16 +246,7 @@ def mirror(
                     f"{error} (the finished mirror is left as it is: mirror into a prefix of its own)"
                 ) from None
             print(f"verified {len(files)} files; {COMPLETION_OBJECT} = {commit} unchanged", flush=True)
-            return {
-                "repo": repo,
-                "commit": commit,
-                "destination": f"s3://{bucket}/{prefix}",
-                "files": len(files),
-                "bytes": total,
-                "left_out": [f.path for f in left_out],
-                "copy_seconds": 0.0,
-                "verify_seconds": round(time.monotonic() - started_verify, 1),
-            }
+            return summary(0.0, round(time.monotonic() - started_verify, 1))
         if served:
             raise MirrorError(
                 f"s3://{bucket}/{prefix} is read by the deployed RayService while its GPU workers run (an engine may"
@@ -270,16 +274,7 @@ def mirror(
         )
     except (BotoCoreError, ClientError) as error:
         raise MirrorError(f"s3://{bucket}/{prefix}: {error}") from None
-    result = {
-        "repo": repo,
-        "commit": commit,
-        "destination": f"s3://{bucket}/{prefix}",
-        "files": len(files),
-        "bytes": total,
-        "left_out": [f.path for f in left_out],
-        "copy_seconds": round(copied - started, 1),
-        "verify_seconds": round(time.monotonic() - copied, 1),
-    }
+    result = summary(round(copied - started, 1), round(time.monotonic() - copied, 1))
     print(f"verified {len(files)} files; wrote {COMPLETION_OBJECT} = {commit}", flush=True)
     return result
 

@@ -23,14 +23,12 @@ from aws_cdk import aws_s3 as s3
 from aws_cdk.region_info import RegionInfo
 from constructs import Construct
 
-from k8s_constructs.endpoint import ACCESS_LOG_PREFIX, ingress_name
+from k8s_constructs.endpoint import ACCESS_LOG_PREFIX, DNS_NAME_PATH, ingress_name
 from settings import Settings
 from settings.endpoint import ACCESS_LOG_RETENTION_DAYS
 from settings.load_balancer_zones import application_load_balancer_zone
 from stacks import nag
 
-# Where the controller reports the load balancer it made.
-DNS_NAME_PATH: Final = ".status.loadBalancer.ingress[0].hostname"
 # The service principal that delivers access logs in the Regions Elastic Load Balancing has no account in (those
 # opened since August 2022); the older Regions' documented principal is their ELB account (aws-cdk-lib's region facts).
 LOG_DELIVERY_SERVICE: Final = "logdelivery.elasticloadbalancing.amazonaws.com"

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -193,3 +195,22 @@ def endpoint_synth(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Synth]:
     """SERVE_EXPOSURE=internal with a certificate, a hosted zone and access logs: the controller, the Ingress, the
     keys."""
     yield synthesize(settings_for(ENDPOINT), tmp_path_factory.mktemp("endpoint"))
+
+
+def run_scenario(
+    module: str, spec: dict[str, Any], spec_file: Path, *, timeout: float, env: Mapping[str, str] | None = None
+) -> dict[str, Any]:
+    """A tests.*_scenario module (a real local Ray, in a process of its own) run on its spec: what it printed last,
+    parsed. A scenario that fails fails the test with the end of its stderr."""
+    spec_file.write_text(json.dumps(spec))
+    done = subprocess.run(
+        [sys.executable, "-m", module, str(spec_file)],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=timeout,
+        env=None if env is None else {**os.environ, **env},
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
+    return result

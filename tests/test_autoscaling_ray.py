@@ -6,15 +6,13 @@ tests/autoscaling_scenario.py). The synth, settings and preflight: tests/test_au
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import yaml
 
 from stacks.serving_stack import build_rayservice_chart
-from tests.conftest import REPO, settings_for
+from tests.conftest import run_scenario, settings_for
 from tests.test_autoscaling import ELASTIC, _llm_configs
 from tests.validators import ray_serve_llm_placement
 
@@ -103,16 +101,7 @@ def test_load_on_decode_adds_a_decode_node_only_and_the_cluster_returns_to_its_m
             DEFAULT_GRACEFUL_SHUTDOWN_TIMEOUT_S + phases["decode"]["autoscaling_config"]["downscale_delay_s"] + 5
         ),
     }
-    (tmp_path / "spec.json").write_text(json.dumps(spec))
-    done = subprocess.run(
-        [sys.executable, "-m", "tests.autoscaling_scenario", str(tmp_path / "spec.json")],
-        capture_output=True,
-        text=True,
-        cwd=REPO,
-        timeout=420,
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
-    seen = json.loads(done.stdout.strip().splitlines()[-1])
+    seen = run_scenario("tests.autoscaling_scenario", spec, tmp_path / "spec.json", timeout=420)
     print(json.dumps({"log": seen["log"], "streams": seen["streams"]}))
     assert seen["nodes_at_start"] == ["decode", "prefill"], seen
     assert seen["grew"], seen

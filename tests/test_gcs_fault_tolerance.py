@@ -14,7 +14,6 @@ import os
 import shutil
 import socket
 import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -24,7 +23,7 @@ from typing import Any
 import pytest
 
 from k8s_constructs import gcs_ft
-from tests.conftest import REPO
+from tests.conftest import run_scenario
 from tests.loopback import free_port
 
 PASSWORD = "local-test-password-not-a-secret"
@@ -120,13 +119,14 @@ def tls_redis(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, P
 
 def _scenario(tmp_path: Path, name: str, spec: dict[str, Any], env: dict[str, str]) -> dict[str, Any]:
     for attempt in (1, 2):
-        (tmp_path / f"{name}.json").write_text(json.dumps(spec))
         try:
-            done = subprocess.run(
-                [sys.executable, "-m", "tests.gcs_ft_scenario", str(tmp_path / f"{name}.json")],
-                capture_output=True, text=True, cwd=REPO, timeout=300,
-                env={**os.environ, "RAY_USAGE_STATS_ENABLED": "0", **env},
-            )  # fmt: skip
+            return run_scenario(
+                "tests.gcs_ft_scenario",
+                spec,
+                tmp_path / f"{name}.json",
+                timeout=300,
+                env={"RAY_USAGE_STATS_ENABLED": "0", **env},
+            )
         except subprocess.TimeoutExpired:
             if attempt == 2:
                 raise
@@ -136,10 +136,6 @@ def _scenario(tmp_path: Path, name: str, spec: dict[str, Any], env: dict[str, st
             spec = {**spec, "serve_port": free_port()}
             if "RAY_external_storage_namespace" in env:
                 env = {**env, "RAY_external_storage_namespace": env["RAY_external_storage_namespace"] + "-again"}
-            continue
-        assert done.returncode == 0, done.stderr[-3000:]
-        result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
-        return result
     raise AssertionError("unreachable")
 
 

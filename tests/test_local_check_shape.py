@@ -105,10 +105,9 @@ def test_every_change_one_host_forces_is_named_and_nothing_else_changes(plan: di
 
 
 def test_a_host_like_the_target_changes_only_the_model(plan: dict[str, Any]) -> None:
-    host = L4_HOST
     _, changes = patch_serve_config(
         serve_config(plan["rayservice"]),
-        host=host,
+        host=L4_HOST,
         target=L4,
         model_path="Qwen/Qwen3.5-9B",
         random_weights=False,
@@ -116,7 +115,7 @@ def test_a_host_like_the_target_changes_only_the_model(plan: dict[str, Any]) -> 
         kv_cache_bytes=None,
     )
     assert changes == []
-    extra, named = accelerator_resources(serve_config(plan["rayservice"]), host)
+    extra, named = accelerator_resources(serve_config(plan["rayservice"]), L4_HOST)
     assert (extra, named) == ({}, [])
 
 
@@ -142,10 +141,9 @@ def test_sharing_a_gpu_needs_the_kv_cache_size(plan: dict[str, Any]) -> None:
 def test_the_lone_engine_has_the_servers_batch_sizes_whatever_the_host(plan: dict[str, Any]) -> None:
     """vllm.LLM's own defaults (UsageContext LLM_CLASS: 8,192 batched tokens) are not the server's (2,048 on an L4):
     written out even on a host like the target, where they are no change to name."""
-    l4 = L4_HOST
     patched, changes = patch_serve_config(
         serve_config(plan["rayservice"]),
-        host=l4,
+        host=L4_HOST,
         target=L4,
         model_path="Qwen/Qwen3.5-9B",
         random_weights=False,

@@ -17,7 +17,7 @@ import yaml
 from k8s_constructs.endpoint import AUTH_CONFIG_MAP
 from k8s_constructs.serve_config import API_KEYS_DIR, AUTH_MODULE_DIR, AUTH_MODULE_FILE
 from stacks.serving_stack import build_rayservice_chart
-from tests.conftest import ENDPOINT, REPO, settings_for
+from tests.conftest import ENDPOINT, REPO, run_scenario, settings_for
 
 UNAUTHORIZED = {"message", "type", "param", "code"}
 
@@ -42,16 +42,7 @@ def _spec() -> dict[str, Any]:
 def test_keys_are_enforced_rotated_without_a_restart_and_never_logged(tmp_path: Path) -> None:
     spec = _spec()
     assert spec["module_file"] == AUTH_MODULE_FILE.name
-    (tmp_path / "spec.json").write_text(json.dumps(spec))
-    done = subprocess.run(
-        [sys.executable, "-m", "tests.serve_auth_scenario", str(tmp_path / "spec.json")],
-        capture_output=True,
-        text=True,
-        cwd=REPO,
-        timeout=420,
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
-    seen = json.loads(done.stdout.strip().splitlines()[-1])
+    seen = run_scenario("tests.serve_auth_scenario", spec, tmp_path / "spec.json", timeout=420)
     print(json.dumps({k: v for k, v in seen.items() if k != "calls"}))
     assert seen["app_status"] == "RUNNING", seen.get("app_message")
 

@@ -18,7 +18,7 @@ import urllib.request
 from dataclasses import dataclass
 from typing import Any
 
-from k8s_constructs.endpoint import ingress_name
+from k8s_constructs.endpoint import DNS_NAME_PATH, ingress_name
 from preflight.cluster_access import ClusterUnreachable, Kubectl, cluster_kubectl
 from settings import Settings
 from tools.entry import one_line_errors, project_settings
@@ -37,7 +37,7 @@ def load_balancer_host(settings: Settings, kubectl: Kubectl) -> str:
             settings.namespace,
             ingress_name(settings),
             "-o",
-            "jsonpath={.status.loadBalancer.ingress[0].hostname}",
+            f"jsonpath={{{DNS_NAME_PATH}}}",
         ]
     )
     return got.stdout.strip() if got.returncode == 0 else ""

@@ -20,6 +20,11 @@ from k8s_constructs.ray_facts import NIXL_LOG_PATTERN, backend_of
 from tools.local_check.engines import PARITY_MAX_TOKENS
 from tools.local_check.results import Report
 
+# What the plan leaves for the host in the benchmark Job's commands (tools/local_check/plan.py writes them).
+BASE_URL = "@BASE_URL@"
+TOKENIZER = "@TOKENIZER@"
+SCRATCH = "@SCRATCH@"  # a directory of the host's, for the two runs' result lines
+
 TRANSFER_PLAN_MARKER = "Transfer plan"  # the decode engine's NIXL handshake (vLLM 0.26, nixl_connector.py)
 
 
@@ -154,7 +159,7 @@ def run_bench(
     plan: dict[str, Any], base: str, tokenizer: str, rates: list[float] | None, key: str | None
 ) -> list[dict[str, Any]]:
     """The plan's benchmark runs (the Job's `vllm bench serve` commands): long and short streams at once per rate."""
-    marker = plan.get("bench_result_marker", "BENCH_RESULT ")
+    marker = plan["bench_result_marker"]
     results = []
     for entry in plan["bench"]:
         if rates is not None and entry["rate"] not in rates:
@@ -162,8 +167,7 @@ def run_bench(
         env = {**os.environ, **({"OPENAI_API_KEY": key} if key else {})}
         with tempfile.TemporaryDirectory(prefix="local-check-bench-") as scratch:
             # As the Job runs them (bench_job.concurrent_runs, written into the plan).
-            script = entry["script"].replace("@BASE_URL@", base).replace("@TOKENIZER@", tokenizer)
-            script = script.replace("@SCRATCH@", scratch)
+            script = entry["script"].replace(BASE_URL, base).replace(TOKENIZER, tokenizer).replace(SCRATCH, scratch)
             done = subprocess.run(
                 ["bash", "-c", f"set -e; {script}"], capture_output=True, text=True, env=env, check=False
             )

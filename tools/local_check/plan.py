@@ -23,13 +23,11 @@ from settings.context_files import REPO
 from settings.model_fit import CUDA_TOTAL_MIB, GIB, fit
 from stacks.serving_stack import build_rayservice_chart
 from tools.entry import one_line_errors, project_settings
+from tools.local_check.client import BASE_URL, SCRATCH, TOKENIZER
 
 GPU_REQUIREMENTS = REPO / "requirements-gpu.txt"
 DEFAULT_PLAN = REPO / "local-check" / "plan.json"
 # What the plan leaves for the host to fill in: the endpoint and the tokenizer's path are known only there.
-BASE_URL = "@BASE_URL@"
-TOKENIZER = "@TOKENIZER@"
-SCRATCH = "@SCRATCH@"  # a directory of the host's, for the two runs' result lines
 # The packages whose versions must be the image's (the rest of requirements-gpu.txt is their closure).
 CHECKED_PACKAGES = ("ray", "vllm", "nixl", "torch")
 
