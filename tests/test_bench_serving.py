@@ -52,8 +52,9 @@ value = lambda flag: args[args.index(flag) + 1]
 if value("--request-rate") == FAIL_AT:
     sys.exit(3)
 rate, length = float(value("--request-rate")), int(value("--random-input-len"))
-result = {"p50_ttft_ms": length / 10 + rate, "p99_ttft_ms": length / 5 + rate, "p50_itl_ms": 20 + rate,
-          "p99_itl_ms": 40 + rate, "output_throughput": 100 * rate, "request_throughput": rate}
+result = {"p50_ttft_ms": length / 10 + rate, "p99_ttft_ms": length / 5 + rate, "p50_tpot_ms": 10 + rate,
+          "p99_tpot_ms": 15 + rate, "p50_itl_ms": 20 + rate, "p99_itl_ms": 40 + rate,
+          "output_throughput": 100 * rate, "request_throughput": rate}
 json.dump(result, open(value("--result-dir") + "/" + value("--result-filename"), "w"))
 """
 
@@ -87,6 +88,8 @@ def test_the_script_runs_both_streams_at_each_rate_and_reports_every_run(tmp_pat
         "rate": 0.5,
         "p50_ttft_ms": 300.5,
         "p99_ttft_ms": 600.5,
+        "p50_tpot_ms": 10.5,
+        "p99_tpot_ms": 15.5,
         "p50_itl_ms": 20.5,
         "p99_itl_ms": 40.5,
         "output_throughput": 50.0,

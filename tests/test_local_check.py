@@ -229,6 +229,8 @@ def test_the_whole_flow_on_a_real_ray_cluster_with_a_stand_in_engine(plan: dict[
         "p99_itl_ms": 5.0,
         "p50_ttft_ms": 12.0,
         "p50_itl_ms": 3.0,
+        "median_tpot_ms": 4.0,
+        "p99_tpot_ms": 6.0,
     }
     stand_in = "python3 -c " + json.dumps(
         f"import json,sys; print({marker!r} + json.dumps({{**{result!r}, 'workload': sys.argv[1], 'rate': 2.0}}))"
@@ -267,8 +269,9 @@ def test_the_whole_flow_on_a_real_ray_cluster_with_a_stand_in_engine(plan: dict[
     # Both modes of issue 29 on the same cluster: the collocated replicas answer the same and the rates compare.
     assert {"collocated: deploy", "collocated: parity", "collocated: bench"} <= set(steps)
     assert {r["mode"] for r in report["bench"]} == {"pd", "collocated"}
+    assert "short@2.0: TTFT p50 12 ms, TPOT p50 4.0 ms" in steps["bench"]["detail"]
     (row,) = report["comparison"]
-    assert row["rate"] == 2.0 and row["pd short itl p50 ms"] == 3.0 and "collocated long ttft p50 ms" in row
+    assert row["rate"] == 2.0 and row["pd short tpot p50 ms"] == 4.0 and "collocated long ttft p50 ms" in row
     assert "VLLM_PORT" not in os.environ  # the raylets' environment was set for their start only
 
 

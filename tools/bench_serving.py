@@ -3,8 +3,10 @@ endpoint, sample the Ray worker pods per phase and the GPU nodes while it runs, 
 PNG chart beside it (tools/bench_chart.py) and print a table; with COMPARE=previous.json, the change of each
 figure against an earlier result.
 
-Reported per run (workload class and request rate): TTFT p50/p99, ITL p50/p99 (ms), output tokens/s and
-requests/s, as `vllm bench serve` measured them.
+Reported per run (workload class and request rate): TTFT p50/p99, TPOT p50/p99, ITL p50/p99 (ms), output tokens/s
+and requests/s, as `vllm bench serve` measured them. TPOT is the decode rate: Ray Serve LLM sends a stream's tokens in
+batches every 50 ms (ray/llm/_internal/serve/constants.py MODEL_RESPONSE_BATCH_TIMEOUT_MS), so where decode is faster
+than that, ITL measures the batches (p50 near 0, p99 near 50 ms), not the tokens.
 """
 
 from __future__ import annotations
@@ -36,6 +38,8 @@ SAMPLE_SECONDS = 15
 FIGURES: tuple[tuple[str, str, bool], ...] = (
     ("TTFT p50 ms", "p50_ttft_ms", False),
     ("TTFT p99 ms", "p99_ttft_ms", False),
+    ("TPOT p50 ms", "p50_tpot_ms", False),
+    ("TPOT p99 ms", "p99_tpot_ms", False),
     ("ITL p50 ms", "p50_itl_ms", False),
     ("ITL p99 ms", "p99_itl_ms", False),
     ("output tok/s", "output_throughput", True),

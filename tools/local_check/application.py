@@ -128,7 +128,7 @@ def check_application(
             f"{prefix}bench",
             True,
             "; ".join(
-                f"{r['workload']}@{r['rate']}: TTFT p50 {figure(r, 'ttft'):.0f} ms, ITL p50 {figure(r, 'itl'):.1f} ms"
+                f"{r['workload']}@{r['rate']}: TTFT p50 {figure(r, 'ttft'):.0f} ms, TPOT p50 {figure(r, 'tpot'):.1f} ms"
                 for r in bench
             ),
         )

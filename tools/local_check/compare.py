@@ -19,8 +19,8 @@ def figure(run: dict[str, Any], name: str, percentile: str = "p50") -> float:
 # What issue 29's comparison reports per rate: the short stream's latencies (what PD is meant to keep flat while
 # long prompts arrive), the long stream's time to first token, and the output throughput of both streams.
 COMPARED = (
-    ("short", "itl", "p50"),
-    ("short", "itl", "p99"),
+    ("short", "tpot", "p50"),
+    ("short", "tpot", "p99"),
     ("short", "ttft", "p50"),
     ("short", "ttft", "p99"),
     ("long", "ttft", "p50"),
@@ -59,7 +59,7 @@ def write_outputs(report: Report, out: Path) -> tuple[Path, Path | None]:
 
 
 def draw_comparison(rows: list[dict[str, Any]], path: Path, *, title: str) -> Path:
-    """PD against collocated per request rate: the short stream's ITL and TTFT (p50 solid, p99 dashed), the long
+    """PD against collocated per request rate: the short stream's TPOT and TTFT (p50 solid, p99 dashed), the long
     stream's TTFT, and the output tokens/s."""
     import matplotlib
 
@@ -68,7 +68,7 @@ def draw_comparison(rows: list[dict[str, Any]], path: Path, *, title: str) -> Pa
 
     figure, axes = plt.subplots(1, 4, figsize=(20, 4.6), constrained_layout=True)
     rates = [row["rate"] for row in rows]
-    panels = (("short ITL (ms)", "short itl"), ("short TTFT (ms)", "short ttft"), ("long TTFT (ms)", "long ttft"))
+    panels = (("short TPOT (ms)", "short tpot"), ("short TTFT (ms)", "short ttft"), ("long TTFT (ms)", "long ttft"))
     for axis, (label, key) in zip(axes[:3], panels, strict=True):
         for mode, color in (("pd", "tab:blue"), ("collocated", "tab:orange")):
             for percentile, style in (("p50", "-"), ("p99", "--")):
