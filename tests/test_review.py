@@ -61,6 +61,12 @@ def test_a_serving_only_change_passes(clone: Path) -> None:
     assert "| `ray-llm-multinode-serving` | 0 | 1 | 0 | 0 |" in result.stdout
     assert "| `ray-llm-multinode-network` | 0 | 0 | 0 | 0 |" in result.stdout
     assert "max_model_len: 2048" in result.stdout  # cdk diff of the manifest shows the serve config change
+    # Only the serving stack's template changed: the CLI's diff runs for it alone (it would print "There were no
+    # differences" for a stack it found unchanged), and each other stack is said to be unchanged.
+    for stack in ("network", "cluster", "system", "gpu"):
+        assert f"`cdk diff ray-llm-multinode-{stack}`: template unchanged (byte-identical to BASE's)." in result.stdout
+    assert "There were no differences" not in result.stdout
+    assert "<summary><code>cdk diff ray-llm-multinode-serving</code></summary>" in result.stdout
     assert (clone / "review.md").read_text() == result.stdout.rstrip("\n") + "\n"
 
 

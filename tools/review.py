@@ -1,9 +1,10 @@
 """`make review BASE=<git ref>`: what a change would do, offline, before anyone deploys it.
 
 Synthesizes BASE (in a temporary git worktree) and the working tree with the pinned CDK CLI, no AWS
-credentials, then prints for each stack `cdk diff --template` (the CLI's own diff of two synthesized
-templates), the diff of the golden Kubernetes manifests (dist/), and a table of resources added,
-changed, replaced and destroyed per stack. Exits 1 when a protected resource (the VPC and its subnets,
+credentials, then prints a table of resources added, changed, replaced and destroyed per stack, for each
+stack whose template changed `cdk diff --template` (the CLI's own diff of two synthesized templates; a
+stack whose template is byte-identical on both sides is said to be unchanged, without starting the CLI),
+and the diff of the golden Kubernetes manifests (dist/). Exits 1 when a protected resource (the VPC and its subnets,
 the cluster, a nodegroup, the KMS key, the placement group, …) would be replaced or destroyed, naming
 each one and the property that forces it, unless ALLOW_REPLACEMENT=1.
 """
@@ -33,6 +34,7 @@ from preflight.template_plan import (
 
 REPO = Path(__file__).resolve().parent.parent
 CDK = REPO / "node_modules" / ".bin" / "cdk"
+UNCHANGED = "template unchanged (byte-identical to BASE's)"
 
 
 class ReviewError(Exception):
@@ -166,6 +168,9 @@ def report(
     else:
         lines += ["No protected resource is replaced or destroyed.", ""]
     for stack in stacks:
+        if diffs.get(stack) == UNCHANGED:
+            lines += [f"`cdk diff {stack}`: {UNCHANGED}.", ""]
+            continue
         lines += [
             f"<details><summary><code>cdk diff {stack}</code></summary>",
             "",
@@ -207,7 +212,9 @@ def review(base: str, workdir: Path) -> tuple[str, list[str]]:
             after = json.loads(head_template.read_text()) if head_template.exists() else None
             plans[stack] = plan(before, after)
             if before is not None and after is not None:
-                diffs[stack] = cdk_diff(stack, workdir / "head.out", base_template)
+                # The CLI is a Node process per stack; an identical template has nothing for it to show.
+                same = base_template.read_bytes() == head_template.read_bytes()
+                diffs[stack] = UNCHANGED if same else cdk_diff(stack, workdir / "head.out", base_template)
             elif after is None:
                 diffs[stack] = "(stack removed: every resource is destroyed)"
         return report(base, stacks, plans, diffs, manifests_diff(worktree / "dist", REPO / "dist"))
