@@ -14,10 +14,9 @@ import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import cache
+from importlib.util import find_spec
 from pathlib import Path
 from typing import Any
-
-import cfnlint
 
 # Resources whose replacement or removal takes the service down or cannot be done in place at all. (The
 # NAT gateway is not one: it moves with GPU_AZ, and the nodes lose egress only while it is replaced.)
@@ -62,10 +61,18 @@ class ResourceChange:
         return f"{self.resource_type} {self.logical_id} changes in place: {', '.join(self.properties)}"
 
 
+def _cfnlint_schemas() -> Path:
+    # Where cfn-lint is installed, without importing it (most of a second for `make review`, which needs its data only).
+    spec = find_spec("cfnlint")
+    if spec is None or spec.origin is None:
+        raise ModuleNotFoundError("cfn-lint is not installed (requirements.txt)")
+    return Path(spec.origin).parent / "data" / "schemas"
+
+
 @cache
 def create_only_properties(resource_type: str) -> frozenset[str]:
     """Top-level create-only properties of a type (nested paths count for their top-level property)."""
-    base = Path(cfnlint.__file__).parent / "data" / "schemas"
+    base = _cfnlint_schemas()
     index: dict[str, str] = _provider_index(base)
     if resource_type not in index:
         return frozenset()  # custom resources and unknown types: no create-only property
