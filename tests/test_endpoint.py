@@ -319,7 +319,18 @@ LOAD_BALANCER_ADDRESS = "10.0.1.37/32"  # in the second AZ's public /24 (setting
 
 
 def test_the_load_balancer_reaches_the_serve_port_and_nothing_else(endpoint_synth: Synth, tmp_path: Path) -> None:
-    from tests.test_security import DECODE, HEAD, NODE_ADDRESS, OUTSIDE_ADDRESS, PREFILL, _address_flow, _nca, _world
+    from tests.test_security import (
+        DECODE,
+        FORBIDS,
+        HEAD,
+        NODE_ADDRESS,
+        OUTSIDE_ADDRESS,
+        PERMITS,
+        PREFILL,
+        _address_flow,
+        _nca,
+        _world,
+    )
 
     directory = tmp_path / "resources"
     directory.mkdir()
@@ -327,20 +338,20 @@ def test_the_load_balancer_reaches_the_serve_port_and_nothing_else(endpoint_synt
         yaml.safe_dump_all(_world(deployed_manifest(endpoint_synth), endpoint_synth.settings))
     )
     ns = endpoint_synth.settings.namespace
+    queries = {}
     for name, to in (("lb-to-head", HEAD), ("lb-to-prefill", PREFILL), ("lb-to-decode", DECODE)):
-        result = _nca(
-            "permits", _address_flow(f"{name}-serve", ns, to, LOAD_BALANCER_ADDRESS, 8000), directory, tmp_path
-        )
-        assert result.returncode == 0, result.stdout + result.stderr
+        queries[f"{name}-serve"] = (PERMITS, (to, LOAD_BALANCER_ADDRESS, 8000))
     for port in (8265, 6379, 8080, 10001, 20000):
-        result = _nca(
-            "forbids", _address_flow(f"lb-to-head-{port}", ns, HEAD, LOAD_BALANCER_ADDRESS, port), directory, tmp_path
-        )
-        assert result.returncode == 0, result.stdout + result.stderr
+        queries[f"lb-to-head-{port}"] = (FORBIDS, (HEAD, LOAD_BALANCER_ADDRESS, port))
     # A pod's or node's address (the private subnets) and one outside the VPC still do not reach the Serve port.
     for name, address in (("node-subnet", NODE_ADDRESS), ("outside", OUTSIDE_ADDRESS)):
-        result = _nca("forbids", _address_flow(f"{name}-to-head-serve", ns, HEAD, address, 8000), directory, tmp_path)
-        assert result.returncode == 0, result.stdout + result.stderr
+        queries[f"{name}-to-head-serve"] = (FORBIDS, (HEAD, address, 8000))
+    verdicts = _nca(
+        directory, {name: (query, _address_flow(name, ns, *flow)) for name, (query, flow) in queries.items()}, tmp_path
+    )
+    assert len(verdicts) == 10
+    for verdict in verdicts.values():
+        assert verdict.holds, verdict.output
 
 
 def test_with_elastic_capacity_the_ingress_reserves_no_cpu_without_keys() -> None:

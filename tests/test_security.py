@@ -7,7 +7,11 @@ from __future__ import annotations
 
 import ipaddress
 import json
+import re
 import subprocess
+import tempfile
+from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -161,15 +165,58 @@ FORBIDDEN = [
 ]
 
 
-def _nca(query: str, flow: dict[str, Any], world: Path, tmp: Path) -> subprocess.CompletedProcess[str]:
-    path = tmp / f"{flow['metadata']['name']}.yaml"
-    path.write_text(yaml.safe_dump(flow))
-    return subprocess.run(
-        [str(NCA), f"--{query}", str(path), "--base_resource_list", str(world), "--resource_list", str(world)],
-        capture_output=True,
-        text=True,
-        timeout=120,
+PERMITS, FORBIDS = "permits", "forbids"
+
+
+@dataclass(frozen=True)
+class Verdict:
+    holds: bool  # nca's own result for the query (its `expected: 0` check) and its words both say so
+    output: str  # nca's output for the query, and its warnings: the failure message
+
+
+def _nca(world: Path, queries: Mapping[str, tuple[str, dict[str, Any]]], tmp: Path) -> dict[str, Verdict]:
+    """Each query — (permits or forbids, the flow) by its name — of the policies in ``world``, in one nca run: a
+    scheme file (nca's batch input), so the world is parsed once. Each flow is a network config of its own on the
+    world's namespaces and pods (the scheme's global resources, as `--resource_list` gives them on the command
+    line); each query writes its output to a file of its own and expects 0 (the permits or forbids holds)."""
+    run = Path(tempfile.mkdtemp(prefix="nca-", dir=tmp))
+    configs: list[dict[str, Any]] = [{"name": "world", "resourceList": [str(world)]}]
+    scheme_queries: list[dict[str, Any]] = []
+    for name, (query, flow) in queries.items():
+        (run / f"{name}.yaml").write_text(yaml.safe_dump(flow))
+        configs.append({"name": name, "networkPolicyList": [str(run / f"{name}.yaml")]})
+        scheme_queries.append(
+            {
+                "name": name,
+                query: ["world", name],
+                "expected": 0,
+                "outputConfiguration": {"outputPath": str(run / f"{name}.txt")},
+            }
+        )
+    scheme = run / "scheme.yaml"
+    scheme.write_text(
+        yaml.safe_dump({"resourceList": [str(world)], "networkConfigList": configs, "queries": scheme_queries})
     )
+    result = subprocess.run([str(NCA), "--scheme", str(scheme)], capture_output=True, text=True, timeout=300)
+    # nca's SchemeRunner: one warning per query whose result is not the expected one (or that was not executed),
+    # and as many as the exit code.
+    failed = re.findall(r"Warning: (?:Unexpected result for query (\S+):|(\S+) was not executed)", result.stderr)
+    failed_names = {a or b for a, b in failed}
+    ran = {name for name in queries if (run / f"{name}.txt").exists()}
+    assert ran == set(queries) and result.returncode == len(failed), result.stdout + result.stderr
+    verdicts = {}
+    for name, (query, _) in queries.items():
+        output = (run / f"{name}.txt").read_text()
+        said = (
+            f"world permits all connections specified in {name}"
+            if query == PERMITS
+            else f"world forbids connections specified in {name}"
+        )
+        warnings = [line for line in result.stderr.splitlines() if f"query {name}:" in line or f" {name} was" in line]
+        verdicts[name] = Verdict(
+            holds=name not in failed_names and said in output.splitlines(), output=output + "\n".join(warnings)
+        )
+    return verdicts
 
 
 def _namespaces(settings: Any) -> dict[str, str]:
@@ -193,28 +240,35 @@ def world(default_synth: Synth, tmp_path_factory: pytest.TempPathFactory) -> Pat
     return directory
 
 
+@pytest.fixture(scope="module")
+def verdicts(default_synth: Synth, world: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Verdict]:
+    """Every flow of the tests below, asked of the default world in one nca run."""
+    settings = default_synth.settings
+    queries = {
+        name: (query, _flow(name, settings.namespace, to, _namespaces(settings)[source_ns], source, port))
+        for query, flows in ((PERMITS, REQUIRED), (FORBIDS, FORBIDDEN))
+        for name, to, source_ns, source, port in flows
+    }
+    queries[VPC_ADDRESS_FLOW] = (
+        FORBIDS,
+        _address_flow(VPC_ADDRESS_FLOW, settings.namespace, HEAD, COLLECTOR_ADDRESS, 8080),
+    )
+    assert len(queries) == len(REQUIRED) + len(FORBIDDEN) + 1  # one name, one query
+    return _nca(world, queries, tmp_path_factory.mktemp("nca"))
+
+
 @pytest.mark.parametrize("flow", REQUIRED, ids=[f[0] for f in REQUIRED])
 def test_every_required_flow_is_allowed(
-    default_synth: Synth, world: Path, tmp_path: Path, flow: tuple[str, dict[str, str], str, dict[str, str], int]
+    verdicts: dict[str, Verdict], flow: tuple[str, dict[str, str], str, dict[str, str], int]
 ) -> None:
-    name, to, source_ns, source, port = flow
-    settings = default_synth.settings
-    result = _nca(
-        "permits", _flow(name, settings.namespace, to, _namespaces(settings)[source_ns], source, port), world, tmp_path
-    )
-    assert result.returncode == 0, result.stdout + result.stderr
+    assert verdicts[flow[0]].holds, verdicts[flow[0]].output
 
 
 @pytest.mark.parametrize("flow", FORBIDDEN, ids=[f[0] for f in FORBIDDEN])
 def test_every_other_flow_into_the_namespace_is_denied(
-    default_synth: Synth, world: Path, tmp_path: Path, flow: tuple[str, dict[str, str], str, dict[str, str], int]
+    verdicts: dict[str, Verdict], flow: tuple[str, dict[str, str], str, dict[str, str], int]
 ) -> None:
-    name, to, source_ns, source, port = flow
-    settings = default_synth.settings
-    result = _nca(
-        "forbids", _flow(name, settings.namespace, to, _namespaces(settings)[source_ns], source, port), world, tmp_path
-    )
-    assert result.returncode == 0, result.stdout + result.stderr
+    assert verdicts[flow[0]].holds, verdicts[flow[0]].output
 
 
 def _address_flow(name: str, namespace: str, to: dict[str, str], cidr: str, port: int) -> dict[str, Any]:
@@ -227,6 +281,7 @@ def _address_flow(name: str, namespace: str, to: dict[str, str], cidr: str, port
 COLLECTOR_ADDRESS = "10.0.31.242/32"  # in the managed collector's first subnet (settings.metrics_collector_cidrs)
 NODE_ADDRESS = "10.0.64.10/32"  # in a private subnet: where the nodes and every pod get their addresses
 OUTSIDE_ADDRESS = "192.168.7.10/32"
+VPC_ADDRESS_FLOW = "vpc-address-to-head-metrics"
 
 
 @pytest.fixture(scope="module")
@@ -248,46 +303,29 @@ def test_the_managed_collector_reaches_the_metrics_port_and_nothing_else(
     settings = observed_synth.settings
     ns = settings.namespace
     assert ipaddress.ip_network(COLLECTOR_ADDRESS).subnet_of(ipaddress.ip_network(settings.metrics_collector_cidrs[0]))  # type: ignore[arg-type]
-    result = _nca(
-        "forbids",
-        _address_flow("node-subnet-address-to-head-metrics", ns, HEAD, NODE_ADDRESS, 8080),
-        observed_world,
-        tmp_path,
-    )
-    assert result.returncode == 0, result.stdout + result.stderr
+    queries = {"node-subnet-address-to-head-metrics": (FORBIDS, (HEAD, NODE_ADDRESS, 8080))}
     for name, to in (("collector-to-head", HEAD), ("collector-to-prefill", PREFILL), ("collector-to-decode", DECODE)):
-        result = _nca(
-            "permits", _address_flow(f"{name}-metrics", ns, to, COLLECTOR_ADDRESS, 8080), observed_world, tmp_path
-        )
-        assert result.returncode == 0, result.stdout + result.stderr
+        queries[f"{name}-metrics"] = (PERMITS, (to, COLLECTOR_ADDRESS, 8080))
     for port in (8265, 6379, 8000, 10001, 20000):
-        result = _nca(
-            "forbids",
-            _address_flow(f"vpc-address-to-head-{port}", ns, HEAD, COLLECTOR_ADDRESS, port),
-            observed_world,
-            tmp_path,
-        )
-        assert result.returncode == 0, result.stdout + result.stderr
-    result = _nca(
-        "forbids",
-        _address_flow("outside-address-to-head-metrics", ns, HEAD, OUTSIDE_ADDRESS, 8080),
+        queries[f"vpc-address-to-head-{port}"] = (FORBIDS, (HEAD, COLLECTOR_ADDRESS, port))
+    queries["outside-address-to-head-metrics"] = (FORBIDS, (HEAD, OUTSIDE_ADDRESS, 8080))
+    verdicts = _nca(
         observed_world,
+        {name: (query, _address_flow(name, ns, *flow)) for name, (query, flow) in queries.items()},
         tmp_path,
     )
-    assert result.returncode == 0, result.stdout + result.stderr
+    assert len(verdicts) == 10
+    for verdict in verdicts.values():
+        assert verdict.holds, verdict.output
 
 
-def test_without_observability_no_address_reaches_the_metrics_port(
-    default_synth: Synth, world: Path, tmp_path: Path
-) -> None:
-    flow = _address_flow("vpc-address-to-head-metrics", default_synth.settings.namespace, HEAD, COLLECTOR_ADDRESS, 8080)
-    result = _nca("forbids", flow, world, tmp_path)
-    assert result.returncode == 0, result.stdout + result.stderr
+def test_without_observability_no_address_reaches_the_metrics_port(verdicts: dict[str, Verdict]) -> None:
+    assert verdicts[VPC_ADDRESS_FLOW].holds, verdicts[VPC_ADDRESS_FLOW].output
 
 
 def test_nca_does_catch_an_open_namespace(default_synth: Synth, tmp_path: Path) -> None:
     """The control: without the default-deny policy and with the internal rule opened to every pod, the
-    attacker reaches the dashboard, and nca says so."""
+    attacker reaches the dashboard, and nca says so (through the same batch as the tests above)."""
     manifest = [o for o in deployed_manifest(default_synth) if o["metadata"].get("name") != "default-deny-ingress"]
     for obj in manifest:
         if obj["kind"] == "NetworkPolicy" and obj["metadata"]["name"] == "ray-cluster-internal":
@@ -297,8 +335,11 @@ def test_nca_does_catch_an_open_namespace(default_synth: Synth, tmp_path: Path) 
     (directory / "world.yaml").write_text(yaml.safe_dump_all(_world(manifest, default_synth.settings)))
     settings = default_synth.settings
     flow = _flow("attacker-to-head-dashboard", settings.namespace, HEAD, "default", {"app": "attacker"}, 8265)
-    assert _nca("forbids", flow, directory, tmp_path).returncode != 0
-    assert _nca("permits", flow, directory, tmp_path).returncode == 0
+    verdicts = _nca(directory, {"forbids-attacker": (FORBIDS, flow), "permits-attacker": (PERMITS, flow)}, tmp_path)
+    assert not verdicts["forbids-attacker"].holds
+    assert "world does not forbid connections specified in forbids-attacker" in verdicts["forbids-attacker"].output
+    assert "Unexpected result for query forbids-attacker: Expected 0, got 1" in verdicts["forbids-attacker"].output
+    assert verdicts["permits-attacker"].holds, verdicts["permits-attacker"].output
 
 
 def test_serve_clients_follow_the_setting() -> None:
