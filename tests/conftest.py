@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 import json
 import os
 import subprocess
@@ -23,7 +24,7 @@ from cdk_nag import AwsSolutionsChecks
 from settings import Settings, load_settings
 from settings.specs import SPECS
 from stacks.application import Deployment, build_stacks, new_app
-from tests.pinned import PINNED
+from tests.pinned import PINNED, pinned_environ
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -214,3 +215,27 @@ def run_scenario(
     assert done.returncode == 0, done.stderr[-3000:]
     result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
     return result
+
+
+def run_entry_point(
+    module: str,
+    env: Mapping[str, str],
+    outdir: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capfd: pytest.CaptureFixture[str],
+    unset: tuple[str, ...] = (),
+) -> tuple[int, str, str]:
+    """`python app.py` (or ci_app.py) in this process: its main() with `env` over the pinned settings in os.environ
+    (`unset` removed first), the CDK app writing to `outdir`; its exit status, stdout and stderr (file descriptors 1
+    and 2: what Node printed too). Saves a Python start and a jsii kernel per run; one test per entry point still
+    runs the real process (exit status, nothing else printed)."""
+    entry = importlib.import_module(module)
+    monkeypatch.setattr(entry, "new_app", lambda: new_app(str(outdir)))
+    for name in unset:
+        monkeypatch.delenv(name, raising=False)
+    for name, value in pinned_environ(env).items():
+        monkeypatch.setenv(name, value)
+    capfd.readouterr()
+    status: int = entry.main()
+    out, err = capfd.readouterr()
+    return status, out, err

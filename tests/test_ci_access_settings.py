@@ -15,7 +15,7 @@ import pytest
 from settings.ci_access import load_ci_access_settings
 from settings.errors import SettingError
 from settings.specs import SPECS
-from tests.conftest import REPO
+from tests.conftest import REPO, run_entry_point
 from tests.pinned import PINNED, pinned_environ
 from tests.test_ci_access import REPOSITORY
 
@@ -43,6 +43,19 @@ def _run_ci_app(env: Mapping[str, str], outdir: Path) -> subprocess.Popen[str]:
     )
 
 
+def test_ci_app_stops_with_one_line_on_a_bad_setting(tmp_path: Path) -> None:
+    """The real process: exit status 2, one line on stderr, nothing else printed (the other bad settings below run
+    its main() in this process)."""
+    run = _run_ci_app({}, tmp_path / "out")
+    out, err = run.communicate(timeout=300)
+    assert run.returncode == 2, err
+    lines = [
+        line for line in err.splitlines() if line.strip() and not line.startswith(("b'", 'b"'))
+    ]  # jsii's Node warning, if any
+    assert len(lines) == 1 and lines[0].startswith("error: GITHUB_REPOSITORY="), err
+    assert "Traceback" not in err and out == ""
+
+
 @pytest.mark.parametrize(
     ("env", "setting"),
     [
@@ -60,10 +73,15 @@ def _run_ci_app(env: Mapping[str, str], outdir: Path) -> subprocess.Popen[str]:
     ],
     ids=["missing", "no-slash", "wildcard", "other-provider", "session-too-long"],
 )
-def test_ci_app_stops_with_one_line_on_a_bad_setting(tmp_path: Path, env: dict[str, str], setting: str) -> None:
-    run = _run_ci_app(env, tmp_path / "out")
-    out, err = run.communicate(timeout=300)
-    assert run.returncode == 2, err
+def test_ci_app_main_stops_with_one_line_on_a_bad_setting(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capfd: pytest.CaptureFixture[str],
+    env: dict[str, str],
+    setting: str,
+) -> None:
+    status, out, err = run_entry_point("ci_app", env, tmp_path / "out", monkeypatch, capfd, unset=CI_ENV_NAMES)
+    assert status == 2, err
     lines = [
         line for line in err.splitlines() if line.strip() and not line.startswith(("b'", 'b"'))
     ]  # jsii's Node warning, if any
@@ -71,15 +89,19 @@ def test_ci_app_stops_with_one_line_on_a_bad_setting(tmp_path: Path, env: dict[s
     assert "Traceback" not in err and out == ""
 
 
-def test_two_synths_are_byte_identical(tmp_path: Path) -> None:
+def test_two_synths_are_byte_identical(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]
+) -> None:
+    """ci_app.py in a process of its own and its main() in this one: two Pythons, two jsii kernels (each with its
+    own temporary directory), one output."""
     first, second = tmp_path / "a", tmp_path / "b"
-    runs = [
-        _run_ci_app({"GITHUB_REPOSITORY": REPOSITORY}, first),
-        _run_ci_app({"GITHUB_REPOSITORY": REPOSITORY}, second),
-    ]
-    for run in runs:
-        _, err = run.communicate(timeout=300)
-        assert run.returncode == 0, err
+    run = _run_ci_app({"GITHUB_REPOSITORY": REPOSITORY}, first)
+    status, _, err = run_entry_point(
+        "ci_app", {"GITHUB_REPOSITORY": REPOSITORY}, second, monkeypatch, capfd, unset=CI_ENV_NAMES
+    )
+    assert status == 0, err
+    _, err = run.communicate(timeout=300)
+    assert run.returncode == 0, err
     names = sorted(p.name for p in first.iterdir())
     assert "ray-llm-multinode-ci-access.template.json" in names
     assert names == sorted(p.name for p in second.iterdir())

@@ -17,7 +17,7 @@ from settings.context_files import write_cached_lookups
 from settings.instance_types import instance_type_context_key
 from settings.versions import addon_versions_context_key
 from settings.zones import offerings_context_key, zones_context_key
-from tests.conftest import settings_for
+from tests.conftest import run_entry_point, settings_for
 from tools.preflight import preflight_input
 
 ADDONS = ("coredns", "eks-pod-identity-agent", "kube-proxy", "vpc-cni")
@@ -176,21 +176,11 @@ def test_the_image_tag_is_resolved_to_its_digest_and_the_pods_use_it(aws: boto3.
     assert settings_for({"DLC_IMAGE": image}, moved).dlc_image != settings.dlc_image
 
 
-def test_without_a_cached_digest_the_synth_says_so(tmp_path: Path) -> None:
-    import os
-    import subprocess
-    import sys
-
-    from settings.specs import SPECS
-    from tests.conftest import REPO
-    from tests.pinned import pinned_environ
-
-    env = (
-        {k: v for k, v in os.environ.items() if k not in {spec.env for spec in SPECS}}
-        | pinned_environ()
-        | {"CDK_OUTDIR": str(tmp_path / "out")}
-    )
-    result = subprocess.run([sys.executable, "app.py"], cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
-    assert result.returncode == 0, result.stderr
-    notices = [line for line in result.stderr.splitlines() if line.startswith("notice: DLC_IMAGE=")]
+def test_without_a_cached_digest_the_synth_says_so(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]
+) -> None:
+    # app.py's main() in this process, on the pinned settings (tests/test_settings_bad_values.py runs the real process).
+    status, _, stderr = run_entry_point("app", {}, tmp_path / "out", monkeypatch, capfd)
+    assert status == 0, stderr
+    notices = [line for line in stderr.splitlines() if line.startswith("notice: DLC_IMAGE=")]
     assert notices and "is a tag, which AWS moves" in notices[0] and "make lookup" in notices[0]

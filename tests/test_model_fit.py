@@ -3,9 +3,6 @@ context, one sequence of MAX_MODEL_LEN fitting each GPU — with vLLM 0.26's own
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -15,8 +12,7 @@ from settings import SettingError
 from settings.instance_types import BUILT_IN
 from settings.model_facts import BUILT_IN_MODELS, ModelFacts, model_facts_context_key, vllm_architectures
 from settings.model_fit import GIB, fit, gpu_budget, misfit
-from tests.conftest import REPO, settings_for
-from tests.pinned import pinned_environ
+from tests.conftest import REPO, run_entry_point, settings_for
 
 QWEN35 = BUILT_IN_MODELS["Qwen/Qwen3.5-9B"]
 LLAMA70 = BUILT_IN_MODELS["meta-llama/Llama-3.3-70B-Instruct"]
@@ -156,29 +152,26 @@ def test_a_model_the_synth_does_not_know_is_served_text_only_too() -> None:
     assert "language_model_only" not in engine
 
 
-def _app(env: dict[str, str], outdir: Path) -> subprocess.CompletedProcess[str]:
-    full_env = {
-        **os.environ,
-        "JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION": "20",
-        "CDK_OUTDIR": str(outdir),
-        **pinned_environ(env),
-    }
-    return subprocess.run(
-        [sys.executable, "app.py"], cwd=REPO, env=full_env, capture_output=True, text=True, timeout=300
-    )
+# app.py's main() in this process (tests/test_settings_bad_values.py runs the real process once).
 
 
-def test_the_app_stops_with_one_line_for_a_model_that_does_not_fit(tmp_path: Path) -> None:
-    result = _app({"MODEL_SOURCE": "meta-llama/Llama-3.3-70B-Instruct", "MODEL_ID": "llama-3.3-70b"}, tmp_path)
-    assert result.returncode == 2
-    lines = result.stderr.strip().splitlines()
+def test_the_app_stops_with_one_line_for_a_model_that_does_not_fit(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]
+) -> None:
+    env = {"MODEL_SOURCE": "meta-llama/Llama-3.3-70B-Instruct", "MODEL_ID": "llama-3.3-70b"}
+    status, _, stderr = run_entry_point("app", env, tmp_path / "out", monkeypatch, capfd)
+    assert status == 2
+    lines = stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith(
         "error: MODEL_SOURCE='meta-llama/Llama-3.3-70B-Instruct' is not allowed:"
-    ), result.stderr
-    assert "Traceback" not in result.stderr
+    ), stderr
+    assert "Traceback" not in stderr
 
 
-def test_an_unknown_model_synthesizes_with_a_notice(tmp_path: Path) -> None:
-    result = _app({"MODEL_SOURCE": "someone/private-model", "MODEL_ID": "private"}, tmp_path)
-    assert result.returncode == 0, result.stderr[-2000:]
-    assert "notice: MODEL_SOURCE=someone/private-model is neither built in nor looked up" in result.stderr
+def test_an_unknown_model_synthesizes_with_a_notice(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]
+) -> None:
+    env = {"MODEL_SOURCE": "someone/private-model", "MODEL_ID": "private"}
+    status, _, stderr = run_entry_point("app", env, tmp_path / "out", monkeypatch, capfd)
+    assert status == 0, stderr[-2000:]
+    assert "notice: MODEL_SOURCE=someone/private-model is neither built in nor looked up" in stderr

@@ -6,13 +6,14 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from settings import SettingError
 from settings.specs import SPECS
-from tests.conftest import REPO, settings_for
+from tests.conftest import REPO, run_entry_point, settings_for
 from tests.pinned import pinned_environ
 
 
@@ -298,7 +299,9 @@ def test_app_prints_one_line_and_exits_2_on_a_bad_setting() -> None:
     assert "Traceback" not in result.stderr and "jsii" not in result.stderr.lower()
 
 
-def test_a_misspelt_environment_setting_is_warned_about_in_one_line() -> None:
+def test_a_misspelt_environment_setting_is_warned_about_in_one_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]
+) -> None:
     from settings.loader import near_misses
 
     assert near_misses(
@@ -316,9 +319,12 @@ def test_a_misspelt_environment_setting_is_warned_about_in_one_line() -> None:
         ),
         "warning: REGON is not a setting and is ignored (did you mean REGION?); see docs/settings.md",
     ]
-    result = _run_app({"PREFIL_REPLICAS": "2", "GPU_NODE_TYPE": "m7i.xlarge"})
-    assert result.returncode == 2
-    assert [line for line in result.stderr.splitlines() if line.startswith("warning: ")] == [
+    # app.py's main() in this process (the test above runs the real process).
+    status, _, stderr = run_entry_point(
+        "app", {"PREFIL_REPLICAS": "2", "GPU_NODE_TYPE": "m7i.xlarge"}, tmp_path / "out", monkeypatch, capfd
+    )
+    assert status == 2
+    assert [line for line in stderr.splitlines() if line.startswith("warning: ")] == [
         "warning: PREFIL_REPLICAS is not a setting and is ignored (did you mean PREFILL_REPLICAS?); see"
         " docs/settings.md"
     ]
