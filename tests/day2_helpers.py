@@ -21,22 +21,29 @@ from tests.conftest import settings_for
 PARTS = ("network", "cluster", "system", "gpu", "serving")
 
 
-@cache
-def _synth(items: frozenset[tuple[str, str]]) -> tuple[Settings, dict[str, dict[str, Any]]]:
-    """One configuration's templates by part (no cdk-nag: only the templates matter here)."""
+def templates_of(settings: Settings) -> dict[str, dict[str, Any]]:
+    """The templates of one synth of `settings`, by stack name (no cdk-nag: only the templates matter here)."""
     import json
 
-    settings = settings_for(dict(items))
-    # Only the templates are kept: a synth's assembly (the kubectl layer's ~57 MB among it) is removed at once.
+    # Only the templates are kept: no asset is staged (the kubectl layer's ~57 MB would be copied into the
+    # assembly and removed at once); the templates are the same either way (an asset's hash is its source's).
     with tempfile.TemporaryDirectory(prefix="day2-") as tmp:
         outdir = Path(tmp)
         app = new_app(str(outdir))
+        app.node.set_context("aws:cdk:disable-asset-staging", True)
         build_stacks(app, settings)
         app.synth()
-        return settings, {
-            part: json.loads((outdir / f"{name}.template.json").read_text())
-            for part, name in settings.stack_names.items()
+        return {
+            name: json.loads((outdir / f"{name}.template.json").read_text()) for name in settings.stack_names.values()
         }
+
+
+@cache
+def _synth(items: frozenset[tuple[str, str]]) -> tuple[Settings, dict[str, dict[str, Any]]]:
+    """One configuration's templates by part."""
+    settings = settings_for(dict(items))
+    templates = templates_of(settings)
+    return settings, {part: templates[name] for part, name in settings.stack_names.items()}
 
 
 def synth(**env: str) -> tuple[Settings, dict[str, dict[str, Any]]]:

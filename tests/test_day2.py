@@ -7,8 +7,8 @@ here is one CloudFormation would make.
 
 from __future__ import annotations
 
-import tempfile
-from pathlib import Path
+from functools import cache
+from typing import Any
 
 import pytest
 
@@ -20,8 +20,7 @@ from preflight.redeploy import (
     rolls,
 )
 from preflight.template_plan import ADD, MODIFY, PROTECTED_TYPES, REMOVE, REPLACE, plan
-from stacks.application import build_stacks, new_app
-from tests.day2_helpers import PARTS, _only, changes, deployed_as, redeploy_of, synth
+from tests.day2_helpers import PARTS, _only, changes, deployed_as, redeploy_of, synth, templates_of
 
 # --- the planner itself -------------------------------------------------------------------------------
 
@@ -126,11 +125,10 @@ def test_kubernetes_version_mixed_with_another_nodegroup_change_is_refused() -> 
     assert "nodegroup system-nodes would change its Kubernetes version together with LaunchTemplate" in result.fix
 
 
-def _with_addon_versions(redeploy: Redeploy, kubernetes_version: str) -> Redeploy:
-    """The same deploy synthesized after `make lookup` cached the add-on versions of ``kubernetes_version``."""
-    import json
-    from dataclasses import replace
-
+@cache
+def _addon_templates(kubernetes_version: str) -> dict[str, dict[str, Any]]:
+    """The templates synthesized after `make lookup` cached the add-on versions of ``kubernetes_version`` (once per
+    version: four tests use two)."""
     from settings.versions import addon_versions_context_key
     from tests.conftest import settings_for
 
@@ -142,16 +140,14 @@ def _with_addon_versions(redeploy: Redeploy, kubernetes_version: str) -> Redeplo
             "eks-pod-identity-agent": "v1.3.9-eksbuild.1",
         }
     }
-    settings = settings_for({"K8S_VERSION": kubernetes_version}, context)
-    with tempfile.TemporaryDirectory(prefix="day2-addons-") as tmp:
-        outdir = Path(tmp)
-        app = new_app(str(outdir))
-        build_stacks(app, settings)
-        app.synth()
-        templates = {
-            name: json.loads((outdir / f"{name}.template.json").read_text()) for name in settings.stack_names.values()
-        }
-    return replace(redeploy, templates=templates)
+    return templates_of(settings_for({"K8S_VERSION": kubernetes_version}, context))
+
+
+def _with_addon_versions(redeploy: Redeploy, kubernetes_version: str) -> Redeploy:
+    """The same deploy synthesized after `make lookup` cached the add-on versions of ``kubernetes_version``."""
+    from dataclasses import replace
+
+    return replace(redeploy, templates=_addon_templates(kubernetes_version))
 
 
 def test_cached_add_on_versions_follow_the_kubernetes_version() -> None:

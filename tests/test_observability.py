@@ -201,16 +201,19 @@ def test_the_collectors_subnets_are_free_space_of_the_vpc_no_node_or_pod_can_hol
     overlapping no subnet, so an address block of them names the collector and nothing else."""
     import ipaddress
 
-    from aws_cdk import App, Environment
+    from aws_cdk import Environment
 
     from settings.zones import zones_context_key
+    from stacks.app_base import new_app
     from stacks.network_stack import NetworkStack
 
     settings = settings_for(
         {"VPC_CIDR": vpc_cidr}, {zones_context_key("sa-east-1"): [f"sa-east-1{z}" for z in "abc"[:region_azs]]}
     )
     assert len(settings.availability_zones) == region_azs
-    app = App(outdir=str(tmp_path))
+    # The App every synth uses: CDK's own CloudFormation validation off (cfn-lint checks the network template of the
+    # default and features synths; its first run here cost 3.5 s of loading the schema).
+    app = new_app(str(tmp_path))
     NetworkStack(app, "Network", settings=settings, env=Environment(region=settings.region))
     template = app.synth().get_stack_by_name("Network").template
     taken = [
