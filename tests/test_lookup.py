@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 import boto3
+import botocore.session
 import pytest
 from botocore.stub import Stubber
 from moto import mock_aws
@@ -18,6 +19,7 @@ from settings.instance_types import instance_type_context_key
 from settings.versions import addon_versions_context_key
 from settings.zones import offerings_context_key, zones_context_key
 from tests.conftest import run_entry_point, settings_for
+from tests.preflight_fakes import _shared_loader
 from tools.preflight import preflight_input
 
 ADDONS = ("coredns", "eks-pod-identity-agent", "kube-proxy", "vpc-cni")
@@ -63,6 +65,8 @@ def aws(monkeypatch: pytest.MonkeyPatch) -> boto3.session.Session:
     }.items():
         monkeypatch.setenv(key, value)
     monkeypatch.setenv("MOTO_EC2_LOAD_DEFAULT_AMIS", "false")
+    # One botocore loader for every session (each new one re-parsed the service models), as tests/preflight_fakes.py.
+    monkeypatch.setattr(botocore.session, "create_loader", _shared_loader)
     with mock_aws():
         yield _Session()
 

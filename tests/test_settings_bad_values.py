@@ -289,6 +289,7 @@ def _run_app(env: dict[str, str]) -> subprocess.CompletedProcess[str]:
     )
 
 
+@pytest.mark.own_process
 def test_app_prints_one_line_and_exits_2_on_a_bad_setting() -> None:
     result = _run_app({"GPU_NODE_TYPE": "m7i.xlarge"})
     assert result.returncode == 2
