@@ -230,6 +230,7 @@ def run_entry_point(
     and 2: what Node printed too). Saves a Python start and a jsii kernel per run; one test per entry point still
     runs the real process (exit status, nothing else printed)."""
     entry = importlib.import_module(module)
+    assert Path(str(entry.__file__)).parent == REPO, entry.__file__
     monkeypatch.setattr(entry, "new_app", lambda: new_app(str(outdir)))
     for name in unset:
         monkeypatch.delenv(name, raising=False)
