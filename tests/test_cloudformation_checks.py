@@ -21,9 +21,14 @@ def test_cfn_lint_reports_no_error(default_synth: Synth, features_synth: Synth) 
         str(p) for synth in (default_synth, features_synth) for p in synth.outdir.glob("*.template.json")
     )
     assert len(templates) == 10
+    # A template byte for byte the same as one before it (the features leave the network and cluster stacks as they
+    # are) is the same input to cfn-lint: linted once (a second of the run).
+    distinct: dict[bytes, str] = {}
+    for template in templates:
+        distinct.setdefault(Path(template).read_bytes(), template)
     cfn_lint = Path(sys.executable).parent / "cfn-lint"
     result = subprocess.run(
-        [str(cfn_lint), "--format", "parseable", *templates], capture_output=True, text=True, timeout=300
+        [str(cfn_lint), "--format", "parseable", *distinct.values()], capture_output=True, text=True, timeout=300
     )
     # Exit bits: 2 = error, 4 = warning, 8 = informational. Warnings are CDK's own (W3005 in its
     # generated Lambda roles) and are reported, not failed on.
