@@ -51,6 +51,11 @@ class Synth:
         return data
 
 
+# The templates of every synth this process made, with its settings: tests/day2_helpers.py takes them instead of
+# synthesizing the same configuration again (the session's default and parked synths are day 2's "before").
+SYNTHESIZED: list[tuple[Settings, dict[str, dict[str, Any]]]] = []
+
+
 def synthesize(settings: Settings, outdir: Path) -> Synth:
     app = new_app(str(outdir))
     Validations.of(app).add_plugins(AwsSolutionsChecks(app))
@@ -63,6 +68,7 @@ def synthesize(settings: Settings, outdir: Path) -> Synth:
     templates = {
         part: json.loads((outdir / f"{name}.template.json").read_text()) for part, name in settings.stack_names.items()
     }
+    SYNTHESIZED.append((settings, templates))
     return Synth(settings=settings, deployment=deployment, outdir=outdir, templates=templates, nag_error=nag_error)
 
 
