@@ -17,12 +17,14 @@ from collections.abc import Iterator
 from typing import Any
 
 import boto3
+import botocore.session
 import pytest
 from moto import mock_aws
 
 from k8s_constructs import model_mirror_script as script
 from tests.conftest import REPO as REPO_ROOT
 from tests.loopback import serving
+from tests.preflight_fakes import _shared_loader
 
 REPO, COMMIT, BUCKET = "Qwen/Qwen3.5-9B", "c0ffee" * 6 + "beef", "example-models"
 FILES = {
@@ -95,7 +97,10 @@ def hub() -> Iterator[tuple[FakeHub, str]]:
 
 
 @pytest.fixture
-def s3() -> Iterator[Any]:
+def s3(monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
+    # One botocore loader for every session (moto starts each test on a new default session, which re-parsed the
+    # service models), as tests/preflight_fakes.py.
+    monkeypatch.setattr(botocore.session, "create_loader", _shared_loader)
     with mock_aws():
         client = boto3.client("s3", region_name="sa-east-1")
         client.create_bucket(Bucket=BUCKET, CreateBucketConfiguration={"LocationConstraint": "sa-east-1"})
