@@ -8,6 +8,7 @@ build from our serveConfigV2 only on the nodes of their phase, and leaves one gr
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -96,6 +97,9 @@ def ray_cluster() -> Iterator[tuple[Any, Any]]:
             "num_gpus": 0,
             "object_store_memory": 78 * 1024 * 1024,
             "include_dashboard": False,
+            # Nor Ray's autoscaler monitor and log monitor: this cluster does not autoscale or print workers' logs.
+            "no_monitor": True,
+            "include_log_monitor": False,
         },
     )
     ray.init(address=cluster.address, log_to_driver=False)
@@ -104,6 +108,15 @@ def ray_cluster() -> Iterator[tuple[Any, Any]]:
     finally:
         ray.shutdown()
         cluster.shutdown()
+
+
+def _nodes_of(ray: Any, pg: Any, timeout: float) -> set[str] | None:
+    """The nodes the placement group's bundles landed on; None while it is still pending after `timeout` s."""
+    try:
+        ray.get(pg.ready(), timeout=timeout)
+    except ray.exceptions.GetTimeoutError:
+        return None
+    return set(ray.util.placement_group_table(pg)["bundles_to_node_id"].values())
 
 
 def _place(
@@ -133,6 +146,7 @@ def _place(
                 node_phase[node.node_id] = group["groupName"]
         cluster.wait_for_nodes()
         placed: dict[str, list[set[str] | None]] = {}
+        extras = []
         for phase, llm in _llm_configs(ray_service).items():
             bundles, strategy = ray_serve_llm_placement(llm)
             pgs = [
@@ -140,15 +154,13 @@ def _place(
                 for _ in range(llm["deployment_config"]["num_replicas"] + extra)
             ]
             pgs_made += pgs
-            placed[phase] = []
-            for pg in pgs:
-                try:
-                    ray.get(pg.ready(), timeout=20 if len(placed[phase]) < len(pgs) - extra else 1.5)
-                except ray.exceptions.GetTimeoutError:
-                    placed[phase].append(None)
-                    continue
-                table = ray.util.placement_group_table(pg)
-                placed[phase].append(set(table["bundles_to_node_id"].values()))
+            placed[phase] = [_nodes_of(ray, pg, timeout=20) for pg in pgs[: len(pgs) - extra]]
+            extras += [(phase, pg) for pg in pgs[len(pgs) - extra :]]
+        # The extra groups, waited for together: each given at least 1.5 s from its creation (prefill's was made
+        # before decode's groups, as when each phase's were waited for in turn).
+        deadline = time.monotonic() + 1.5
+        for phase, pg in extras:
+            placed[phase].append(_nodes_of(ray, pg, timeout=max(0.1, deadline - time.monotonic())))
         return placed, node_phase
     finally:
         # A pending group left behind would take the next test's nodes.
