@@ -72,6 +72,9 @@ def run(spec: dict[str, Any]) -> dict[str, Any]:
         # No dashboard: the GCS's actor table finds the proxies and the replica (the dashboard's nine module
         # processes per head took more CPU than the rest of the scenario, most of it while the GCS was down).
         "include_dashboard": False,
+        # Nor Ray's autoscaler monitor and log monitor (the driver takes no worker logs): neither is under test.
+        "no_monitor": True,
+        "include_log_monitor": False,
     }
     if spec.get("redis_password"):
         head_args["redis_password"] = spec["redis_password"]
@@ -141,7 +144,7 @@ def run(spec: dict[str, Any]) -> dict[str, Any]:
                     if time.monotonic() > deadline:
                         raise
                     ERRORS.append(f"reconnect: {error}"[:200])
-                    time.sleep(1)
+                    time.sleep(0.5)
             status = None
             while time.monotonic() < deadline:
                 try:
@@ -150,7 +153,7 @@ def run(spec: dict[str, Any]) -> dict[str, Any]:
                     status = None
                 if status == "RUNNING" and _get(url):
                     break
-                time.sleep(1)
+                time.sleep(0.5)
             seen["after_restart_status"] = str(getattr(status, "value", status))
             seen["after_restart"] = _get(url)
             seen["worker_alive"] = any(n["Alive"] and n["NodeID"] != head_id for n in ray.nodes())
