@@ -36,7 +36,13 @@ def _encode(text: str) -> list[int]:
     return [ord(c) % VOCAB for c in text]
 
 
-@serve.deployment
+# Each stand-in replica ends at once when an application is deleted (the collocated one follows the PD one on the
+# same cluster) and at the end: Ray Serve's drain sleeps graceful_shutdown_wait_loop_s (2 s) before it checks for
+# requests. Not the engines' drain: Ray Serve LLM's own deployments keep theirs.
+DRAIN = {"graceful_shutdown_wait_loop_s": 0.1}
+
+
+@serve.deployment(**DRAIN)
 class Prefill:
     def __init__(self, backend: str) -> None:
         print(f"NIXL INFO _api.py:390 Backend {backend} was instantiated", flush=True)
@@ -45,7 +51,7 @@ class Prefill:
         return next_token(prompt)
 
 
-@serve.deployment
+@serve.deployment(**DRAIN)
 class Decode:
     def __init__(self, prefill: DeploymentHandle, backend: str) -> None:
         self.prefill = prefill
@@ -60,7 +66,7 @@ class Decode:
 api = FastAPI()
 
 
-@serve.deployment
+@serve.deployment(**DRAIN)
 @serve.ingress(api)
 class Ingress:
     def __init__(self, decode: DeploymentHandle, model_id: str) -> None:
@@ -92,7 +98,7 @@ class Ingress:
         return JSONResponse({"choices": [{"message": {"role": "assistant", "content": " ".join(map(str, tokens))}}]})
 
 
-@serve.deployment
+@serve.deployment(**DRAIN)
 class Replica:
     """One ordinary engine of the collocated app: the whole request on one replica, no KV transfer."""
 
