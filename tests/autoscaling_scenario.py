@@ -163,6 +163,9 @@ def run(spec: dict[str, Any]) -> dict[str, Any]:
                 placement_group_strategy=stand_in["strategy"],
                 autoscaling_config=stand_in["autoscaling_config"],
                 max_ongoing_requests=1000,
+                # Ray Serve's drain looks for requests every graceful_shutdown_wait_loop_s (2 s; not set by ours):
+                # the removed replica leaves as soon as its streams have ended, up to ours timeout as before.
+                graceful_shutdown_wait_loop_s=0.1,
                 **draining,
             )
             class Engine:
