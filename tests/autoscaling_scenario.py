@@ -267,7 +267,7 @@ def run(spec: dict[str, Any]) -> dict[str, Any]:
         observed["control_pending_s"] = round(time.monotonic() - asked)
         observed["control_nodes_added"] = len(_worker_nodes(ray, phases)) - len(expected_min)
         ray.util.remove_placement_group(group)
-        serve.shutdown()
+        # No serve.shutdown: it would drain every replica (seconds) of a cluster killed below, nothing read after it.
         ray.shutdown()
     except BaseException:
         import traceback
