@@ -83,16 +83,13 @@ def settings_for(env: Mapping[str, str] | None = None, context: Mapping[str, Any
 # files with one or two long tests last, and one worker ran them alone at the end). The others keep their order.
 LONGEST_FIRST = (
     "test_autoscaling_ray",
-    "test_security",
-    "test_review",
-    "test_topology",
-    "test_ci_access",
-    "test_ci_access_settings",
-    "test_pinned",
     "test_gcs_fault_tolerance",
-    "test_head_security",
     "test_serve_auth",
+    "test_topology",
     "test_local_check",
+    "test_review",
+    "test_head_security",
+    "test_pinned",
 )
 
 
