@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from tests.loopback import free_port
+from tests.ray_local import OBJECT_STORE_BYTES
 
 RAY = str(Path(sys.executable).parent / "ray")
 
@@ -131,7 +132,7 @@ def run(spec: dict[str, Any]) -> dict[str, Any]:
     env = {**os.environ, "RAY_FAKE_CLUSTER": "1", "AUTOSCALER_UPDATE_INTERVAL_S": "1", "RAY_USAGE_STATS_ENABLED": "0"}
     start = [
         RAY, "start", "--head", f"--port={port}", "--num-cpus=0", "--num-gpus=0", "--node-ip-address=127.0.0.1",
-        "--include-dashboard=false", "--include-log-monitor=false", "--object-store-memory=78643200",
+        "--include-dashboard=false", "--include-log-monitor=false", f"--object-store-memory={OBJECT_STORE_BYTES}",
         f"--temp-dir={temp_dir}", f"--autoscaling-config={config_file}", "--disable-usage-stats",
     ]  # fmt: skip
     subprocess.run(start, check=True, capture_output=True, env=env, timeout=120)

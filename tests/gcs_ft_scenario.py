@@ -22,6 +22,8 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
+from tests.ray_local import OBJECT_STORE_BYTES, QUIET_HEAD
+
 
 def _listeners(port: int) -> set[int]:
     """The live processes (of this user) with a socket listening on 127.0.0.1:port."""
@@ -65,24 +67,16 @@ def run(spec: dict[str, Any]) -> dict[str, Any]:
     from ray._private import state
     from ray.cluster_utils import Cluster
 
-    head_args: dict[str, Any] = {
-        "num_cpus": 0,
-        "num_gpus": 0,
-        "object_store_memory": 78 * 1024 * 1024,
-        # No dashboard: the GCS's actor table finds the proxies and the replica (the dashboard's nine module
-        # processes per head took more CPU than the rest of the scenario, most of it while the GCS was down).
-        "include_dashboard": False,
-        # Nor Ray's autoscaler monitor and log monitor (the driver takes no worker logs): neither is under test.
-        "no_monitor": True,
-        "include_log_monitor": False,
-    }
+    # No dashboard: the GCS's actor table finds the proxies and the replica (the dashboard's nine module processes per
+    # head took more CPU than the rest of the scenario, most of it while the GCS was down).
+    head_args: dict[str, Any] = dict(QUIET_HEAD)
     if spec.get("redis_password"):
         head_args["redis_password"] = spec["redis_password"]
     cluster = Cluster(initialize_head=True, head_node_args=head_args)
     seen: dict[str, Any] = {}
     url = f"http://127.0.0.1:{spec['serve_port']}/"
     try:
-        cluster.add_node(num_cpus=2, resources={"pd_decode": 1}, object_store_memory=78 * 1024 * 1024)
+        cluster.add_node(num_cpus=2, resources={"pd_decode": 1}, object_store_memory=OBJECT_STORE_BYTES)
         ray.init(address=cluster.address, log_to_driver=False)
         serve.start(http_options={"host": "127.0.0.1", "port": spec["serve_port"], "location": "EveryNode"})
 

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from tests.loopback import free_port
+from tests.ray_local import QUIET_HEAD
 from tests.serve_auth_standin import write_fake_vllm
 
 REPO = Path(__file__).resolve().parent.parent
@@ -97,13 +98,7 @@ def run(spec: dict[str, Any]) -> dict[str, Any]:
         # search below reads are the processes' own).
         cluster = Cluster(
             initialize_head=True,
-            head_node_args={
-                "num_cpus": 0,
-                "include_dashboard": False,
-                "no_monitor": True,
-                "include_log_monitor": False,
-                "temp_dir": str(tmp / "ray"),
-            },
+            head_node_args={**QUIET_HEAD, "temp_dir": str(tmp / "ray")},
         )
         ray.init(address=cluster.address, log_to_driver=False, logging_level="warning")
         observed["node_cpus"] = ray.cluster_resources().get("CPU", 0.0)

@@ -13,6 +13,7 @@ import yaml
 
 from stacks.serving_stack import build_rayservice_chart
 from tests.conftest import run_scenario, settings_for
+from tests.ray_local import OBJECT_STORE_BYTES
 from tests.test_autoscaling import ELASTIC, _llm_configs
 from tests.validators import ray_serve_llm_placement
 
@@ -78,7 +79,7 @@ def test_load_on_decode_adds_a_decode_node_only_and_the_cluster_returns_to_its_m
         # The node type as derived; Ray's object store kept small (four raylets on a CI machine) and memory left
         # out (a fake node would try to reserve the GPU node's 113 GiB; no bundle asks for memory).
         resources = {k: v for k, v in node_type["resources"].items() if k != "memory"} | {
-            "object_store_memory": 78643200
+            "object_store_memory": OBJECT_STORE_BYTES
         }
         node_types[name] = {**node_type, "resources": resources}
     control, _ = ray_serve_llm_placement(_llm_configs(_ray_service_of({}))["decode"])

@@ -26,6 +26,7 @@ from typing import Any
 import pytest
 
 from tests.loopback import free_port
+from tests.ray_local import OBJECT_STORE_BYTES
 
 SETPRIV = shutil.which("setpriv")
 pytestmark = pytest.mark.skipif(SETPRIV is None, reason="needs util-linux's setpriv (Debian and Ubuntu have it)")
@@ -91,7 +92,7 @@ def head_without_capabilities() -> Iterator[tuple[str, Path, int]]:
         "--node-ip-address=127.0.0.1",
         "--dashboard-host=127.0.0.1",
         f"--dashboard-port={dashboard_port}",
-        "--object-store-memory=78643200",
+        f"--object-store-memory={OBJECT_STORE_BYTES}",
         f"--temp-dir={temp_dir}",
         "--disable-usage-stats",
     ]

@@ -15,6 +15,7 @@ from tools.local_check.cluster import worker_env
 from tools.local_check.plan import build_plan
 from tools.local_check.shape import (
     HEAD_GROUP,
+    Change,
     Host,
     Target,
     accelerator_resources,
@@ -104,8 +105,9 @@ def test_every_change_one_host_forces_is_named_and_nothing_else_changes(plan: di
     assert deployed == serve_config(plan["rayservice"])  # the input is not modified
 
 
-def test_a_host_like_the_target_changes_only_the_model(plan: dict[str, Any]) -> None:
-    _, changes = patch_serve_config(
+def _on_a_host_like_the_target(plan: dict[str, Any]) -> tuple[dict[str, Any], list[Change]]:
+    """The serve config patched for a host with the target's GPU, the model's weights and a GPU per engine."""
+    return patch_serve_config(
         serve_config(plan["rayservice"]),
         host=L4_HOST,
         target=L4,
@@ -114,6 +116,10 @@ def test_a_host_like_the_target_changes_only_the_model(plan: dict[str, Any]) -> 
         shared_gpu=False,
         kv_cache_bytes=None,
     )
+
+
+def test_a_host_like_the_target_changes_only_the_model(plan: dict[str, Any]) -> None:
+    _, changes = _on_a_host_like_the_target(plan)
     assert changes == []
     extra, named = accelerator_resources(serve_config(plan["rayservice"]), L4_HOST)
     assert (extra, named) == ({}, [])
@@ -141,15 +147,7 @@ def test_sharing_a_gpu_needs_the_kv_cache_size(plan: dict[str, Any]) -> None:
 def test_the_lone_engine_has_the_servers_batch_sizes_whatever_the_host(plan: dict[str, Any]) -> None:
     """vllm.LLM's own defaults (UsageContext LLM_CLASS: 8,192 batched tokens) are not the server's (2,048 on an L4):
     written out even on a host like the target, where they are no change to name."""
-    patched, changes = patch_serve_config(
-        serve_config(plan["rayservice"]),
-        host=L4_HOST,
-        target=L4,
-        model_path="Qwen/Qwen3.5-9B",
-        random_weights=False,
-        shared_gpu=False,
-        kv_cache_bytes=None,
-    )
+    patched, changes = _on_a_host_like_the_target(plan)
     kwargs = reference_engine_kwargs(patched["applications"][0]["args"]["decode_config"])
     assert "kv_transfer_config" not in kwargs
     assert (kwargs["max_num_batched_tokens"], kwargs["max_num_seqs"]) == (2048, 256)

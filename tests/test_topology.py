@@ -20,6 +20,7 @@ from settings import Settings
 from settings.sizing import gpu_worker_resources
 from stacks.serving_stack import build_rayservice_chart
 from tests.conftest import Synth, settings_for
+from tests.ray_local import OBJECT_STORE_BYTES, QUIET_HEAD
 from tests.test_serving import _ray_service
 from tests.validators import crd_errors, kuberay_cluster_errors, ray_serve_errors, ray_serve_llm_placement
 
@@ -92,15 +93,7 @@ def ray_cluster() -> Iterator[tuple[Any, Any]]:
 
     cluster = Cluster(
         initialize_head=True,
-        head_node_args={
-            "num_cpus": 0,
-            "num_gpus": 0,
-            "object_store_memory": 78 * 1024 * 1024,
-            "include_dashboard": False,
-            # Nor Ray's autoscaler monitor and log monitor: this cluster does not autoscale or print workers' logs.
-            "no_monitor": True,
-            "include_log_monitor": False,
-        },
+        head_node_args=QUIET_HEAD,
     )
     ray.init(address=cluster.address, log_to_driver=False)
     try:
@@ -140,7 +133,7 @@ def _place(
                     num_cpus=worker_cpus,
                     num_gpus=int(group["resources"]["GPU"]),
                     resources=resources,
-                    object_store_memory=78 * 1024 * 1024,
+                    object_store_memory=OBJECT_STORE_BYTES,
                 )
                 nodes.append(node)
                 node_phase[node.node_id] = group["groupName"]
