@@ -6,8 +6,8 @@ placement bundles (as Ray Serve LLM builds them from our LLMConfig) and autoscal
 delays shortened), and a control bundle. The scenario: start the head (no CPU, as ours) with the autoscaler;
 it launches each group's minimum; deploy a stand-in of each phase (no GPU, no vLLM: a deployment that waits a
 while per request, on our placement bundles, with our graceful_shutdown_timeout_s); keep the decode phase busy;
-record which nodes join and where the replicas run; stop the load but start a few streams that outlive Ray Serve's
-default shutdown timeout, ask for a placement group with the control bundle, and wait for the cluster to shrink back
+record which nodes join and where the replicas run; start a few streams that outlive Ray Serve's default shutdown
+timeout and stop the load, ask for a placement group with the control bundle, and wait for the cluster to shrink back
 (it cannot while a node launched for the control is up); then collect the streams, including those of the replica
 the scale-down removed.
 """
@@ -222,11 +222,11 @@ def run(spec: dict[str, Any]) -> dict[str, Any]:
         observed["nodes_under_load"] = sorted(nodes.values())
         observed["decode_replica_phases"] = sorted(nodes.get(n, "head") for n in _replica_nodes("decode"))
         observed["prefill_replicas_under_load"] = len(_replica_nodes("prefill"))
-        # Streams longer than Ray Serve's default graceful_shutdown_timeout_s, started once the load has ended (both
-        # replicas idle: the router spreads them over both) and before the downscale delay runs out: the scale-down
-        # removes a decode replica while they run (they count as ongoing requests, fewer than the target).
-        stop.set()
-        loader.join(timeout=30)
+        # Streams longer than Ray Serve's default graceful_shutdown_timeout_s, started while the load still runs: both
+        # replicas are up and busy, and the router spreads the streams over both. (Started after the load, on a loaded
+        # machine the scale-down had begun by then and every stream went to the replica that stays.) Once the load
+        # ends they are the only ongoing requests, fewer than the target, and the scale-down removes a decode replica
+        # while they run.
         streams: list[list[str]] = []
         readers: list[threading.Thread] = []
 
@@ -244,6 +244,8 @@ def run(spec: dict[str, Any]) -> dict[str, Any]:
             readers.append(threading.Thread(target=read, args=(streams[-1],), daemon=True))
             readers[-1].start()
             time.sleep(0.1)
+        stop.set()
+        loader.join(timeout=30)
         # The control, meanwhile: a bundle that also asks for Ray's accelerator_type resource, which a new node's
         # type lacks. If the autoscaler launched a node for it, the cluster could not return to its minimum.
         group, asked = ray.util.placement_group(spec["control_bundles"], strategy="STRICT_PACK"), time.monotonic()

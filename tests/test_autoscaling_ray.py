@@ -96,10 +96,11 @@ def test_load_on_decode_adds_a_decode_node_only_and_the_cluster_returns_to_its_m
         "control_bundles": control,
         "control_wait_s": 8,
         # Streams that outlive Ray Serve's default graceful_shutdown_timeout_s (20 s) counted from the replica's stop,
-        # which comes a downscale delay after they start: with Ray's default they are cut.
+        # which comes a downscale delay after the load ends, just after they start (10 s more for a loaded machine's
+        # slower decisions): with Ray's default they are cut.
         "streams": 4,
         "stream_s": (
-            DEFAULT_GRACEFUL_SHUTDOWN_TIMEOUT_S + phases["decode"]["autoscaling_config"]["downscale_delay_s"] + 5
+            DEFAULT_GRACEFUL_SHUTDOWN_TIMEOUT_S + phases["decode"]["autoscaling_config"]["downscale_delay_s"] + 10
         ),
     }
     seen = run_scenario("tests.autoscaling_scenario", spec, tmp_path / "spec.json", timeout=420)
