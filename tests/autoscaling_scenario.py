@@ -279,11 +279,15 @@ def run(spec: dict[str, Any]) -> dict[str, Any]:
         sys.stderr.flush()
         observed["error"] = traceback.format_exc()[-2000:]
         print(json.dumps(observed), flush=True)
-        os._exit(1)  # not Ray's exit handlers: they would wait a minute for the GCS killed below
-    finally:
-        _kill_cluster([temp_dir, f"127.0.0.1:{port}", f"--gcs-address=127.0.0.1:{port}"])
-        shutil.rmtree(temp_dir, ignore_errors=True)
+        _stop(temp_dir, port)  # here: os._exit skips `finally`
+        os._exit(1)  # not Ray's exit handlers: they would wait a minute for the GCS just killed
+    _stop(temp_dir, port)
     return observed
+
+
+def _stop(temp_dir: str, port: int) -> None:
+    _kill_cluster([temp_dir, f"127.0.0.1:{port}", f"--gcs-address=127.0.0.1:{port}"])
+    shutil.rmtree(temp_dir, ignore_errors=True)
 
 
 if __name__ == "__main__":

@@ -5,8 +5,11 @@ from __future__ import annotations
 import importlib
 import json
 import os
+import shlex
+import signal
 import subprocess
 import sys
+import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -104,9 +107,79 @@ def pytest_xdist_auto_num_workers(config: pytest.Config) -> int | None:
     return len(os.sched_getaffinity(0)) + 1
 
 
+# Last: the files whose long scenario runs in the background from the session's start (BACKGROUND below); by the
+# time a worker reaches them it has finished.
+LAST = ("test_autoscaling_ray",)
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
-    items.sort(key=lambda item: rank.get(item.path.stem, len(rank)))
+    rank = {name: i for i, name in enumerate(LONGEST_FIRST)} | {name: len(LONGEST_FIRST) + 1 for name in LAST}
+    items.sort(key=lambda item: rank.get(item.path.stem, len(LONGEST_FIRST)))
+
+
+# A real-Ray scenario that waits most of its run (the autoscaler proof: a stream that outlives Ray Serve's drain, the
+# autoscaler's delays; about a minute at under half a core) starts in the background at the session's first test, when
+# its test was collected, so that no worker waits with it; its test, run last, reads what it printed. One worker starts
+# it: a lock in the directory every xdist worker's temporary directory is in. Test -> (module, its input's function).
+AUTOSCALER_PROOF = (
+    "tests/test_autoscaling_ray.py::test_load_on_decode_adds_a_decode_node_only_and_the_cluster_returns_to_its_minimum"
+)
+BACKGROUND = {AUTOSCALER_PROOF: ("tests.autoscaling_scenario", "tests.test_autoscaling_ray:scenario_spec")}
+_background_dir: list[Path] = []  # the session's shared directory, once the fixture has run
+
+
+def _background_files(nodeid: str) -> dict[str, Path]:
+    stem = _background_dir[0] / nodeid.rsplit("::", 1)[-1]
+    return {kind: stem.with_suffix(f".{kind}") for kind in ("lock", "json", "out", "err", "rc")}
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _background_scenarios(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    base = tmp_path_factory.getbasetemp()
+    _background_dir[:] = [base.parent if hasattr(request.config, "workerinput") else base]
+    collected = {item.nodeid for item in request.session.items}
+    started: list[subprocess.Popen[bytes]] = []
+    for nodeid, (module, spec_of) in BACKGROUND.items():
+        files = _background_files(nodeid)
+        if nodeid not in collected:
+            continue
+        try:
+            os.close(os.open(files["lock"], os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+        except FileExistsError:  # another worker started it
+            continue
+        spec_module, function = spec_of.split(":")
+        try:
+            files["json"].write_text(json.dumps(getattr(importlib.import_module(spec_module), function)()))
+        except Exception:  # the test builds it again, runs the scenario itself and shows the error
+            files["lock"].unlink()
+            continue
+        q = {kind: shlex.quote(str(path)) for kind, path in files.items()}
+        script = (
+            f"{shlex.quote(sys.executable)} -m {module} {q['json']} > {q['out']} 2> {q['err']};"
+            f" echo $? > {q['rc']}.tmp && mv {q['rc']}.tmp {q['rc']}"
+        )
+        started.append(subprocess.Popen(["bash", "-c", script], cwd=REPO, start_new_session=True))
+    yield
+    for process in started:  # only when the session ended before its test read it (-x, an interrupt)
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGINT)  # the scenario kills its own Ray cluster
+            process.wait(timeout=60)
+
+
+def background_result(nodeid: str, spec: dict[str, Any], *, timeout: float = 420) -> dict[str, Any] | None:
+    """What the scenario started in the background for the test printed last, once it has finished; None when none
+    was started (the test was run on its own, or its spec could not be built at the start)."""
+    if not _background_dir or not _background_files(nodeid)["lock"].exists():
+        return None
+    files = _background_files(nodeid)
+    deadline = time.monotonic() + timeout
+    while not files["rc"].exists():
+        assert time.monotonic() < deadline, f"{nodeid}: its background scenario did not finish within {timeout:.0f} s"
+        time.sleep(0.5)
+    assert json.loads(files["json"].read_text()) == json.loads(json.dumps(spec)), "the background run had another input"
+    assert files["rc"].read_text().strip() == "0", files["err"].read_text()[-3000:]
+    result: dict[str, Any] = json.loads(files["out"].read_text().strip().splitlines()[-1])
+    return result
 
 
 @pytest.fixture(autouse=True)
