@@ -85,7 +85,6 @@ def settings_for(env: Mapping[str, str] | None = None, context: Mapping[str, Any
 # collection order (--no-loadscope-reorder in pyproject.toml; its default order, most tests first, started the
 # files with one or two long tests last, and one worker ran them alone at the end). The others keep their order.
 LONGEST_FIRST = (
-    "test_autoscaling_ray",
     "test_gcs_fault_tolerance",
     "test_serve_auth",
     "test_topology",
@@ -113,7 +112,7 @@ LAST = ("test_autoscaling_ray",)
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    rank = {name: i for i, name in enumerate(LONGEST_FIRST)} | {name: len(LONGEST_FIRST) + 1 for name in LAST}
+    rank = {name: i for i, name in enumerate(LONGEST_FIRST)} | dict.fromkeys(LAST, len(LONGEST_FIRST) + 1)
     items.sort(key=lambda item: rank.get(item.path.stem, len(LONGEST_FIRST)))
 
 
