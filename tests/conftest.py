@@ -95,17 +95,6 @@ LONGEST_FIRST = (
 )
 
 
-@pytest.hookimpl(tryfirst=True)
-def pytest_xdist_auto_num_workers(config: pytest.Config) -> int | None:
-    """`-n auto` (make test): one worker more than the cores this process may use. The real-Ray proofs spend much of
-    their time waiting (a stream that outlives Ray Serve's drain, a GCS outage, a placement group left pending), and
-    with a worker per core a core stood idle then: on 2 cores, 2 workers took 160 s and used 254 CPU-seconds of the
-    320 they had; 3 workers took 150 s. PYTEST_XDIST_AUTO_NUM_WORKERS still decides when it is set."""
-    if os.environ.get("PYTEST_XDIST_AUTO_NUM_WORKERS"):
-        return None
-    return len(os.sched_getaffinity(0)) + 1
-
-
 # Last: the files whose long scenario runs in the background from the session's start (BACKGROUND below); by the
 # time a worker reaches them it has finished.
 LAST = ("test_autoscaling_ray",)
