@@ -95,20 +95,19 @@ LONGEST_FIRST = (
 )
 
 
-# Last: the files whose long scenario runs in the background from the session's start (BACKGROUND below); by the
-# time a worker reaches them it has finished.
-LAST = ("test_autoscaling_ray",)
-
-
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    rank = {name: i for i, name in enumerate(LONGEST_FIRST)} | dict.fromkeys(LAST, len(LONGEST_FIRST) + 1)
+    # Last: the files whose long scenario runs in the background from the session's start (BACKGROUND below); by the
+    # time a worker reaches them it has finished.
+    last = {Path(nodeid.split("::")[0]).stem for nodeid in BACKGROUND}
+    rank = {name: i for i, name in enumerate(LONGEST_FIRST)} | dict.fromkeys(last, len(LONGEST_FIRST) + 1)
     items.sort(key=lambda item: rank.get(item.path.stem, len(LONGEST_FIRST)))
 
 
 # A real-Ray scenario that waits most of its run (the autoscaler proof: a stream that outlives Ray Serve's drain, the
 # autoscaler's delays; about a minute at under half a core) starts in the background at the session's first test, when
-# its test was collected, so that no worker waits with it; its test, run last, reads what it printed. One worker starts
-# it: a lock in the directory every xdist worker's temporary directory is in. Test -> (module, its input's function).
+# its test was collected, so that no worker waits with it; its test, run last, reads what it printed (scenario_result).
+# One worker starts it: a lock in the directory every xdist worker's temporary directory is in.
+# Test -> (the scenario's module, the function that makes its input).
 AUTOSCALER_PROOF = (
     "tests/test_autoscaling_ray.py::test_load_on_decode_adds_a_decode_node_only_and_the_cluster_returns_to_its_minimum"
 )
@@ -128,9 +127,9 @@ def _background_scenarios(request: pytest.FixtureRequest, tmp_path_factory: pyte
     collected = {item.nodeid for item in request.session.items}
     started: list[subprocess.Popen[bytes]] = []
     for nodeid, (module, spec_of) in BACKGROUND.items():
-        files = _background_files(nodeid)
         if nodeid not in collected:
             continue
+        files = _background_files(nodeid)
         try:
             os.close(os.open(files["lock"], os.O_CREAT | os.O_EXCL | os.O_WRONLY))
         except FileExistsError:  # another worker started it
@@ -154,12 +153,13 @@ def _background_scenarios(request: pytest.FixtureRequest, tmp_path_factory: pyte
             process.wait(timeout=60)
 
 
-def background_result(nodeid: str, spec: dict[str, Any], *, timeout: float = 420) -> dict[str, Any] | None:
-    """What the scenario started in the background for the test printed last, once it has finished; None when none
-    was started (the test was run on its own, or its spec could not be built at the start)."""
-    if not _background_dir or not _background_files(nodeid)["lock"].exists():
-        return None
-    files = _background_files(nodeid)
+def scenario_result(nodeid: str, spec: dict[str, Any], spec_file: Path, *, timeout: float = 420) -> dict[str, Any]:
+    """What the test's BACKGROUND scenario printed last: the run started at the session's start, once it has finished,
+    or one run now when none was started (the test run on its own, or its input could not be made then)."""
+    module, _ = BACKGROUND[nodeid]
+    files = _background_files(nodeid) if _background_dir else None
+    if files is None or not files["lock"].exists():
+        return run_scenario(module, spec, spec_file, timeout=timeout)
     deadline = time.monotonic() + timeout
     while not files["rc"].exists():
         assert time.monotonic() < deadline, f"{nodeid}: its background scenario did not finish within {timeout:.0f} s"

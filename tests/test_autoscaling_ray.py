@@ -12,7 +12,7 @@ from typing import Any
 import yaml
 
 from stacks.serving_stack import build_rayservice_chart
-from tests.conftest import AUTOSCALER_PROOF, background_result, run_scenario, settings_for
+from tests.conftest import AUTOSCALER_PROOF, scenario_result, settings_for
 from tests.ray_local import OBJECT_STORE_BYTES
 from tests.test_autoscaling import ELASTIC, _llm_configs
 from tests.validators import ray_serve_llm_placement
@@ -110,10 +110,8 @@ def scenario_spec() -> dict[str, Any]:
 def test_load_on_decode_adds_a_decode_node_only_and_the_cluster_returns_to_its_minimum(tmp_path: Path) -> None:
     spec = scenario_spec()
     # Started in the background at the session's first test when this test was collected (tests/conftest.py,
-    # `_background_scenarios`: it waits most of its minute); run here otherwise.
-    seen = background_result(AUTOSCALER_PROOF, spec) or run_scenario(
-        "tests.autoscaling_scenario", spec, tmp_path / "spec.json", timeout=420
-    )
+    # BACKGROUND: it waits most of its minute); run here otherwise.
+    seen = scenario_result(AUTOSCALER_PROOF, spec, tmp_path / "spec.json")
     print(json.dumps({"log": seen["log"], "streams": seen["streams"]}))
     assert seen["nodes_at_start"] == ["decode", "prefill"], seen
     assert seen["grew"], seen
