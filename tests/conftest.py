@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import json
 import os
@@ -86,7 +87,6 @@ def settings_for(env: Mapping[str, str] | None = None, context: Mapping[str, Any
 # files with one or two long tests last, and one worker ran them alone at the end). The others keep their order.
 LONGEST_FIRST = (
     "test_gcs_fault_tolerance",
-    "test_serve_auth",
     "test_topology",
     "test_local_check",
     "test_review",
@@ -103,15 +103,20 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     items.sort(key=lambda item: rank.get(item.path.stem, len(LONGEST_FIRST)))
 
 
-# A real-Ray scenario that waits most of its run (the autoscaler proof: a stream that outlives Ray Serve's drain, the
-# autoscaler's delays; about a minute at under half a core) starts in the background at the session's first test, when
-# its test was collected, so that no worker waits with it; its test, run last, reads what it printed (scenario_result).
-# One worker starts it: a lock in the directory every xdist worker's temporary directory is in.
+# The real-Ray scenarios that wait most of their run (the autoscaler proof: a stream that outlives Ray Serve's drain,
+# the autoscaler's delays, about a minute at under half a core; the API-key proof: Serve's start, the keys' rotation)
+# start in the background at the session's first test, when their test was collected, so that no worker waits with
+# them; each test, run last, reads what its scenario printed (scenario_result). One worker starts each: a lock in the
+# directory every xdist worker's temporary directory is in.
 # Test -> (the scenario's module, the function that makes its input).
 AUTOSCALER_PROOF = (
     "tests/test_autoscaling_ray.py::test_load_on_decode_adds_a_decode_node_only_and_the_cluster_returns_to_its_minimum"
 )
-BACKGROUND = {AUTOSCALER_PROOF: ("tests.autoscaling_scenario", "tests.test_autoscaling_ray:scenario_spec")}
+SERVE_AUTH_PROOF = "tests/test_serve_auth.py::test_keys_are_enforced_rotated_without_a_restart_and_never_logged"
+BACKGROUND = {
+    AUTOSCALER_PROOF: ("tests.autoscaling_scenario", "tests.test_autoscaling_ray:scenario_spec"),
+    SERVE_AUTH_PROOF: ("tests.serve_auth_scenario", "tests.test_serve_auth:scenario_spec"),
+}
 _background_dir: list[Path] = []  # the session's shared directory, once the fixture has run
 
 
@@ -147,13 +152,25 @@ def _background_scenarios(request: pytest.FixtureRequest, tmp_path_factory: pyte
         )
         started.append(subprocess.Popen(["bash", "-c", script], cwd=REPO, start_new_session=True))
     yield
-    for process in started:  # only when the session ended before its test read it (-x, an interrupt)
+    # This worker's session ended while a scenario it started still runs: its test may be on another worker, waiting
+    # for it (this worker ran out of files first), so let it finish, within its test's own limit; an interrupted
+    # session stops it.
+    interrupted = request.session.exitstatus == pytest.ExitCode.INTERRUPTED
+    for process in started:
+        if process.poll() is None and not interrupted:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                process.wait(timeout=SCENARIO_TIMEOUT_S)
         if process.poll() is None:
             os.killpg(process.pid, signal.SIGINT)  # the scenario kills its own Ray cluster
             process.wait(timeout=60)
 
 
-def scenario_result(nodeid: str, spec: dict[str, Any], spec_file: Path, *, timeout: float = 420) -> dict[str, Any]:
+SCENARIO_TIMEOUT_S = 420
+
+
+def scenario_result(
+    nodeid: str, spec: dict[str, Any], spec_file: Path, *, timeout: float = SCENARIO_TIMEOUT_S
+) -> dict[str, Any]:
     """What the test's BACKGROUND scenario printed last: the run started at the session's start, once it has finished,
     or one run now when none was started (the test run on its own, or its input could not be made then)."""
     module, _ = BACKGROUND[nodeid]

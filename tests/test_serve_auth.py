@@ -17,12 +17,12 @@ import yaml
 from k8s_constructs.endpoint import AUTH_CONFIG_MAP
 from k8s_constructs.serve_config import API_KEYS_DIR, AUTH_MODULE_DIR, AUTH_MODULE_FILE
 from stacks.serving_stack import build_rayservice_chart
-from tests.conftest import ENDPOINT, REPO, run_scenario, settings_for
+from tests.conftest import ENDPOINT, REPO, SERVE_AUTH_PROOF, scenario_result, settings_for
 
 UNAUTHORIZED = {"message", "type", "param", "code"}
 
 
-def _spec() -> dict[str, Any]:
+def scenario_spec() -> dict[str, Any]:
     settings = settings_for(ENDPOINT)
     objects = build_rayservice_chart(settings).to_json()
     (config_map,) = [o for o in objects if o["kind"] == "ConfigMap" and o["metadata"]["name"] == AUTH_CONFIG_MAP]
@@ -40,9 +40,9 @@ def _spec() -> dict[str, Any]:
 
 
 def test_keys_are_enforced_rotated_without_a_restart_and_never_logged(tmp_path: Path) -> None:
-    spec = _spec()
+    spec = scenario_spec()
     assert spec["module_file"] == AUTH_MODULE_FILE.name
-    seen = run_scenario("tests.serve_auth_scenario", spec, tmp_path / "spec.json", timeout=420)
+    seen = scenario_result(SERVE_AUTH_PROOF, spec, tmp_path / "spec.json")
     print(json.dumps({k: v for k, v in seen.items() if k != "calls"}))
     assert seen["app_status"] == "RUNNING", seen.get("app_message")
 
