@@ -117,6 +117,7 @@ BACKGROUND = {
     AUTOSCALER_PROOF: ("tests.autoscaling_scenario", "tests.test_autoscaling_ray:scenario_spec"),
     SERVE_AUTH_PROOF: ("tests.serve_auth_scenario", "tests.test_serve_auth:scenario_spec"),
 }
+SCENARIO_TIMEOUT_S = 420  # the longest a scenario's test waits for it
 _background_dir: list[Path] = []  # the session's shared directory, once the fixture has run
 
 
@@ -163,9 +164,6 @@ def _background_scenarios(request: pytest.FixtureRequest, tmp_path_factory: pyte
         if process.poll() is None:
             os.killpg(process.pid, signal.SIGINT)  # the scenario kills its own Ray cluster
             process.wait(timeout=60)
-
-
-SCENARIO_TIMEOUT_S = 420
 
 
 def scenario_result(
