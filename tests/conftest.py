@@ -148,7 +148,7 @@ def _background_scenarios(request: pytest.FixtureRequest, tmp_path_factory: pyte
             continue
         q = {kind: shlex.quote(str(path)) for kind, path in files.items()}
         script = (
-            f"{shlex.quote(sys.executable)} -m {module} {q['json']} > {q['out']} 2> {q['err']};"
+            f"{shlex.join(_scenario_command(module, files['json']))} > {q['out']} 2> {q['err']};"
             f" echo $? > {q['rc']}.tmp && mv {q['rc']}.tmp {q['rc']}"
         )
         started.append(subprocess.Popen(["bash", "-c", script], cwd=REPO, start_new_session=True))
@@ -180,9 +180,7 @@ def scenario_result(
         assert time.monotonic() < deadline, f"{nodeid}: its background scenario did not finish within {timeout:.0f} s"
         time.sleep(0.5)
     assert json.loads(files["json"].read_text()) == json.loads(json.dumps(spec)), "the background run had another input"
-    assert files["rc"].read_text().strip() == "0", files["err"].read_text()[-3000:]
-    result: dict[str, Any] = json.loads(files["out"].read_text().strip().splitlines()[-1])
-    return result
+    return _scenario_output(int(files["rc"].read_text()), files["out"].read_text(), files["err"].read_text())
 
 
 @pytest.fixture(autouse=True)
@@ -295,15 +293,24 @@ def run_scenario(
     parsed. A scenario that fails fails the test with the end of its stderr."""
     spec_file.write_text(json.dumps(spec))
     done = subprocess.run(
-        [sys.executable, "-m", module, str(spec_file)],
+        _scenario_command(module, spec_file),
         capture_output=True,
         text=True,
         cwd=REPO,
         timeout=timeout,
         env=None if env is None else {**os.environ, **env},
     )
-    assert done.returncode == 0, done.stderr[-3000:]
-    result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
+    return _scenario_output(done.returncode, done.stdout, done.stderr)
+
+
+def _scenario_command(module: str, spec_file: Path) -> list[str]:
+    return [sys.executable, "-m", module, str(spec_file)]
+
+
+def _scenario_output(returncode: int, stdout: str, stderr: str) -> dict[str, Any]:
+    """What a scenario printed last, parsed; a scenario that failed fails the test with the end of its stderr."""
+    assert returncode == 0, stderr[-3000:]
+    result: dict[str, Any] = json.loads(stdout.strip().splitlines()[-1])
     return result
 
 
