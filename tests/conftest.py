@@ -13,22 +13,24 @@ import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
 os.environ.setdefault("JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION", "20")
 os.environ.setdefault("AWS_EC2_METADATA_DISABLED", "true")
 
-from aws_cdk import Validations
-from aws_cdk.assertions import Template
-from cdk_nag import AwsSolutionsChecks
-
 from settings import Settings, load_settings
 from settings.specs import SPECS
-from stacks.application import Deployment, build_stacks, new_app
 from tests.pinned import PINNED, pinned_environ
 from tests.ray_local import REPO, run_scenario, scenario_command, scenario_output
+
+# The CDK and the stacks are imported where a synth needs them: xdist's controller process loads this file too, and
+# importing them there (its jsii kernel included) cost ~2 CPU-seconds it never used.
+if TYPE_CHECKING:
+    from aws_cdk.assertions import Template
+
+    from stacks.application import Deployment
 
 
 @dataclass
@@ -42,6 +44,8 @@ class Synth:
     nag_error: str
 
     def template(self, stack: str) -> Template:
+        from aws_cdk.assertions import Template
+
         return Template.from_json(self.templates[stack])
 
     def resources(self, stack: str, resource_type: str) -> dict[str, dict[str, Any]]:
@@ -59,6 +63,11 @@ SYNTHESIZED: list[tuple[Settings, dict[str, dict[str, Any]]]] = []
 
 
 def synthesize(settings: Settings, outdir: Path) -> Synth:
+    from aws_cdk import Validations
+    from cdk_nag import AwsSolutionsChecks
+
+    from stacks.application import build_stacks, new_app
+
     app = new_app(str(outdir))
     Validations.of(app).add_plugins(AwsSolutionsChecks(app))
     deployment = build_stacks(app, settings)
@@ -302,6 +311,8 @@ def run_entry_point(
     runs the real process (exit status, nothing else printed)."""
     entry = importlib.import_module(module)
     assert Path(str(entry.__file__)).parent == REPO, entry.__file__
+    from stacks.application import new_app
+
     monkeypatch.setattr(entry, "new_app", lambda: new_app(str(outdir)))
     for name in unset:
         monkeypatch.delenv(name, raising=False)
