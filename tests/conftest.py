@@ -9,6 +9,7 @@ import os
 import shlex
 import signal
 import subprocess
+import sys
 import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
@@ -23,7 +24,8 @@ os.environ.setdefault("AWS_EC2_METADATA_DISABLED", "true")
 from settings import Settings, load_settings
 from settings.specs import SPECS
 from tests.pinned import PINNED, pinned_environ
-from tests.ray_local import REPO, run_scenario, scenario_command, scenario_output
+
+REPO = Path(__file__).resolve().parent.parent
 
 # The CDK and the stacks are imported where a synth needs them: xdist's controller process loads this file too, and
 # importing them there (its jsii kernel included) cost ~2 CPU-seconds it never used.
@@ -93,6 +95,7 @@ def settings_for(env: Mapping[str, str] | None = None, context: Mapping[str, Any
 # collection order (--no-loadscope-reorder in pyproject.toml; its default order, most tests first, started the
 # files with one or two long tests last, and one worker ran them alone at the end). The others keep their order.
 LONGEST_FIRST = (
+    "test_gcs_fault_tolerance",
     "test_topology",
     "test_local_check",
     "test_review",
@@ -110,23 +113,18 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 
 # The real-Ray scenarios that wait most of their run (the autoscaler proof: a stream that outlives Ray Serve's drain,
-# the autoscaler's delays, about a minute at under half a core; the API-key proof: Serve's start, the keys' rotation;
-# the GCS proof: two clusters through a GCS outage and a restart) start in the background at the session's first
-# test, when their test was collected, so that no worker waits with them; each test, run last, reads what its
-# scenario printed (scenario_result). One worker starts each: a lock in the directory every xdist worker's temporary
-# directory is in.
+# the autoscaler's delays, about a minute at under half a core; the API-key proof: Serve's start, the keys' rotation)
+# start in the background at the session's first test, when their test was collected, so that no worker waits with
+# them; each test, run last, reads what its scenario printed (scenario_result). One worker starts each: a lock in the
+# directory every xdist worker's temporary directory is in.
 # Test -> (the scenario's module, the function that makes its input).
 AUTOSCALER_PROOF = (
     "tests/test_autoscaling_ray.py::test_load_on_decode_adds_a_decode_node_only_and_the_cluster_returns_to_its_minimum"
 )
 SERVE_AUTH_PROOF = "tests/test_serve_auth.py::test_keys_are_enforced_rotated_without_a_restart_and_never_logged"
-GCS_PROOF = (
-    "tests/test_gcs_fault_tolerance.py::test_the_worker_serves_through_a_gcs_outage_with_the_store_and_not_without"
-)
 BACKGROUND = {
     AUTOSCALER_PROOF: ("tests.autoscaling_scenario", "tests.test_autoscaling_ray:scenario_spec"),
     SERVE_AUTH_PROOF: ("tests.serve_auth_scenario", "tests.test_serve_auth:scenario_spec"),
-    GCS_PROOF: ("tests.gcs_ft_proof", "tests.test_gcs_fault_tolerance:scenario_spec"),
 }
 SCENARIO_TIMEOUT_S = 420  # the longest a scenario's test waits for it
 _background_dir: list[Path] = []  # the session's shared directory, once the fixture has run
@@ -159,7 +157,7 @@ def _background_scenarios(request: pytest.FixtureRequest, tmp_path_factory: pyte
             continue
         q = {kind: shlex.quote(str(path)) for kind, path in files.items()}
         script = (
-            f"{shlex.join(scenario_command(module, files['json']))} > {q['out']} 2> {q['err']};"
+            f"{shlex.join(_scenario_command(module, files['json']))} > {q['out']} 2> {q['err']};"
             f" echo $? > {q['rc']}.tmp && mv {q['rc']}.tmp {q['rc']}"
         )
         started.append(subprocess.Popen(["bash", "-c", script], cwd=REPO, start_new_session=True))
@@ -191,7 +189,7 @@ def scenario_result(
         assert time.monotonic() < deadline, f"{nodeid}: its background scenario did not finish within {timeout:.0f} s"
         time.sleep(0.5)
     assert json.loads(files["json"].read_text()) == json.loads(json.dumps(spec)), "the background run had another input"
-    return scenario_output(int(files["rc"].read_text()), files["out"].read_text(), files["err"].read_text())
+    return _scenario_output(int(files["rc"].read_text()), files["out"].read_text(), files["err"].read_text())
 
 
 @pytest.fixture(autouse=True)
@@ -295,6 +293,34 @@ def endpoint_synth(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Synth]:
     """SERVE_EXPOSURE=internal with a certificate, a hosted zone and access logs: the controller, the Ingress, the
     keys."""
     yield synthesize(settings_for(ENDPOINT), tmp_path_factory.mktemp("endpoint"))
+
+
+def run_scenario(
+    module: str, spec: dict[str, Any], spec_file: Path, *, timeout: float, env: Mapping[str, str] | None = None
+) -> dict[str, Any]:
+    """A tests.*_scenario module (a real local Ray, in a process of its own) run on its spec: what it printed last,
+    parsed. A scenario that fails fails the test with the end of its stderr."""
+    spec_file.write_text(json.dumps(spec))
+    done = subprocess.run(
+        _scenario_command(module, spec_file),
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=timeout,
+        env=None if env is None else {**os.environ, **env},
+    )
+    return _scenario_output(done.returncode, done.stdout, done.stderr)
+
+
+def _scenario_command(module: str, spec_file: Path) -> list[str]:
+    return [sys.executable, "-m", module, str(spec_file)]
+
+
+def _scenario_output(returncode: int, stdout: str, stderr: str) -> dict[str, Any]:
+    """What a scenario printed last, parsed; a scenario that failed fails the test with the end of its stderr."""
+    assert returncode == 0, stderr[-3000:]
+    result: dict[str, Any] = json.loads(stdout.strip().splitlines()[-1])
+    return result
 
 
 def run_entry_point(

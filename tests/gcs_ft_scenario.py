@@ -26,24 +26,21 @@ from tests.ray_local import OBJECT_STORE_BYTES, QUIET_HEAD
 
 
 def _listeners(port: int) -> set[int]:
-    """The live processes (of this user) that hold a socket listening on the TCP port, each of them when several share
-    one (a child that inherited it). The kernel's socket table is read once and each process's descriptors once (per
-    process, psutil reads the socket table again for each process: seconds of CPU per call beside a test suite's Ray
-    clusters)."""
-    inodes = set()
-    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
-        with contextlib.suppress(OSError):
-            for line in Path(table).read_text().splitlines()[1:]:
-                fields = line.split()
-                if fields[3] == "0A" and int(fields[1].rsplit(":", 1)[1], 16) == port:  # 0A: LISTEN
-                    inodes.add(f"socket:[{fields[9]}]")
+    """The live processes (of this user) with a socket listening on 127.0.0.1:port."""
+    import psutil
+
     found = set()
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
+    for process in psutil.process_iter():
+        try:
+            if process.status() == psutil.STATUS_ZOMBIE:
+                continue
+            if any(
+                c.status == psutil.CONN_LISTEN and c.laddr and c.laddr.port == port
+                for c in process.net_connections(kind="tcp")
+            ):
+                found.add(process.pid)
+        except (psutil.NoSuchProcess, psutil.AccessDenied):
             continue
-        with contextlib.suppress(OSError):  # gone, or another user's
-            if any(os.readlink(fd) in inodes for fd in (entry / "fd").iterdir()):
-                found.add(int(entry.name))
     return found
 
 
