@@ -85,9 +85,10 @@ def test_the_head_offers_no_cpu_and_the_workers_keep_room_for_serve() -> None:
 
 
 @pytest.fixture(scope="module")
-def ray_cluster() -> Iterator[tuple[Any, Any]]:
-    """One local Ray cluster (a CPU-only head, as the RayCluster's) for every placement test of this module:
-    each test adds stand-ins of its GPU worker pods and removes them, and its placement groups, after."""
+def ray_cluster() -> Iterator[dict[str, Any]]:
+    """One local Ray cluster (a CPU-only head, as the RayCluster's) for every placement test of this module: each test
+    places its groups on stand-ins of its GPU worker pods and removes its placement groups after; the stand-ins stay
+    for the next test when it needs the same pods (started and stopped only when the pods change)."""
     import ray
     from ray.cluster_utils import Cluster
 
@@ -97,7 +98,7 @@ def ray_cluster() -> Iterator[tuple[Any, Any]]:
     )
     ray.init(address=cluster.address, log_to_driver=False)
     try:
-        yield ray, cluster
+        yield {"ray": ray, "cluster": cluster, "pods": None, "nodes": [], "node_phase": {}}
     finally:
         ray.shutdown()
         cluster.shutdown()
@@ -112,43 +113,57 @@ def _nodes_of(ray: Any, pg: Any, timeout: float) -> set[str] | None:
     return set(ray.util.placement_group_table(pg)["bundles_to_node_id"].values())
 
 
-def _place(
-    ray_cluster: tuple[Any, Any], settings: Settings, extra: int = 1
-) -> tuple[dict[str, list[set[str] | None]], dict[str, str]]:
-    """Start stand-ins of the GPU worker pods (same GPUs, CPUs and phase resources as the worker groups and
-    Ray's auto-detected accelerator type), create every placement group Ray Serve LLM would, plus
-    ``extra`` per phase, and report the nodes each group landed on (None: still pending) and each node's phase."""
-    ray, cluster = ray_cluster
-    ray_service = _rayservice(settings)
-    groups = ray_service["spec"]["rayClusterConfig"]["workerGroupSpecs"]
-    nodes, pgs_made = [], []
-    try:
-        node_phase: dict[str, str] = {}
-        worker_cpus = gpu_worker_resources(settings.gpu_node, observability=settings.observability).cpu_milli // 1000
-        for group in groups:
-            for _ in range(group["replicas"]):
-                resources = {name: float(value) for name, value in group["resources"].items() if name != "GPU"}
-                resources[f"accelerator_type:{settings.gpu_node.gpu_model}"] = 1.0
-                node = cluster.add_node(
-                    num_cpus=worker_cpus,
-                    num_gpus=int(group["resources"]["GPU"]),
-                    resources=resources,
-                    object_store_memory=OBJECT_STORE_BYTES,
-                )
-                nodes.append(node)
-                node_phase[node.node_id] = group["groupName"]
+def _stand_ins(ray_cluster: dict[str, Any], settings: Settings, groups: list[dict[str, Any]]) -> dict[str, str]:
+    """Stand-ins of the GPU worker pods, one node each (same GPUs, CPUs and phase resources as the worker groups and
+    Ray's auto-detected accelerator type): those of the test before when the pods are the same. Each node's phase."""
+    cluster = ray_cluster["cluster"]
+    worker_cpus = gpu_worker_resources(settings.gpu_node, observability=settings.observability).cpu_milli // 1000
+    pods = [
+        (
+            group["groupName"],
+            int(group["resources"]["GPU"]),
+            {name: float(value) for name, value in group["resources"].items() if name != "GPU"}
+            | {f"accelerator_type:{settings.gpu_node.gpu_model}": 1.0},
+        )
+        for group in groups
+        for _ in range(group["replicas"])
+    ]
+    if ray_cluster["pods"] != (worker_cpus, pods):
+        ray_cluster["pods"] = None
+        while ray_cluster["nodes"]:
+            cluster.remove_node(ray_cluster["nodes"].pop())
+        ray_cluster["node_phase"] = {}
+        for phase, gpus, resources in pods:
+            node = cluster.add_node(
+                num_cpus=worker_cpus, num_gpus=gpus, resources=resources, object_store_memory=OBJECT_STORE_BYTES
+            )
+            ray_cluster["nodes"].append(node)
+            ray_cluster["node_phase"][node.node_id] = phase
         cluster.wait_for_nodes()
+        ray_cluster["pods"] = (worker_cpus, pods)
+    node_phase: dict[str, str] = ray_cluster["node_phase"]
+    return node_phase
+
+
+def _place(ray_cluster: dict[str, Any], settings: Settings) -> tuple[dict[str, list[set[str] | None]], dict[str, str]]:
+    """On stand-ins of the GPU worker pods, create every placement group Ray Serve LLM would, plus one more per phase,
+    and report the nodes each group landed on (None: still pending) and each node's phase."""
+    ray = ray_cluster["ray"]
+    ray_service = _rayservice(settings)
+    node_phase = _stand_ins(ray_cluster, settings, ray_service["spec"]["rayClusterConfig"]["workerGroupSpecs"])
+    pgs_made = []
+    try:
         placed: dict[str, list[set[str] | None]] = {}
         extras = []
         for phase, llm in _llm_configs(ray_service).items():
             bundles, strategy = ray_serve_llm_placement(llm)
             pgs = [
                 ray.util.placement_group(bundles, strategy=strategy)
-                for _ in range(llm["deployment_config"]["num_replicas"] + extra)
+                for _ in range(llm["deployment_config"]["num_replicas"] + 1)
             ]
             pgs_made += pgs
-            placed[phase] = [_nodes_of(ray, pg, timeout=20) for pg in pgs[: len(pgs) - extra]]
-            extras += [(phase, pg) for pg in pgs[len(pgs) - extra :]]
+            placed[phase] = [_nodes_of(ray, pg, timeout=20) for pg in pgs[:-1]]
+            extras.append((phase, pgs[-1]))
         # The extra groups, waited for together: each given at least 1.5 s from its creation (prefill's was made
         # before decode's groups, as when each phase's were waited for in turn).
         deadline = time.monotonic() + 1.5
@@ -159,21 +174,22 @@ def _place(
         # A pending group left behind would take the next test's nodes.
         for pg in pgs_made:
             ray.util.remove_placement_group(pg)
-        for node in nodes:
-            cluster.remove_node(node)
+
+
+G6_12_FULL = {**G6_12, "PREFILL_REPLICAS": "4", "DECODE_REPLICAS": "4"}  # four 1-GPU engines per 4-GPU node
 
 
 @pytest.mark.parametrize(
     ("env", "engines"),
     [
         ({}, 1),  # g6.8xlarge: one 1-GPU engine per phase, one node each
-        ({**G6_12, "PREFILL_REPLICAS": "4", "DECODE_REPLICAS": "4"}, 4),  # four engines per 4-GPU node
         (P5_TP8, 1),  # one 8-way tensor-parallel engine per 8-GPU node
+        (G6_12_FULL, 4),  # last: the control below keeps its pods
     ],
-    ids=["g6.8xlarge", "g6.12xlarge", "p5.48xlarge-tp8"],
+    ids=["g6.8xlarge", "p5.48xlarge-tp8", "g6.12xlarge"],
 )
 def test_placement_groups_land_only_on_their_phase_and_an_extra_one_waits(
-    ray_cluster: Any, env: dict[str, str], engines: int
+    ray_cluster: dict[str, Any], env: dict[str, str], engines: int
 ) -> None:
     placed, node_phase = _place(ray_cluster, settings_for(env))
     for phase in ("prefill", "decode"):
@@ -186,27 +202,25 @@ def test_placement_groups_land_only_on_their_phase_and_an_extra_one_waits(
         assert placed[phase][engines:] == [None], placed
 
 
-def test_without_the_phase_resource_ray_would_mix_the_phases(ray_cluster: Any) -> None:
-    """The control: the same cluster and engines without the phase resource in the bundles — Ray packs
-    prefill and decode engines onto the same 4-GPU node, and the KV cache would never touch EFA."""
-    import copy
-
-    import k8s_constructs.serve_config as serve_config
-
-    original = copy.deepcopy(PHASE_RESOURCES)
+def test_without_the_phase_resource_ray_would_mix_the_phases(ray_cluster: dict[str, Any]) -> None:
+    """The control: the same pods as g6.12xlarge's above (its stand-ins, kept) and its prefill engines plus the one too
+    many, with bundles that leave out the phase's resource. The fifth no longer waits: with the prefill pod full, Ray
+    places it on the decode pod's free GPUs, and its KV cache would never touch EFA."""
+    ray = ray_cluster["ray"]
+    settings = settings_for(G6_12_FULL)
+    ray_service = _rayservice(settings)
+    node_phase = _stand_ins(ray_cluster, settings, ray_service["spec"]["rayClusterConfig"]["workerGroupSpecs"])
+    llm = _llm_configs(ray_service)["prefill"]
+    bundles, strategy = ray_serve_llm_placement(llm)
+    assert all(bundle.get(PHASE_RESOURCES["prefill"]) for bundle in bundles), bundles  # what the control leaves out
+    bundles = [{k: v for k, v in bundle.items() if k != PHASE_RESOURCES["prefill"]} for bundle in bundles]
+    engines = llm["deployment_config"]["num_replicas"] + 1
+    pgs = [ray.util.placement_group(bundles, strategy=strategy) for _ in range(engines)]
     try:
-        # Both phases' bundles ask for one resource that every GPU node offers.
-        serve_config.PHASE_RESOURCES.update({"prefill": "gpu_node", "decode": "gpu_node"})
-        placed, _ = _place(
-            ray_cluster, settings_for({**G6_12, "PREFILL_REPLICAS": "2", "DECODE_REPLICAS": "2"}), extra=0
-        )
+        placed = [_nodes_of(ray, pg, timeout=20) for pg in pgs]
     finally:
-        serve_config.PHASE_RESOURCES.update(original)
-    phases_on: dict[str, set[str]] = {}
-    for phase in ("prefill", "decode"):
-        for nodes in placed[phase]:
-            assert nodes is not None
-            for node in nodes:
-                phases_on.setdefault(node, set()).add(phase)
-    # Four 1-GPU engines on two 4-GPU nodes with no phase constraint: some node holds both phases.
-    assert {"prefill", "decode"} in phases_on.values(), placed
+        for pg in pgs:
+            ray.util.remove_placement_group(pg)
+    assert engines == 5 and all(nodes is not None for nodes in placed), placed
+    # Five 1-GPU engines, four GPUs on the prefill pod: one at least on the decode pod.
+    assert {"decode"} in [{node_phase[n] for n in nodes or ()} for nodes in placed], (placed, node_phase)
