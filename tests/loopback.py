@@ -4,10 +4,12 @@ GitHub, CloudWatch's Prometheus API): started on a free port, stopped after."""
 from __future__ import annotations
 
 import http.server
+import random
 import socket
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 
 
 @contextmanager
@@ -24,8 +26,32 @@ def serving(handler: type[http.server.BaseHTTPRequestHandler]) -> Iterator[str]:
         thread.join(timeout=5)
 
 
+def _ephemeral_ports() -> range:
+    try:
+        low, high = map(int, Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split())
+    except (OSError, ValueError):
+        low, high = 32768, 60999  # Linux's default
+    return range(low, high + 1)
+
+
+# Where free_port looks: above Ray's worker ports (10002-19999 by default) and outside the kernel's ephemeral range,
+# which every bind to port 0 and every outgoing connection draws from: Ray's processes make many of both, and a port
+# picked there was taken before the test's server bound it ("Failed to bind to address '127.0.0.1:43841'", the GCS
+# proof's Serve proxy, in a fresh-clone run on 2026-12-02).
+_EPHEMERAL = _ephemeral_ports()
+_PORTS = [port for port in range(20000, 65536) if port not in _EPHEMERAL]
+
+
 def free_port() -> int:
-    """A TCP port on 127.0.0.1 that nothing listens on now (for servers the tests start themselves)."""
-    with socket.socket() as s:
+    """A TCP port on 127.0.0.1 that nothing is bound to now and that no port-0 bind or outgoing connection will take
+    meanwhile (for servers the tests start themselves; see _PORTS)."""
+    for port in random.sample(_PORTS, min(len(_PORTS), 200)):
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    with socket.socket() as s:  # no such port on this machine: the kernel's choice
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
