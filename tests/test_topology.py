@@ -98,7 +98,7 @@ def ray_cluster() -> Iterator[dict[str, Any]]:
     )
     ray.init(address=cluster.address, log_to_driver=False)
     try:
-        yield {"ray": ray, "cluster": cluster, "pods": None, "nodes": [], "node_phase": {}}
+        yield {"ray": ray, "cluster": cluster, "pods": None, "nodes": []}
     finally:
         ray.shutdown()
         cluster.shutdown()
@@ -132,17 +132,15 @@ def _stand_ins(ray_cluster: dict[str, Any], settings: Settings, groups: list[dic
         ray_cluster["pods"] = None
         while ray_cluster["nodes"]:
             cluster.remove_node(ray_cluster["nodes"].pop())
-        ray_cluster["node_phase"] = {}
-        for phase, gpus, resources in pods:
-            node = cluster.add_node(
-                num_cpus=worker_cpus, num_gpus=gpus, resources=resources, object_store_memory=OBJECT_STORE_BYTES
+        for _, gpus, resources in pods:
+            ray_cluster["nodes"].append(
+                cluster.add_node(
+                    num_cpus=worker_cpus, num_gpus=gpus, resources=resources, object_store_memory=OBJECT_STORE_BYTES
+                )
             )
-            ray_cluster["nodes"].append(node)
-            ray_cluster["node_phase"][node.node_id] = phase
         cluster.wait_for_nodes()
         ray_cluster["pods"] = (worker_cpus, pods)
-    node_phase: dict[str, str] = ray_cluster["node_phase"]
-    return node_phase
+    return {node.node_id: phase for node, (phase, _, _) in zip(ray_cluster["nodes"], pods, strict=True)}
 
 
 def _place(ray_cluster: dict[str, Any], settings: Settings) -> tuple[dict[str, list[set[str] | None]], dict[str, str]]:
