@@ -17,23 +17,50 @@ from tools.local_check.engines import PARITY_MAX_TOKENS
 from tools.local_check.shape import Host
 
 VOCAB = 1000
+TOP_K = 5
+# The stand-in model's KV, sized as Qwen3.5-9B's in vLLM 0.26 (worked out here, not taken from the fit check): 8
+# full-attention layers x K and V x 4 KV heads x 256 x bf16 per token, in blocks of 528 tokens (the hybrid page), and
+# 24 Gated DeltaNet layers' state: conv (16*128*2 + 32*128) x 3 in bf16 + 32 x 128 x 128 in float32.
+KV_BYTES_PER_TOKEN = 8 * 2 * 4 * 256 * 2
+BLOCK = 528
+STATE_BYTES = 24 * ((16 * 128 * 2 + 32 * 128) * 3 * 2 + 32 * 128 * 128 * 4)
+# A fault the tests plant in the stand-in PD engines (the raylets' environment, through the runner's --env):
+#   recompute  decode computes the whole prompt itself and never asks prefill (the answers are right; nothing moves)
+#   diverge    decode's tokens after the first are wrong
+#   silent     the KV moves but NIXL's statistics never record it, and decode logs no transfer plan
+#   one-backend  only decode logs NIXL's backend line
+FAULT_ENV = "STANDIN_FAULT"
 
 
 def next_token(tokens: list[int]) -> int:
     return (sum(tokens[-3:]) * 31 + len(tokens) * 7) % VOCAB
 
 
-def generate(prompt: list[int], max_tokens: int) -> list[int]:
-    tokens, out = list(prompt), []
+def distribution(tokens: list[int]) -> dict[int, float]:
+    """The stand-in model's top-k logprobs: greedy picks next_token; the values depend on every token of the context
+    (a changed first token shifts them by at least 0.05), the top-2 margin is 0.7 everywhere."""
+    base, shift = next_token(tokens), 0.05 * (sum(tokens) % 10)
+    return {(base + 37 * k) % VOCAB: -0.1 - shift - 0.7 * k for k in range(TOP_K)}
+
+
+def generate(prompt: list[int], max_tokens: int) -> tuple[list[int], list[dict[int, float]]]:
+    tokens, out, top = list(prompt), [], []
     for _ in range(max_tokens):
         token = next_token(tokens)
+        top.append(distribution(tokens))
         tokens.append(token)
         out.append(token)
-    return out
+    return out, top
 
 
 def _encode(text: str) -> list[int]:
     return [ord(c) % VOCAB for c in text]
+
+
+def _fault() -> str:
+    import os
+
+    return os.environ.get(FAULT_ENV, "")
 
 
 # Each stand-in replica ends at once when an application is deleted (the collocated one follows the PD one on the
@@ -42,25 +69,81 @@ def _encode(text: str) -> list[int]:
 DRAIN = {"graceful_shutdown_wait_loop_s": 0.1}
 
 
+def _engine_log(backend: str | None) -> None:
+    """What a vLLM engine of the phase logs at start: its memory report and NIXL's backend."""
+    print(MEMORY_LOG, flush=True)
+    if backend is not None:
+        print(f"NIXL INFO _api.py:390 Backend {backend} was instantiated", flush=True)
+
+
 @serve.deployment(**DRAIN)
 class Prefill:
     def __init__(self, backend: str) -> None:
-        print(f"NIXL INFO _api.py:390 Backend {backend} was instantiated", flush=True)
+        _engine_log(None if _fault() == "one-backend" else backend)
 
-    def first(self, prompt: list[int]) -> int:
-        return next_token(prompt)
+    def prefill(self, prompt: list[int]) -> dict[str, Any]:
+        """The KV of all but the last prompt token (vLLM 0.26 with a Mamba-type model): what decode receives."""
+        return {"computed": prompt[:-1]}
 
 
 @serve.deployment(**DRAIN)
 class Decode:
     def __init__(self, prefill: DeploymentHandle, backend: str) -> None:
-        self.prefill = prefill
-        print(f"NIXL INFO _api.py:390 Backend {backend} was instantiated", flush=True)
-        print("Transfer plan: TransferTopology(tp_ratio=1, num_kv_heads=4, stand-in)", flush=True)
+        from ray.util.metrics import Histogram
 
-    async def generate(self, prompt: list[int], max_tokens: int) -> list[int]:
-        first = await self.prefill.first.remote(prompt)
-        return [first, *generate([*prompt, first], max_tokens - 1)] if max_tokens > 1 else [first]
+        self.prefill = prefill
+        _engine_log(backend)
+        print(f"INFO Setting attention block size to {BLOCK} tokens to ensure that attention page size is >= mamba page size.")
+        if _fault() != "silent":
+            print("Transfer plan: TransferTopology(tp_ratio=1, num_kv_heads=4, stand-in)", flush=True)
+        # vLLM's NIXL statistics as Ray Serve LLM exports them (RayPrometheusStatLogger: "vllm:" names sanitised,
+        # vLLM's byte buckets), and NIXL's own byte counter on its exporter's port when the environment asks for it.
+        self.bytes = Histogram(
+            "vllm_nixl_bytes_transferred", boundaries=[2 ** (10 + i) for i in range(1, 25, 2)], tag_keys=("engine",)
+        )
+        self.received = 0
+        self._serve_nixl_counters()
+
+    async def generate(self, prompt: list[int], max_tokens: int) -> dict[str, Any]:
+        fault = _fault()
+        if fault == "recompute":
+            computed = prompt[:-1]
+        else:
+            kv = await self.prefill.prefill.remote(prompt)
+            computed = kv["computed"]
+            if fault != "silent":
+                blocks = -(-len(computed) // BLOCK)
+                moved = blocks * BLOCK * KV_BYTES_PER_TOKEN + STATE_BYTES
+                self.bytes.observe(moved, tags={"engine": "0"})
+                self.received += moved
+        tokens, top = generate([*computed, prompt[-1]], max_tokens)
+        if fault == "diverge":
+            tokens = tokens[:1] + [(t + 1) % VOCAB for t in tokens[1:]]
+        return {"tokens": tokens, "top_logprobs": top}
+
+    def _serve_nixl_counters(self) -> None:
+        """NIXL's Prometheus exporter in the form of libtelemetry_exporter_prometheus.so: agent_rx_bytes."""
+        import os
+        import threading
+        from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+        if os.environ.get("NIXL_TELEMETRY_EXPORTER") != "prometheus":
+            return
+        decode = self
+
+        class Counters(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                body = f'agent_rx_bytes{{agent_name="stand-in"}} {decode.received}\nagent_tx_bytes{{agent_name="stand-in"}} 0\n'
+                self.send_response(200)
+                self.end_headers()
+                self.wfile.write(body.encode())
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+        ThreadingHTTPServer.allow_reuse_address = True
+        server = ThreadingHTTPServer(("127.0.0.1", int(os.environ["NIXL_TELEMETRY_PROMETHEUS_PORT"])), Counters)
+        threading.Thread(target=server.serve_forever, daemon=True).start()
 
 
 api = FastAPI()
@@ -80,30 +163,39 @@ class Ingress:
     async def completions(self, request: Request) -> JSONResponse:
         body = await request.json()
         prompt = body["prompt"] if isinstance(body["prompt"], list) else _encode(body["prompt"])
-        tokens = await self.decode.generate.remote(prompt, int(body.get("max_tokens", 16)))
-        return JSONResponse(
-            {
-                "choices": [
-                    {"text": " ".join(map(str, tokens)), "token_ids": tokens if body.get("return_token_ids") else None}
+        answer = await self.decode.generate.remote(prompt, int(body.get("max_tokens", 16)))
+        tokens = answer["tokens"]
+        choice: dict[str, Any] = {
+            "text": " ".join(map(str, tokens)),
+            "token_ids": tokens if body.get("return_token_ids") else None,
+        }
+        if body.get("logprobs"):
+            # vLLM's completions form; return_tokens_as_token_ids keys them "token_id:N".
+            choice["logprobs"] = {
+                "top_logprobs": [
+                    {f"token_id:{t}": lp for t, lp in list(position.items())[: int(body["logprobs"])]}
+                    for position in answer["top_logprobs"]
                 ]
             }
-        )
+        return JSONResponse({"choices": [choice]})
 
     @api.post("/v1/chat/completions")
     async def chat(self, request: Request) -> JSONResponse:
         body = await request.json()
-        tokens = await self.decode.generate.remote(
+        answer = await self.decode.generate.remote(
             _encode(body["messages"][-1]["content"]), int(body.get("max_tokens", 16))
         )
-        return JSONResponse({"choices": [{"message": {"role": "assistant", "content": " ".join(map(str, tokens))}}]})
+        content = " ".join(map(str, answer["tokens"]))
+        return JSONResponse({"choices": [{"message": {"role": "assistant", "content": content}}]})
 
 
 @serve.deployment(**DRAIN)
 class Replica:
     """One ordinary engine of the collocated app: the whole request on one replica, no KV transfer."""
 
-    async def generate(self, prompt: list[int], max_tokens: int) -> list[int]:
-        return generate(prompt, max_tokens)
+    async def generate(self, prompt: list[int], max_tokens: int) -> dict[str, Any]:
+        tokens, top = generate(prompt, max_tokens)
+        return {"tokens": tokens, "top_logprobs": top}
 
 
 def _options(phase: dict[str, Any]) -> dict[str, Any]:
@@ -122,15 +214,20 @@ def _options(phase: dict[str, Any]) -> dict[str, Any]:
 def build_pd_app(args: dict[str, Any]) -> Any:
     from ray.llm._internal.serve.core.configs.llm_config import LLMConfig
 
-    _prefill_config, decode_config = (
+    _, decode_config = (
         LLMConfig.model_validate(args[name]) for name in ("prefill_config", "decode_config")
     )
     backend = {
         name: args[name]["engine_kwargs"]["kv_transfer_config"]["kv_connector_extra_config"]["backends"][0]
         for name in ("prefill_config", "decode_config")
     }
-    prefill = Prefill.options(**_options(args["prefill_config"])).bind(backend["prefill_config"])
-    decode = Decode.options(**_options(args["decode_config"])).bind(prefill, backend["decode_config"])
+    # Ray Serve LLM's deployment names (serving_patterns/prefill_decode/builder.py): Prefill:<model>, Decode:<model>.
+    prefill = Prefill.options(name=f"Prefill:{decode_config.model_id}", **_options(args["prefill_config"])).bind(
+        backend["prefill_config"]
+    )
+    decode = Decode.options(name=f"Decode:{decode_config.model_id}", **_options(args["decode_config"])).bind(
+        prefill, backend["decode_config"]
+    )
     return Ingress.options(ray_actor_options={"num_cpus": 0}).bind(decode, decode_config.model_id)
 
 
@@ -176,12 +273,33 @@ class StandInEngine:
 
     def reference(
         self, model: str, engine_kwargs: dict[str, Any], prompts: list[list[int]] | None, log: Any, env: dict[str, str]
-    ) -> tuple[list[list[int]], dict[str, float]]:
+    ) -> tuple[dict[str, Any], dict[str, float]]:
         from tools.local_check.results import memory_report
 
         assert env["VLLM_SSM_CONV_STATE_LAYOUT"] == "DS"  # the pods' environment, as the raylets get it
         log.write_text(MEMORY_LOG)
-        return [generate(p, PARITY_MAX_TOKENS) for p in prompts or []], {**memory_report(MEMORY_LOG), "start_s": 1.0}
+
+        def answer(prompt: list[int]) -> dict[str, Any]:
+            tokens, top = generate(prompt, PARITY_MAX_TOKENS)
+            return {"tokens": tokens, "top_logprobs": [{str(t): lp for t, lp in p.items()} for p in top]}
+
+        answers = [answer(p) for p in prompts or []]
+        result = {
+            "outputs": [a["tokens"] for a in answers],
+            "answers": answers,
+            "batched": answers,  # a deterministic stand-in: no batch noise
+            "variants": [answer([p[0] + 1, *p[1:]]) for p in prompts or []],
+        }
+        return result, {**memory_report(MEMORY_LOG), "start_s": 1.0}
+
+    def random_checkpoint(self, model_dir: Any, target: Any) -> dict[str, Any]:
+        """No weights to write for the stand-in: the config beside an empty checkpoint."""
+        import shutil
+
+        target.mkdir(parents=True, exist_ok=True)
+        for item in model_dir.iterdir():
+            shutil.copy2(item, target / item.name)
+        return {"tensors": 0, "parameters": 0, "shards": 0, "seconds": 0.0, "reused": False}
 
     def app_import_path(self, deployed: str) -> str:
         return f"{__name__}:{'build_collocated_app' if deployed.endswith('build_openai_app') else 'build_pd_app'}"

@@ -193,8 +193,8 @@ def test_a_previous_runs_answers_are_not_read_as_this_engines(tmp_path: Path, mo
             return 0
 
     monkeypatch.setattr(engines.subprocess, "Popen", Engine)
-    outputs, report = engines.VllmEngine().reference("/m", {}, [[1]], log, {})
-    assert seen == {"stale answers at start": False} and outputs == [[1, 2]] and report["start_s"] == 2.0
+    result, report = engines.VllmEngine().reference("/m", {}, [[1]], log, {})
+    assert seen == {"stale answers at start": False} and result["outputs"] == [[1, 2]] and report["start_s"] == 2.0
 
 
 def test_a_lone_engine_that_exits_by_itself_keeps_its_status(tmp_path: Path) -> None:
@@ -251,16 +251,28 @@ def test_the_whole_flow_on_a_real_ray_cluster_with_a_stand_in_engine(plan: dict[
     steps = {s["name"]: s for s in report["steps"]}
     assert code == 0, [s for s in report["steps"] if not s["ok"]]
     assert {
+        "random checkpoint",
+        "memory lone engine",
+        "noise floor",
+        "context",
         "GET /v1/models",
         "POST /v1/completions",
         "POST /v1/chat/completions",
+        "placement",
+        "memory prefill",
+        "memory decode",
         "parity",
+        "transfer",
         "nixl",
         "bench",
-        "memory decode",
     } <= set(steps)
-    assert [p["prompt_tokens"] for p in report["parity"]] == parity_lengths(plan["max_model_len"], 32, count=3)
+    # The spread of lengths, and one past the lone engine's batch (its last prompt token computed alone).
+    assert [p["prompt_tokens"] for p in report["parity"]] == [40, 403, 2049, 4056]
     assert all(p["equal"] for p in report["parity"])
+    # Each request's own transfer: one, of the bytes the fit check predicts (the stand-in sizes them independently).
+    assert [t["count"] for t in report["transfers"]] == [1.0] * 4
+    assert all(t["bytes"] == pytest.approx(t["predicted_bytes"]) for t in report["transfers"])
+    assert "prefill (Prefill:qwen3.5-9b) on node" in steps["placement"]["detail"]
     # Each of the two engines instantiated the backend the patched config asks for, by the process that logged it.
     assert sorted(report["nixl"]["backends"].values()) == ["UCX", "UCX"]
     changed = {c["what"] for c in report["changes"]}

@@ -75,7 +75,7 @@ def test_gpus_are_shared_in_turn_when_the_host_has_fewer(plan: dict[str, Any]) -
 def test_every_change_one_host_forces_is_named_and_nothing_else_changes(plan: dict[str, Any]) -> None:
     deployed = serve_config(plan["rayservice"])
     patched, changes = patch_serve_config(
-        deployed, host=H200, target=L4, model_path="/m", random_weights=True, shared_gpu=True, kv_cache_bytes=2 * GIB
+        deployed, host=H200, target=L4, model_path="/m", weights="dummy", shared_gpu=True, kv_cache_bytes=2 * GIB
     )
     assert {c.what for c in changes} == {
         "model_source",
@@ -112,7 +112,7 @@ def _on_a_host_like_the_target(plan: dict[str, Any]) -> tuple[dict[str, Any], li
         host=L4_HOST,
         target=L4,
         model_path="Qwen/Qwen3.5-9B",
-        random_weights=False,
+        weights="model",
         shared_gpu=False,
         kv_cache_bytes=None,
     )
@@ -138,7 +138,7 @@ def test_sharing_a_gpu_needs_the_kv_cache_size(plan: dict[str, Any]) -> None:
             host=H200,
             target=L4,
             model_path="/m",
-            random_weights=True,
+            weights="dummy",
             shared_gpu=True,
             kv_cache_bytes=None,
         )
@@ -166,12 +166,12 @@ def test_engines_that_cannot_share_a_gpu_stop_the_check(plan: dict[str, Any]) ->
         cutlass_dsl=False,
     )
     patched, _ = patch_serve_config(
-        deployed, host=same_gpu, target=L4, model_path="/m", random_weights=True, shared_gpu=True, kv_cache_bytes=GIB
+        deployed, host=same_gpu, target=L4, model_path="/m", weights="dummy", shared_gpu=True, kv_cache_bytes=GIB
     )
     assert "2 engines would share each GPU at gpu_memory_utilization 0.9" in shared_budget_error(patched, shape, 1)
     assert shared_budget_error(patched, shape, 2) == ""  # one GPU each
     patched, _ = patch_serve_config(
-        deployed, host=H200, target=L4, model_path="/m", random_weights=True, shared_gpu=True, kv_cache_bytes=GIB
+        deployed, host=H200, target=L4, model_path="/m", weights="dummy", shared_gpu=True, kv_cache_bytes=GIB
     )
     assert shared_budget_error(patched, shape, 1) == ""  # an L4's budget twice is a fifth of an H200
 

@@ -8,12 +8,26 @@ import argparse
 import time
 from typing import Any
 
-from tools.local_check.client import check_routes, nixl_lines, pd_tokens, run_bench, wait_ready
+from dataclasses import asdict, replace
+
+from tools.local_check.client import check_routes, nixl_lines, pd_answer, run_bench, wait_ready
 from tools.local_check.cluster import LocalCluster
 from tools.local_check.compare import figure
 from tools.local_check.engines import Engine
-from tools.local_check.results import ParityRow, Report
+from tools.local_check.placement import judge_placement, logs_of, pids_by_group, ray_tables, read_placement
+from tools.local_check.results import (
+    Answer,
+    MemoryRow,
+    NoiseFloor,
+    ParityRow,
+    Report,
+    compare_memory,
+    describe_memory,
+    parity_row,
+)
+from tools.local_check.results import memory_report as read_memory
 from tools.local_check.shape import Change
+from tools.local_check.transfer import TransferStats, TransferVerdict, block_size, judge_transfer, metrics_urls
 
 
 def _configured_backend(config: dict[str, Any]) -> str:
@@ -23,14 +37,47 @@ def _configured_backend(config: dict[str, Any]) -> str:
     return "+".join(sorted(backends))
 
 
-def _engine_count(config: dict[str, Any]) -> int:
-    """The PD app's engines: each phase's replicas (the minimum, with autoscaling)."""
+def _replicas(config: dict[str, Any]) -> dict[str, int]:
+    """The PD app's engines per phase: its replicas (the minimum, with autoscaling)."""
     args = config["applications"][0]["args"]
-    total = 0
-    for phase in ("prefill_config", "decode_config"):
-        deployment = args[phase].get("deployment_config", {})
-        total += int(deployment.get("num_replicas", deployment.get("autoscaling_config", {}).get("min_replicas", 1)))
-    return total
+    counts = {}
+    for phase in ("prefill", "decode"):
+        deployment = args[f"{phase}_config"].get("deployment_config", {})
+        counts[phase] = int(
+            deployment.get("num_replicas", deployment.get("autoscaling_config", {}).get("min_replicas", 1))
+        )
+    return counts
+
+
+def _pd_memory(
+    report: Report, plan: dict[str, Any], texts: dict[str, str], lone: dict[str, float]
+) -> None:
+    """Each PD engine's own memory report (its log), against the fit check. An engine given kv_cache_memory_bytes
+    (the phases sharing one GPU) neither profiles nor logs its KV cache in GiB: its KV cache in tokens must then be
+    the lone engine's, whose bytes it was given."""
+    for phase in ("prefill", "decode"):
+        measured = read_memory(texts.get(phase, ""))
+        report.facts.setdefault("measured_pd", {})[phase] = measured
+        predicted = plan["predicted"].get(phase)
+        if not predicted:
+            continue
+        rows = compare_memory(predicted, measured)
+        if "kv_cache_gib" not in measured and lone.get("kv_cache_tokens"):
+            tokens = measured.get("kv_cache_tokens")
+            rows[-1] = MemoryRow(
+                "KV cache",
+                predicted["kv_cache_gib"],
+                lone.get("kv_cache_gib"),
+                tokens is not None and abs(tokens - lone["kv_cache_tokens"]) <= 0.01 * lone["kv_cache_tokens"],
+                f"given the lone engine's KV cache (kv_cache_memory_bytes): {tokens or 0:,.0f} tokens, the lone"
+                f" engine's {lone['kv_cache_tokens']:,.0f}",
+            )
+        report.memory[phase] = rows
+        report.add(
+            f"memory {phase}",
+            all(r.ok for r in rows),
+            describe_memory(rows) + ("" if rows[-1].figure != "KV cache" else f"; {rows[-1].note}"),
+        )
 
 
 def _app_status(name: str) -> tuple[str, str]:
@@ -57,7 +104,9 @@ def check_application(
     base: str,
     key: str | None,
     prompts: list[list[int]],
-    reference: list[list[int]],
+    lone: dict[str, Any],
+    noise: NoiseFloor | None,
+    lone_measured: dict[str, float],
     args: argparse.Namespace,
     model: str,
 ) -> None:
@@ -95,32 +144,15 @@ def check_application(
         f"{prefix}deploy", True, f"{application['name']} running {time.monotonic() - started:.0f} s after serve.run"
     )
     check_routes(report, base, plan["model"]["id"], key, prefix=prefix)
-    parity = [
-        ParityRow(len(p), pd_tokens(base, plan["model"]["id"], p, key), ref)
-        for p, ref in zip(prompts, reference, strict=True)
-    ]
     if mode == "pd":
-        report.parity = parity
-    report.add(
-        f"{prefix}parity",
-        all(r.equal for r in parity),
-        ", ".join(
-            f"{r.prompt_tokens} tokens: {'equal' if r.equal else f'differs at {r.first_difference}'}" for r in parity
-        ),
-    )
-    if mode == "pd":
-        backends, plans = nixl_lines(cluster.log_dir())
-        expected = _configured_backend(config)
-        engines = _engine_count(config)
-        report.facts["nixl"] = {"backends": backends, "transfer_plans": plans}
-        wrong = {process: b for process, b in backends.items() if b != expected}
-        report.add(
-            "nixl",
-            len(backends) >= engines and not wrong and bool(plans),
-            f"{len(backends)} engine(s) of {engines} instantiated {expected}"
-            + (f"; others: {wrong}" if wrong else "")
-            + f"; {len(plans)} transfer plan line(s)",
-        )
+        _check_pd(report, config, plan, cluster, base, key, prompts, lone, noise, lone_measured)
+    else:
+        # The collocated replicas answer as one engine does: the lone engine's answers, judged as PD's are.
+        rows = [
+            parity_row(len(p), pd_answer(base, plan["model"]["id"], p, key), Answer.from_json(ref), noise)
+            for p, ref in zip(prompts, lone.get("answers", []), strict=True)
+        ]
+        report.add(f"{prefix}parity", bool(rows) and all(r.ok for r in rows), ", ".join(r.describe() for r in rows))
     if args.bench_rates != []:
         bench = [{**run, "mode": mode} for run in run_bench(plan, base, model, args.bench_rates, key)]
         report.bench += bench
@@ -132,3 +164,66 @@ def check_application(
                 for r in bench
             ),
         )
+
+
+def _check_pd(
+    report: Report,
+    config: dict[str, Any],
+    plan: dict[str, Any],
+    cluster: LocalCluster,
+    base: str,
+    key: str | None,
+    prompts: list[list[int]],
+    lone: dict[str, Any],
+    noise: NoiseFloor | None,
+    lone_measured: dict[str, float],
+) -> None:
+    """PD's own steps: placement read back, each engine's memory, parity on logprobs with the bytes each request's
+    KV transfer moved, and NIXL's backend and transfer-plan lines."""
+    actors, nodes = ray_tables()
+    ok, detail = judge_placement(read_placement(config["applications"][0]["name"], actors, nodes), _replicas(config))
+    report.add("placement", ok, detail)
+    pids = pids_by_group(actors, nodes)
+    texts = {phase: logs_of(cluster.log_dir(), pids.get(phase, set())) for phase in ("prefill", "decode")}
+    _pd_memory(report, plan, texts, lone_measured)
+
+    stats = TransferStats(metrics_urls, cluster.nixl_url("decode"))
+    block = block_size(texts["decode"])
+    hybrid = bool(plan["model"]["hybrid_gdn"])
+    variants = [Answer.from_json(v) for v in lone.get("variants", [])] or [None] * len(prompts)
+    rows: list[ParityRow] = []
+    verdicts: list[TransferVerdict] = []
+    before = stats.settled()  # the route checks' requests moved KV too
+    for prompt, reference, variant in zip(prompts, lone.get("answers", []), variants, strict=True):
+        answer = pd_answer(base, plan["model"]["id"], prompt, key)
+        moved = stats.since(before)
+        before = before.plus(moved)
+        verdict = judge_transfer(len(prompt), moved, plan["predicted"]["decode"], block, hybrid)
+        verdicts.append(verdict)
+        row = parity_row(len(prompt), answer, Answer.from_json(reference), noise, variant)
+        rows.append(replace(row, transfer_bytes=moved.bytes))
+    report.parity = rows
+    report.add("parity", bool(rows) and all(r.ok for r in rows), ", ".join(r.describe() for r in rows))
+    report.facts["transfers"] = [
+        {**asdict(v.measured), "prompt_tokens": v.prompt_tokens, "predicted_bytes": v.predicted_bytes,
+         "tolerance_bytes": v.tolerance_bytes, "ok": v.ok}
+        for v in verdicts
+    ]  # fmt: skip
+    report.add(
+        "transfer",
+        bool(verdicts) and all(v.ok for v in verdicts),
+        f"block {block} tokens; " + ", ".join(v.describe() for v in verdicts),
+    )
+
+    backends, plans = nixl_lines(cluster.log_dir())
+    expected = _configured_backend(config)
+    engines = sum(_replicas(config).values())
+    report.facts["nixl"] = {"backends": backends, "transfer_plans": plans}
+    wrong = {process: b for process, b in backends.items() if b != expected}
+    report.add(
+        "nixl",
+        len(backends) >= engines and not wrong and bool(plans),
+        f"{len(backends)} engine(s) of {engines} instantiated {expected}"
+        + (f"; others: {wrong}" if wrong else "")
+        + f"; {len(plans)} transfer plan line(s)",
+    )

@@ -18,7 +18,7 @@ from typing import Any
 
 from k8s_constructs.ray_facts import NIXL_LOG_PATTERN, backend_of
 from tools.local_check.engines import PARITY_MAX_TOKENS
-from tools.local_check.results import Report
+from tools.local_check.results import Answer, Report
 
 # What the plan leaves for the host in the benchmark Job's commands (tools/local_check/plan.py writes them).
 BASE_URL = "@BASE_URL@"
@@ -110,7 +110,12 @@ def check_routes(report: Report, base: str, model_id: str, key: str | None, *, p
             report.add(f"{prefix}{method} {path} with a wrong key", status == 401, f"{status}")
 
 
-def pd_tokens(base: str, model_id: str, prompt: list[int], key: str | None) -> list[int]:
+PARITY_LOGPROBS = 5  # top-k logprobs of each generated position, through PD as from the lone engine
+
+
+def pd_answer(base: str, model_id: str, prompt: list[int], key: str | None) -> Answer:
+    """One greedy completion through the application, with each position's top-k logprobs keyed by token id
+    (vLLM's `return_tokens_as_token_ids` makes the keys `token_id:N`: compared as ids, not text)."""
     request = {
         "model": model_id,
         "prompt": prompt,
@@ -118,12 +123,19 @@ def pd_tokens(base: str, model_id: str, prompt: list[int], key: str | None) -> l
         "temperature": 0,
         "ignore_eos": True,
         "return_token_ids": True,
+        "logprobs": PARITY_LOGPROBS,
+        "return_tokens_as_token_ids": True,
     }
     status, body = http("POST", f"{base}/v1/completions", request, key=key)
     if status != 200 or not isinstance(body, dict):
         raise RuntimeError(f"completion of a {len(prompt)}-token prompt: {status} {str(body)[:200]}")
-    tokens: list[int] = body["choices"][0].get("token_ids") or []
-    return tokens
+    choice = body["choices"][0]
+    tokens: list[int] = choice.get("token_ids") or []
+    top = (choice.get("logprobs") or {}).get("top_logprobs") or []
+    return Answer(
+        [int(t) for t in tokens],
+        [{int(str(k).rsplit(":", 1)[-1]): float(v) for k, v in (position or {}).items()} for position in top],
+    )
 
 
 def parity_prompts(lengths: list[int], vocab: int, seed: int = 1) -> list[list[int]]:

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from tools.local_check.shape import Change, Host, cluster_shape, gpu_assignment
+from tools.local_check.transfer import NIXL_PORT_ENV, NIXL_TELEMETRY_ENV, REPORT_INTERVAL_MS
 
 # vLLM 0.26's Ray executor takes its torch.distributed store's port from a 32-port window at
 # VLLM_DP_MASTER_PORT + 100 (v1/executor/ray_executor_v2.py _select_tcpstore_port; config/parallel.py reads the
@@ -43,6 +44,28 @@ def worker_env(rayservice: dict[str, Any], cache: Path) -> tuple[dict[str, str],
     return env, changes
 
 
+# What the check adds to every process of the local cluster, each named in the report, so that it can read the
+# engines' transfer statistics after each request: Ray's metrics pushed to the nodes' agents twice a second instead
+# of every 10 s (Ray reads RAY_<name>), and NIXL's own exporter of its byte counters, on a port of each node's.
+CLUSTER_ENV = {"RAY_metrics_report_interval_ms": str(REPORT_INTERVAL_MS), **NIXL_TELEMETRY_ENV}
+NIXL_PORT_BASE = 30090  # between Ray Serve LLM's NIXL side channels (20000, 22000) and the DP master windows
+CLUSTER_CHANGES = [
+    Change(
+        "Ray metrics_report_interval_ms",
+        "10000 (Ray's default)",
+        REPORT_INTERVAL_MS,
+        "the check reads vLLM's transfer statistics from the nodes' metrics agents after each request",
+    ),
+    Change(
+        "env NIXL_TELEMETRY_ENABLE, NIXL_TELEMETRY_EXPORTER, NIXL_TELEMETRY_PROMETHEUS_PORT/_LOCAL",
+        "unset",
+        f"y, prometheus, {NIXL_PORT_BASE}+node on 127.0.0.1",
+        "NIXL's own byte counters, exact, which the check reads after each request (vLLM's bytes reach it only"
+        " as bucket midpoints)",
+    ),
+]
+
+
 class LocalCluster:
     """A head and one raylet per worker pod on this host (ray.cluster_utils.Cluster), each GPU node with its
     CUDA_VISIBLE_DEVICES, the group's custom resources and KubeRay's node-group label."""
@@ -54,10 +77,12 @@ class LocalCluster:
 
         shape = cluster_shape(plan["rayservice"])
         self.assignment, self.shared_gpu = gpu_assignment(shape, host.gpus)
+        self.nixl_ports: dict[str, list[int]] = {}  # node group -> its nodes' NIXL exporter ports
         saved = dict(os.environ)
         try:
             visible = [v for v in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if v]
             os.environ.update(env)
+            os.environ.update(CLUSTER_ENV)
             os.environ.pop("CUDA_VISIBLE_DEVICES", None)
             self.cluster = Cluster(
                 initialize_head=True,
@@ -73,6 +98,8 @@ class LocalCluster:
                 os.environ["CUDA_VISIBLE_DEVICES"] = ",".join(visible[g] if visible else str(g) for g in gpus)
                 # Each pod has its own IP; on one host two engines starting at once took the same port.
                 os.environ["VLLM_DP_MASTER_PORT"] = str(DP_MASTER_PORT_BASE + DP_MASTER_PORT_STEP * number)
+                os.environ[NIXL_PORT_ENV] = str(NIXL_PORT_BASE + number)
+                self.nixl_ports.setdefault(node.group, []).append(NIXL_PORT_BASE + number)
                 self.cluster.add_node(
                     num_cpus=node.num_cpus,
                     num_gpus=node.num_gpus,
@@ -89,6 +116,11 @@ class LocalCluster:
     def address(self) -> str:
         address: str = self.cluster.address
         return address
+
+    def nixl_url(self, group: str) -> str | None:
+        """NIXL's exporter of the group's (first) node: the decode engine's agent counts what it reads."""
+        ports = self.nixl_ports.get(group)
+        return f"http://127.0.0.1:{ports[0]}/metrics" if ports else None
 
     def log_dir(self) -> Path:
         return Path(self.cluster.head_node.get_session_dir_path()) / "logs"

@@ -33,7 +33,9 @@ class Engine(Protocol):
 
     def reference(
         self, model: str, engine_kwargs: dict[str, Any], prompts: list[list[int]] | None, log: Path, env: dict[str, str]
-    ) -> tuple[list[list[int]], dict[str, float]]: ...
+    ) -> tuple[dict[str, Any], dict[str, float]]: ...
+
+    def random_checkpoint(self, model_dir: Path, target: Path) -> dict[str, Any]: ...
 
     def app_import_path(self, deployed: str) -> str: ...
 
@@ -74,7 +76,7 @@ class VllmEngine:
 
     def reference(
         self, model: str, engine_kwargs: dict[str, Any], prompts: list[list[int]] | None, log: Path, env: dict[str, str]
-    ) -> tuple[list[list[int]], dict[str, float]]:
+    ) -> tuple[dict[str, Any], dict[str, float]]:
         out = log.with_suffix(".json")
         # A previous run's answers in the same directory would read as this engine's (and stop it early).
         out.unlink(missing_ok=True)
@@ -116,7 +118,22 @@ class VllmEngine:
         report["start_s"] = result["start_s"]
         if "generate_s" in result:
             report["generate_s"] = result["generate_s"]
-        return result["outputs"], report
+        return result, report
+
+    def random_checkpoint(self, model_dir: Path, target: Path) -> dict[str, Any]:
+        """tools/local_check/checkpoint.py in a process of its own, so that its CUDA context is gone before the
+        engines start."""
+        done = subprocess.run(
+            [sys.executable, "-m", "tools.local_check.checkpoint", "--model-dir", str(model_dir), "--target", str(target)],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        if done.returncode != 0:
+            tail = (done.stderr or done.stdout).strip().splitlines()[-1:]
+            raise MissingPrerequisite(f"the random checkpoint could not be written: {tail[0] if tail else done.returncode}")
+        written: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
+        return written
 
     def app_import_path(self, deployed: str) -> str:
         return deployed

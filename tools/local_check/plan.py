@@ -71,6 +71,9 @@ def prediction(settings: Settings, phase: Phase) -> dict[str, float] | None:
         "overhead_gib": fitted.overhead / GIB,
         "kv_cache_gib": (fitted.budget - fitted.weights - fitted.overhead) / GIB,
         "one_sequence_gib": (fitted.kv_per_token * settings.max_model_len + fitted.state) / GIB,
+        # What the decode engine receives per request: the attention KV of each prompt token and the hybrid state.
+        "kv_bytes_per_token": float(fitted.kv_per_token),
+        "state_bytes": float(fitted.state),
         "sequences": float(fitted.sequences(settings.max_model_len)),
         "eager": float(eager),
     }

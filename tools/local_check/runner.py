@@ -32,16 +32,26 @@ from typing import Any
 from k8s_constructs.ray_facts import SERVE_PORT
 from tools.local_check.application import check_application
 from tools.local_check.client import parity_prompts
-from tools.local_check.cluster import LocalCluster, worker_env
+from tools.local_check.cluster import CLUSTER_CHANGES, LocalCluster, worker_env
 from tools.local_check.compare import RESULT_FILE, compare_modes, write_outputs
 from tools.local_check.engines import PARITY_MAX_TOKENS, Engine, MissingPrerequisite, load_engine
-from tools.local_check.results import Report, compare_memory, parity_lengths
+from tools.local_check.results import (
+    Answer,
+    NoiseFloor,
+    Report,
+    compare_memory,
+    describe_memory,
+    logprob_shift,
+    noise_floor,
+    parity_lengths,
+)
 from tools.local_check.shape import (
     API_KEYS_FILE,
     GIB,
     Change,
     Target,
     accelerator_resources,
+    batch_boundary,
     cluster_shape,
     collocated_config,
     gpu_assignment,
@@ -79,20 +89,22 @@ def _check_versions(engine: Engine, expected: dict[str, str]) -> None:
         )
 
 
-def _model_dir(args: argparse.Namespace, plan: dict[str, Any], report: Report) -> tuple[str, bool]:
-    """The model to serve: a directory given (random weights unless it holds safetensors), else the deployed source."""
+def _model_dir(args: argparse.Namespace, plan: dict[str, Any], report: Report, engine: Engine) -> tuple[str, str]:
+    """The model to serve and where its weights come from: "model" (the directory's, or the deployed source),
+    "random" (a random checkpoint of the architecture, written for the run) or "dummy" (vLLM's load_format)."""
     if args.model_dir is None:
-        if args.weights == "random":
-            raise MissingPrerequisite("--weights random needs --model-dir (a directory with the model's config.json)")
+        if args.weights != "auto":
+            raise MissingPrerequisite(f"--weights {args.weights} needs --model-dir (a directory with the model's config.json)")
         if str(plan["model"]["source"]).startswith("s3://"):
             raise MissingPrerequisite(
                 f"MODEL_SOURCE {plan['model']['source']} is an S3 prefix: copy it to a directory and give --model-dir"
             )
-        return plan["model"]["source"], False
+        return plan["model"]["source"], "model"
     model_dir = Path(args.model_dir).resolve()
     if not (model_dir / "config.json").is_file():
         raise MissingPrerequisite(f"{model_dir} has no config.json")
-    random_weights = args.weights == "random" or not any(model_dir.glob("*.safetensors"))
+    has_weights = any(model_dir.glob("*.safetensors"))
+    weights = "model" if args.weights == "auto" and has_weights else ("random" if args.weights == "auto" else args.weights)
     if not (model_dir / "tokenizer.json").is_file() and not (model_dir / "tokenizer.model").is_file():
         if not args.generate_tokenizer:
             raise MissingPrerequisite(
@@ -110,7 +122,58 @@ def _model_dir(args: argparse.Namespace, plan: dict[str, Any], report: Report) -
             )
         )
     report.facts["config_sha256"] = hashlib.sha256((model_dir / "config.json").read_bytes()).hexdigest()
-    return str(model_dir), random_weights
+    if weights == "random":
+        target = Path(args.checkpoint_dir or Path(args.output_dir) / "random-checkpoint").resolve()
+        written = engine.random_checkpoint(model_dir, target)
+        report.facts["random_checkpoint"] = {"path": str(target), **written}
+        report.add(
+            "random checkpoint",
+            True,
+            f"{written['tensors']} tensors, {written['parameters'] / 1e9:.2f} B parameters, {written['shards']} shards"
+            + (" (reused)" if written.get("reused") else f" written in {written['seconds']:.0f} s")
+            + f" at {target}",
+        )
+        return str(target), weights
+    return str(model_dir), weights
+
+
+def _lone_controls(report: Report, lone: dict[str, Any], prompts: list[list[int]]) -> NoiseFloor | None:
+    """The lone engine's two controls, each a step: its noise floor (alone against batched) and whether its answers
+    depend on the context at all (each prompt with its first token changed)."""
+    alone = [Answer.from_json(a) for a in lone.get("answers", [])]
+    batched = [Answer.from_json(a) for a in lone.get("batched", [])]
+    variants = [Answer.from_json(a) for a in lone.get("variants", [])]
+    noise = noise_floor(alone, batched) if alone and len(batched) == len(alone) else None
+    if noise is None:
+        report.add("noise floor", False, "the lone engine returned no logprobs: nothing to set parity's tolerance from")
+        return None
+    report.facts["noise_floor"] = {"floor": noise.floor, "tolerance": noise.tolerance, "positions": noise.positions,
+                                   "flips": noise.flips}  # fmt: skip
+    flips = [(len(p), f) for p, f in zip(prompts, noise.flips, strict=True) if f is not None]
+    report.add(
+        "noise floor",
+        True,
+        f"the lone engine alone against one batch: largest logprob shift {noise.floor:.4f} over {noise.positions}"
+        f" positions -> tolerance {noise.tolerance:.3f}; greedy tokens parted in {len(flips)} of {len(prompts)}"
+        + (": " + ", ".join(f"{n} tokens at {f}" for n, f in flips) if flips else ""),
+    )
+    shifts = [logprob_shift(a, v) for a, v in zip(alone, variants, strict=True)]
+    rows = [(len(p), s) for p, s in zip(prompts, shifts, strict=True)]
+    blind = [n for n, s in rows if s is None or s <= noise.tolerance]
+    shortest_sees = bool(rows) and rows[0][1] is not None and rows[0][1] > noise.tolerance
+    report.facts["context_shifts"] = {str(n): s for n, s in rows}
+    report.add(
+        "context",
+        shortest_sees and len(variants) == len(alone),
+        "first token changed -> first answer token's logprobs shift "
+        + ", ".join(f"{n} tokens: {s:.3f}" if s is not None else f"{n} tokens: ?" for n, s in rows)
+        + (
+            f"; at or below the tolerance at {blind}: a fault there would not show"
+            if blind
+            else "; above the tolerance everywhere: parity can see the KV cache"
+        ),
+    )
+    return noise
 
 
 def run(args: argparse.Namespace, engine: Engine) -> Report:
@@ -141,21 +204,23 @@ def run(args: argparse.Namespace, engine: Engine) -> Report:
         True,
         f"{host.gpus} x {host.gpu_name}, {host.gpu_total_bytes / GIB:.1f} GiB; versions {report.facts['versions']}",
     )
-    model, random_weights = _model_dir(args, plan, report)
-    target = Target(
-        plan["target"]["gpu_model"], int(plan["target"]["gpu_total_bytes"]), bool(plan["model"]["hybrid_gdn"])
-    )
-    deployed = serve_config(plan["rayservice"])
     out = Path(args.output_dir)
     out.mkdir(parents=True, exist_ok=True)
     # Saved after every step: a run cut short (a timeout, a killed host) still leaves what it found.
     report.path = out / RESULT_FILE
+    model, weights = _model_dir(args, plan, report, engine)
+    target = Target(
+        plan["target"]["gpu_model"], int(plan["target"]["gpu_total_bytes"]), bool(plan["model"]["hybrid_gdn"])
+    )
+    deployed = serve_config(plan["rayservice"])
     shape = cluster_shape(plan["rayservice"])
     _, shared_gpu = gpu_assignment(shape, host.gpus)
 
     # The lone engine first, alone on the GPU: its profile is undisturbed, and its KV cache is what each engine gets
     # when the phases share a GPU.
-    lengths = parity_lengths(plan["max_model_len"], PARITY_MAX_TOKENS, count=args.parity_prompts)
+    lengths = args.parity_lengths or parity_lengths(
+        plan["max_model_len"], PARITY_MAX_TOKENS, count=args.parity_prompts, alone=batch_boundary(deployed, target)
+    )
     vocab = (
         vocab_size(json.loads((Path(model) / "config.json").read_text()))
         if Path(model, "config.json").is_file()
@@ -165,7 +230,7 @@ def run(args: argparse.Namespace, engine: Engine) -> Report:
     # The serve config as this host runs it; whether the phases share a GPU (and each engine's KV cache then) is
     # known once the lone engine has measured.
     patch = functools.partial(
-        patch_serve_config, deployed, host=host, target=target, model_path=model, random_weights=random_weights
+        patch_serve_config, deployed, host=host, target=target, model_path=model, weights=weights
     )
     patched_once, _ = patch(shared_gpu=False, kv_cache_bytes=None)
     too_much = shared_budget_error(patched_once, shape, host.gpus)
@@ -175,7 +240,7 @@ def run(args: argparse.Namespace, engine: Engine) -> Report:
     # The pods' environment, for the lone engine as for the raylets (VLLM_SSM_CONV_STATE_LAYOUT, the compile caches).
     env, env_changes = worker_env(plan["rayservice"], out / "hf-home")
     env.update(args.env or {})
-    references: dict[str, tuple[list[list[int]], dict[str, float]]] = {}
+    references: dict[str, tuple[dict[str, Any], dict[str, float]]] = {}
     for phase in ("decode", "prefill"):
         kwargs = reference_engine_kwargs(args_of[phase])
         same = next((other for other in references if reference_engine_kwargs(args_of[other]) == kwargs), None)
@@ -192,15 +257,14 @@ def run(args: argparse.Namespace, engine: Engine) -> Report:
     for phase, (_, measured) in references.items():
         predicted = plan["predicted"].get(phase)
         report.facts.setdefault("measured", {})[phase] = measured
-        if predicted:
+        shared = phase == "prefill" and references["prefill"] is references["decode"]
+        if predicted and not shared:
+            name = "lone engine" if references["prefill"] is references["decode"] else f"lone engine ({phase})"
             rows = compare_memory(predicted, measured)
-            report.memory[phase] = rows
-            report.add(
-                f"memory {phase}",
-                all(r.ok for r in rows),
-                "; ".join(f"{r.figure} {r.measured_gib:.2f} (predicted {r.predicted_gib:.2f})" for r in rows),
-            )
+            report.memory[name] = rows
+            report.add(f"memory {name}", all(r.ok for r in rows), describe_memory(rows))
     kv_bytes = int(min(references[p][1].get("kv_cache_gib", 0) for p in references) * GIB) or None
+    noise = _lone_controls(report, references["decode"][0], prompts)
 
     # The PD application on the local cluster.
     patched, changes = patch(shared_gpu=shared_gpu, kv_cache_bytes=kv_bytes)
@@ -215,7 +279,7 @@ def run(args: argparse.Namespace, engine: Engine) -> Report:
         (out / "api-keys" / API_KEYS_FILE).write_text(json.dumps({"local-check": key}))
         changes += key_changes
     extra, resource_changes = accelerator_resources(deployed, host)
-    report.changes += changes + resource_changes + env_changes
+    report.changes += changes + resource_changes + env_changes + CLUSTER_CHANGES
     modes = ("pd", "collocated") if args.mode == "both" else (args.mode,)
     configs = {"pd": patched, "collocated": collocated_config(patched, shape)}
     if "collocated" in modes:
@@ -234,7 +298,11 @@ def run(args: argparse.Namespace, engine: Engine) -> Report:
         from ray import serve
 
         ray.init(address=cluster.address)
-        serve.start(http_options={"host": "127.0.0.1", "port": args.port})
+        # One proxy, on the head: with a proxy on every node (Serve's default) all three bind the port on this host and
+        # the kernel spreads requests among them, so a request could reach a proxy whose routes were not updated yet
+        # (a test saw 404 "Path '/v1/completions' not found" right after /v1/models answered). On the cluster each pod
+        # has an address of its own.
+        serve.start(proxy_location="HeadOnly", http_options={"host": "127.0.0.1", "port": args.port})
         for mode in modes:
             check_application(
                 report,
@@ -247,6 +315,8 @@ def run(args: argparse.Namespace, engine: Engine) -> Report:
                 key,
                 prompts,
                 references["decode"][0],
+                noise,
+                references["decode"][1],
                 args,
                 model,
             )
@@ -281,9 +351,11 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument(
         "--weights",
-        choices=("auto", "random"),
+        choices=("auto", "random", "dummy"),
         default="auto",
-        help="random: load_format dummy even where weights are present",
+        help="auto: the directory's weights, else a random checkpoint; random: a random checkpoint of the"
+        " architecture (a seed per tensor, a trained model's scale) even where weights are present; dummy: vLLM's"
+        " load_format dummy (degenerate: parity cannot see the KV cache, and the context control says so)",
     )
     parser.add_argument(
         "--generate-tokenizer",
@@ -291,6 +363,16 @@ def main(argv: list[str] | None = None) -> int:
         help="write a stand-in tokenizer of the model's vocabulary size when none is there",
     )
     parser.add_argument("--parity-prompts", type=int, default=4)
+    parser.add_argument(
+        "--parity-lengths",
+        type=lambda text: [int(x) for x in text.split(",") if x],
+        default=None,
+        help="comma-separated prompt lengths instead of --parity-prompts' spread (e.g. around the hybrid block size)",
+    )
+    parser.add_argument(
+        "--checkpoint-dir",
+        help="where --weights random writes the random checkpoint (default: OUTPUT_DIR/random-checkpoint; reused)",
+    )
     parser.add_argument(
         "--bench-rates",
         type=lambda text: [float(x) for x in text.split(",") if x],

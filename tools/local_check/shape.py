@@ -195,13 +195,22 @@ def accelerator_resources(config: dict[str, Any], host: Host) -> tuple[dict[str,
     return extra, changes
 
 
+# Where the weights come from (--weights), and why the model source changes.
+WEIGHTS_REASONS = {
+    "model": "a local copy",
+    "random": "the deployed source is not reachable from this host: a random checkpoint of the model's architecture"
+    " (tools/local_check/checkpoint.py: a seed per tensor, a trained model's scale)",
+    "dummy": "the deployed source is not reachable from this host",
+}
+
+
 def patch_serve_config(
     config: dict[str, Any],
     *,
     host: Host,
     target: Target,
     model_path: str,
-    random_weights: bool,
+    weights: str,
     shared_gpu: bool,
     kv_cache_bytes: int | None,
 ) -> tuple[dict[str, Any], list[Change]]:
@@ -222,16 +231,17 @@ def patch_serve_config(
             "model_source",
             loading["model_source"],
             model_path,
-            "the deployed source is not reachable from this host" if random_weights else "a local copy",
+            WEIGHTS_REASONS[weights],
         )
         loading["model_source"] = model_path
         engine = phase.setdefault("engine_kwargs", {})
-        if random_weights:
+        if weights == "dummy":
             change(
                 "engine_kwargs.load_format",
                 engine.get("load_format", "auto"),
                 "dummy",
-                "no weights here: the model's real config with random weights",
+                "asked for (--weights dummy): vLLM's degenerate random weights, every answer the prompt's last token"
+                " repeated; parity cannot see the KV cache (the context control fails)",
             )
             engine["load_format"] = "dummy"
         backends = engine.get("kv_transfer_config", {}).get("kv_connector_extra_config", {}).get("backends")
@@ -333,6 +343,15 @@ def patch_api_keys(config: dict[str, Any], keys_dir: str) -> tuple[dict[str, Any
     )
     kwargs["api_keys_dir"] = keys_dir
     return patched, [change]
+
+
+def batch_boundary(config: dict[str, Any], target: Target) -> int:
+    """One past the decode engine's max_num_batched_tokens (the deployed GPU's vLLM default where unset): a prompt of
+    this length has its last token computed in a step of its own by a lone engine too, from the state and KV cache
+    of the tokens before it - what the decode engine does with the transferred ones."""
+    engine = config["applications"][0]["args"]["decode_config"].get("engine_kwargs", {})
+    default = SMALL_GPU_BATCH if target.gpu_total_bytes < LARGE_GPU_BYTES else LARGE_GPU_BATCH
+    return int(engine.get("max_num_batched_tokens", default["max_num_batched_tokens"])) + 1
 
 
 def reference_engine_kwargs(phase: dict[str, Any]) -> dict[str, Any]:
