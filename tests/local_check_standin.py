@@ -93,7 +93,7 @@ class Decode:
 
         self.prefill = prefill
         _engine_log(backend)
-        print(f"INFO Setting attention block size to {BLOCK} tokens to ensure that attention page size is >= mamba page size.")
+        print(f"INFO Setting attention block size to {BLOCK} tokens to ensure that attention page size is >= mamba")
         if _fault() != "silent":
             print("Transfer plan: TransferTopology(tp_ratio=1, num_kv_heads=4, stand-in)", flush=True)
         # vLLM's NIXL statistics as Ray Serve LLM exports them (RayPrometheusStatLogger: "vllm:" names sanitised,
@@ -133,7 +133,8 @@ class Decode:
 
         class Counters(BaseHTTPRequestHandler):
             def do_GET(self) -> None:
-                body = f'agent_rx_bytes{{agent_name="stand-in"}} {decode.received}\nagent_tx_bytes{{agent_name="stand-in"}} 0\n'
+                agent = 'agent_name="stand-in"'
+                body = f"agent_rx_bytes{{{agent}}} {decode.received}\nagent_tx_bytes{{{agent}}} 0\n"
                 self.send_response(200)
                 self.end_headers()
                 self.wfile.write(body.encode())
@@ -214,9 +215,7 @@ def _options(phase: dict[str, Any]) -> dict[str, Any]:
 def build_pd_app(args: dict[str, Any]) -> Any:
     from ray.llm._internal.serve.core.configs.llm_config import LLMConfig
 
-    _, decode_config = (
-        LLMConfig.model_validate(args[name]) for name in ("prefill_config", "decode_config")
-    )
+    _, decode_config = (LLMConfig.model_validate(args[name]) for name in ("prefill_config", "decode_config"))
     backend = {
         name: args[name]["engine_kwargs"]["kv_transfer_config"]["kv_connector_extra_config"]["backends"][0]
         for name in ("prefill_config", "decode_config")

@@ -6,9 +6,8 @@ from __future__ import annotations
 
 import argparse
 import time
-from typing import Any
-
 from dataclasses import asdict, replace
+from typing import Any
 
 from tools.local_check.client import check_routes, nixl_lines, pd_answer, run_bench, wait_ready
 from tools.local_check.cluster import LocalCluster
@@ -49,9 +48,7 @@ def _replicas(config: dict[str, Any]) -> dict[str, int]:
     return counts
 
 
-def _pd_memory(
-    report: Report, plan: dict[str, Any], texts: dict[str, str], lone: dict[str, float]
-) -> None:
+def _pd_memory(report: Report, plan: dict[str, Any], texts: dict[str, str], lone: dict[str, float]) -> None:
     """Each PD engine's own memory report (its log), against the fit check. An engine given kv_cache_memory_bytes
     (the phases sharing one GPU) neither profiles nor logs its KV cache in GiB: its KV cache in tokens must then be
     the lone engine's, whose bytes it was given."""
@@ -145,7 +142,7 @@ def check_application(
     )
     check_routes(report, base, plan["model"]["id"], key, prefix=prefix)
     if mode == "pd":
-        _check_pd(report, config, plan, cluster, base, key, prompts, lone, noise, lone_measured)
+        _check_pd(report, config, plan, cluster, base, key, prompts, lone, noise, lone_measured, args.transfer_timeout)
     else:
         # The collocated replicas answer as one engine does: the lone engine's answers, judged as PD's are.
         rows = [
@@ -177,6 +174,7 @@ def _check_pd(
     lone: dict[str, Any],
     noise: NoiseFloor | None,
     lone_measured: dict[str, float],
+    transfer_timeout: float,
 ) -> None:
     """PD's own steps: placement read back, each engine's memory, parity on logprobs with the bytes each request's
     KV transfer moved, and NIXL's backend and transfer-plan lines."""
@@ -190,13 +188,13 @@ def _check_pd(
     stats = TransferStats(metrics_urls, cluster.nixl_url("decode"))
     block = block_size(texts["decode"])
     hybrid = bool(plan["model"]["hybrid_gdn"])
-    variants = [Answer.from_json(v) for v in lone.get("variants", [])] or [None] * len(prompts)
+    variants: list[Answer | None] = [Answer.from_json(v) for v in lone.get("variants", [])] or [None] * len(prompts)
     rows: list[ParityRow] = []
     verdicts: list[TransferVerdict] = []
     before = stats.settled()  # the route checks' requests moved KV too
     for prompt, reference, variant in zip(prompts, lone.get("answers", []), variants, strict=True):
         answer = pd_answer(base, plan["model"]["id"], prompt, key)
-        moved = stats.since(before)
+        moved = stats.since(before, timeout_s=transfer_timeout)
         before = before.plus(moved)
         verdict = judge_transfer(len(prompt), moved, plan["predicted"]["decode"], block, hybrid)
         verdicts.append(verdict)

@@ -29,7 +29,9 @@ STD = 0.02  # a trained transformer's weight scale (GPT-2's and most successors'
 SHARD_BYTES = 4 * 1024**3
 INDEX_FILE = "model.safetensors.index.json"
 MARKER = "random-checkpoint.json"  # what was written, and from which config: a rerun reuses a complete checkpoint
-RECIPE = "v1: crc32(name) seeds, normal std 0.02, norms 1, biases 0, A_log log U(1,16), dt_bias softplus^-1(exp U(-4,-2))"
+RECIPE = (
+    "v1: crc32(name) seeds, normal std 0.02, norms 1, biases 0, A_log log U(1,16), dt_bias softplus^-1(exp U(-4,-2))"
+)
 # Files of the model directory that are not weights: copied beside the random ones.
 _WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".gguf")
 

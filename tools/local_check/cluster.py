@@ -47,15 +47,19 @@ def worker_env(rayservice: dict[str, Any], cache: Path) -> tuple[dict[str, str],
 # What the check adds to every process of the local cluster, each named in the report, so that it can read the
 # engines' transfer statistics after each request: Ray's metrics pushed to the nodes' agents twice a second instead
 # of every 10 s (Ray reads RAY_<name>), and NIXL's own exporter of its byte counters, on a port of each node's.
-CLUSTER_ENV = {"RAY_metrics_report_interval_ms": str(REPORT_INTERVAL_MS), **NIXL_TELEMETRY_ENV}
+RAY_ENV = {"RAY_metrics_report_interval_ms": str(REPORT_INTERVAL_MS)}
+CLUSTER_ENV = {**RAY_ENV, **NIXL_TELEMETRY_ENV}
 NIXL_PORT_BASE = 30090  # between Ray Serve LLM's NIXL side channels (20000, 22000) and the DP master windows
-CLUSTER_CHANGES = [
+RAY_CHANGES = [
     Change(
         "Ray metrics_report_interval_ms",
         "10000 (Ray's default)",
         REPORT_INTERVAL_MS,
         "the check reads vLLM's transfer statistics from the nodes' metrics agents after each request",
-    ),
+    )
+]
+CLUSTER_CHANGES = [
+    *RAY_CHANGES,
     Change(
         "env NIXL_TELEMETRY_ENABLE, NIXL_TELEMETRY_EXPORTER, NIXL_TELEMETRY_PROMETHEUS_PORT/_LOCAL",
         "unset",
@@ -71,7 +75,13 @@ class LocalCluster:
     CUDA_VISIBLE_DEVICES, the group's custom resources and KubeRay's node-group label."""
 
     def __init__(
-        self, plan: dict[str, Any], host: Host, extra_resources: dict[str, float], env: dict[str, str]
+        self,
+        plan: dict[str, Any],
+        host: Host,
+        extra_resources: dict[str, float],
+        env: dict[str, str],
+        *,
+        nixl_exporter: bool = True,
     ) -> None:
         from ray.cluster_utils import Cluster
 
@@ -82,7 +92,7 @@ class LocalCluster:
         try:
             visible = [v for v in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if v]
             os.environ.update(env)
-            os.environ.update(CLUSTER_ENV)
+            os.environ.update(CLUSTER_ENV if nixl_exporter else RAY_ENV)
             os.environ.pop("CUDA_VISIBLE_DEVICES", None)
             self.cluster = Cluster(
                 initialize_head=True,
@@ -98,8 +108,9 @@ class LocalCluster:
                 os.environ["CUDA_VISIBLE_DEVICES"] = ",".join(visible[g] if visible else str(g) for g in gpus)
                 # Each pod has its own IP; on one host two engines starting at once took the same port.
                 os.environ["VLLM_DP_MASTER_PORT"] = str(DP_MASTER_PORT_BASE + DP_MASTER_PORT_STEP * number)
-                os.environ[NIXL_PORT_ENV] = str(NIXL_PORT_BASE + number)
-                self.nixl_ports.setdefault(node.group, []).append(NIXL_PORT_BASE + number)
+                if nixl_exporter:
+                    os.environ[NIXL_PORT_ENV] = str(NIXL_PORT_BASE + number)
+                    self.nixl_ports.setdefault(node.group, []).append(NIXL_PORT_BASE + number)
                 self.cluster.add_node(
                     num_cpus=node.num_cpus,
                     num_gpus=node.num_gpus,

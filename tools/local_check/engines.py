@@ -124,14 +124,24 @@ class VllmEngine:
         """tools/local_check/checkpoint.py in a process of its own, so that its CUDA context is gone before the
         engines start."""
         done = subprocess.run(
-            [sys.executable, "-m", "tools.local_check.checkpoint", "--model-dir", str(model_dir), "--target", str(target)],
+            [
+                sys.executable,
+                "-m",
+                "tools.local_check.checkpoint",
+                "--model-dir",
+                str(model_dir),
+                "--target",
+                str(target),
+            ],
             capture_output=True,
             text=True,
             check=False,
         )
         if done.returncode != 0:
             tail = (done.stderr or done.stdout).strip().splitlines()[-1:]
-            raise MissingPrerequisite(f"the random checkpoint could not be written: {tail[0] if tail else done.returncode}")
+            raise MissingPrerequisite(
+                f"the random checkpoint could not be written: {tail[0] if tail else done.returncode}"
+            )
         written: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
         return written
 

@@ -44,8 +44,9 @@ def main(argv: list[str] | None = None) -> int:
         # One prompt at a time, as the check sends them to PD; then the controls: the same prompts in one batch
         # (another batch composition: the noise floor), and each prompt with its first token changed (context).
         generating = time.monotonic()
-        result["answers"] = [answers([ids])[0] for ids in prompts]
-        result["outputs"] = [a["tokens"] for a in result["answers"]]  # type: ignore[index]
+        alone = [answers([ids])[0] for ids in prompts]
+        result["answers"] = alone
+        result["outputs"] = [a["tokens"] for a in alone]
         result["generate_s"] = round(time.monotonic() - generating, 1)
         result["batched"] = answers(prompts)
         result["variants"] = [answers([_first_token_changed(ids)])[0] for ids in prompts]

@@ -257,10 +257,14 @@ def compare_memory(predicted: dict[str, float], measured: dict[str, float]) -> l
 
 
 def describe_memory(rows: list[MemoryRow]) -> str:
-    return "; ".join(
-        f"{r.figure} {r.measured_gib:.2f}" if r.measured_gib is not None else f"{r.figure} not logged"
-        for r in rows
-    ) + " (predicted " + ", ".join(f"{r.predicted_gib:.2f}" for r in rows) + ")"
+    return (
+        "; ".join(
+            f"{r.figure} {r.measured_gib:.2f}" if r.measured_gib is not None else f"{r.figure} not logged" for r in rows
+        )
+        + " (predicted "
+        + ", ".join(f"{r.predicted_gib:.2f}" for r in rows)
+        + ")"
+    )
 
 
 @dataclass

@@ -32,7 +32,7 @@ from typing import Any
 from k8s_constructs.ray_facts import SERVE_PORT
 from tools.local_check.application import check_application
 from tools.local_check.client import parity_prompts
-from tools.local_check.cluster import CLUSTER_CHANGES, LocalCluster, worker_env
+from tools.local_check.cluster import CLUSTER_CHANGES, RAY_CHANGES, LocalCluster, worker_env
 from tools.local_check.compare import RESULT_FILE, compare_modes, write_outputs
 from tools.local_check.engines import PARITY_MAX_TOKENS, Engine, MissingPrerequisite, load_engine
 from tools.local_check.results import (
@@ -94,7 +94,9 @@ def _model_dir(args: argparse.Namespace, plan: dict[str, Any], report: Report, e
     "random" (a random checkpoint of the architecture, written for the run) or "dummy" (vLLM's load_format)."""
     if args.model_dir is None:
         if args.weights != "auto":
-            raise MissingPrerequisite(f"--weights {args.weights} needs --model-dir (a directory with the model's config.json)")
+            raise MissingPrerequisite(
+                f"--weights {args.weights} needs --model-dir (a directory with the model's config.json)"
+            )
         if str(plan["model"]["source"]).startswith("s3://"):
             raise MissingPrerequisite(
                 f"MODEL_SOURCE {plan['model']['source']} is an S3 prefix: copy it to a directory and give --model-dir"
@@ -104,7 +106,9 @@ def _model_dir(args: argparse.Namespace, plan: dict[str, Any], report: Report, e
     if not (model_dir / "config.json").is_file():
         raise MissingPrerequisite(f"{model_dir} has no config.json")
     has_weights = any(model_dir.glob("*.safetensors"))
-    weights = "model" if args.weights == "auto" and has_weights else ("random" if args.weights == "auto" else args.weights)
+    weights = (
+        "model" if args.weights == "auto" and has_weights else ("random" if args.weights == "auto" else args.weights)
+    )
     if not (model_dir / "tokenizer.json").is_file() and not (model_dir / "tokenizer.model").is_file():
         if not args.generate_tokenizer:
             raise MissingPrerequisite(
@@ -229,9 +233,7 @@ def run(args: argparse.Namespace, engine: Engine) -> Report:
     prompts = parity_prompts(lengths, vocab)
     # The serve config as this host runs it; whether the phases share a GPU (and each engine's KV cache then) is
     # known once the lone engine has measured.
-    patch = functools.partial(
-        patch_serve_config, deployed, host=host, target=target, model_path=model, weights=weights
-    )
+    patch = functools.partial(patch_serve_config, deployed, host=host, target=target, model_path=model, weights=weights)
     patched_once, _ = patch(shared_gpu=False, kv_cache_bytes=None)
     too_much = shared_budget_error(patched_once, shape, host.gpus)
     if too_much:
@@ -279,7 +281,9 @@ def run(args: argparse.Namespace, engine: Engine) -> Report:
         (out / "api-keys" / API_KEYS_FILE).write_text(json.dumps({"local-check": key}))
         changes += key_changes
     extra, resource_changes = accelerator_resources(deployed, host)
-    report.changes += changes + resource_changes + env_changes + CLUSTER_CHANGES
+    report.changes += (
+        changes + resource_changes + env_changes + (CLUSTER_CHANGES if args.nixl_exporter else RAY_CHANGES)
+    )
     modes = ("pd", "collocated") if args.mode == "both" else (args.mode,)
     configs = {"pd": patched, "collocated": collocated_config(patched, shape)}
     if "collocated" in modes:
@@ -291,7 +295,8 @@ def run(args: argparse.Namespace, engine: Engine) -> Report:
                 "the comparison of issue 29",
             )
         )
-    cluster = LocalCluster(plan, host, extra, env)
+    cluster = LocalCluster(plan, host, extra, env, nixl_exporter=args.nixl_exporter)
+    report.facts["ray_logs"] = str(cluster.log_dir())
     base = f"http://127.0.0.1:{args.port}"
     try:
         import ray
@@ -398,6 +403,18 @@ def main(argv: list[str] | None = None) -> int:
         help="both: PD, then the same GPUs as ordinary replicas, and the comparison",
     )
     parser.add_argument("--ready-timeout", type=float, default=READY_TIMEOUT_S)
+    parser.add_argument(
+        "--transfer-timeout",
+        type=float,
+        default=15.0,
+        help="seconds a PD request's KV transfer may take to show in vLLM's statistics before it counts as none",
+    )
+    parser.add_argument(
+        "--no-nixl-exporter",
+        dest="nixl_exporter",
+        action="store_false",
+        help="leave NIXL's Prometheus exporter off: the transfer step then counts transfers but not their bytes",
+    )
     parser.add_argument("--engine", default="vllm", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     try:

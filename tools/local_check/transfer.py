@@ -167,7 +167,9 @@ class TransferStats:
         request may take several transfers); nothing within timeout_s is a request served without a transfer."""
         deadline = time.monotonic() + timeout_s
         now = self.totals()
-        while now.count == before.count and now.failed == before.failed and time.monotonic() < deadline:
+        while (now.count, now.failed, now.bytes) == (before.count, before.failed, before.bytes) and (
+            time.monotonic() < deadline
+        ):
             self.sleep(0.2)
             now = self.totals()
         while True:
@@ -221,7 +223,9 @@ class TransferVerdict:
         if m.count <= 0:
             return f"{self.prompt_tokens} tokens: no transfer" + (f" ({m.failed:.0f} failed)" if m.failed else "")
         moved = (
-            f"{m.bytes / 2**20:.1f} MiB" if m.bytes is not None else "bytes not counted (NIXL's exporter did not answer)"
+            f"{m.bytes / 2**20:.1f} MiB"
+            if m.bytes is not None
+            else "bytes not counted (NIXL's exporter did not answer)"
         )
         return (
             f"{self.prompt_tokens} tokens: {moved} in {m.count:.0f} transfer(s) (predicted"
@@ -238,4 +242,6 @@ def judge_transfer(
     tokens = transferred_tokens(prompt_tokens, hybrid)
     blocks = math.ceil(tokens / block)
     expected = blocks * block * per_token + float(predicted.get("state_bytes", 0.0))
-    return TransferVerdict(prompt_tokens, measured, expected, TOLERANCE_BLOCKS * block * per_token + TOLERANCE_SHARE * expected)
+    return TransferVerdict(
+        prompt_tokens, measured, expected, TOLERANCE_BLOCKS * block * per_token + TOLERANCE_SHARE * expected
+    )
