@@ -113,7 +113,8 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 
 # The real-Ray scenarios that wait most of their run (the autoscaler proof: a stream that outlives Ray Serve's drain,
-# the autoscaler's delays, about a minute at under half a core; the API-key proof: Serve's start, the keys' rotation)
+# the autoscaler's delays, about a minute at under half a core; the API-key proof: Serve's start, the keys' rotation;
+# the local check's planted faults: four deployments and their transfer statistics' settling, ~45 s mostly asleep)
 # start in the background at the session's first test, when their test was collected, so that no worker waits with
 # them; each test, run last, reads what its scenario printed (scenario_result). One worker starts each: a lock in the
 # directory every xdist worker's temporary directory is in.
@@ -122,9 +123,11 @@ AUTOSCALER_PROOF = (
     "tests/test_autoscaling_ray.py::test_load_on_decode_adds_a_decode_node_only_and_the_cluster_returns_to_its_minimum"
 )
 SERVE_AUTH_PROOF = "tests/test_serve_auth.py::test_keys_are_enforced_rotated_without_a_restart_and_never_logged"
+LOCAL_CHECK_FAULTS = "tests/test_local_check_faults.py::test_faults_in_the_pd_engines_fail_the_steps_that_see_them"
 BACKGROUND = {
     AUTOSCALER_PROOF: ("tests.autoscaling_scenario", "tests.test_autoscaling_ray:scenario_spec"),
     SERVE_AUTH_PROOF: ("tests.serve_auth_scenario", "tests.test_serve_auth:scenario_spec"),
+    LOCAL_CHECK_FAULTS: ("tests.local_check_faults_scenario", "tests.test_local_check_faults:scenario_spec"),
 }
 SCENARIO_TIMEOUT_S = 420  # the longest a scenario's test waits for it
 _background_dir: list[Path] = []  # the session's shared directory, once the fixture has run

@@ -24,12 +24,13 @@ TOP_K = 5
 KV_BYTES_PER_TOKEN = 8 * 2 * 4 * 256 * 2
 BLOCK = 528
 STATE_BYTES = 24 * ((16 * 128 * 2 + 32 * 128) * 3 * 2 + 32 * 128 * 128 * 4)
-# A fault the tests plant in the stand-in PD engines (the raylets' environment, through the runner's --env):
-#   recompute  decode computes the whole prompt itself and never asks prefill (the answers are right; nothing moves)
-#   diverge    decode's tokens after the first are wrong
-#   silent     the KV moves but NIXL's statistics never record it, and decode logs no transfer plan
-#   one-backend  only decode logs NIXL's backend line
-FAULT_ENV = "STANDIN_FAULT"
+# Faults the tests plant in the stand-in PD engines (FAULTS_KEY in the application's args, beside the phases):
+#   recompute      decode computes the whole prompt itself and never asks prefill (the answers are right; nothing moves)
+#   diverge        decode's tokens after the first are wrong
+#   silent         the KV moves but no statistics record it, and decode logs no transfer plan
+#   one-backend    only decode logs NIXL's backend line
+#   wrong-backend  the engines instantiate another backend than the config asks for
+FAULTS_KEY = "standin_faults"
 
 
 def next_token(tokens: list[int]) -> int:
@@ -57,29 +58,24 @@ def _encode(text: str) -> list[int]:
     return [ord(c) % VOCAB for c in text]
 
 
-def _fault() -> str:
-    import os
-
-    return os.environ.get(FAULT_ENV, "")
-
-
 # Each stand-in replica ends at once when an application is deleted (the collocated one follows the PD one on the
 # same cluster) and at the end: Ray Serve's drain sleeps graceful_shutdown_wait_loop_s (2 s) before it checks for
 # requests. Not the engines' drain: Ray Serve LLM's own deployments keep theirs.
 DRAIN = {"graceful_shutdown_wait_loop_s": 0.1}
 
 
-def _engine_log(backend: str | None) -> None:
+def _engine_log(backend: str | None, faults: list[str]) -> None:
     """What a vLLM engine of the phase logs at start: its memory report and NIXL's backend."""
     print(MEMORY_LOG, flush=True)
     if backend is not None:
+        backend = {"UCX": "LIBFABRIC"}.get(backend, "UCX") if "wrong-backend" in faults else backend
         print(f"NIXL INFO _api.py:390 Backend {backend} was instantiated", flush=True)
 
 
 @serve.deployment(**DRAIN)
 class Prefill:
-    def __init__(self, backend: str) -> None:
-        _engine_log(None if _fault() == "one-backend" else backend)
+    def __init__(self, backend: str, faults: list[str]) -> None:
+        _engine_log(None if "one-backend" in faults else backend, faults)
 
     def prefill(self, prompt: list[int]) -> dict[str, Any]:
         """The KV of all but the last prompt token (vLLM 0.26 with a Mamba-type model): what decode receives."""
@@ -88,13 +84,13 @@ class Prefill:
 
 @serve.deployment(**DRAIN)
 class Decode:
-    def __init__(self, prefill: DeploymentHandle, backend: str) -> None:
+    def __init__(self, prefill: DeploymentHandle, backend: str, faults: list[str]) -> None:
         from ray.util.metrics import Histogram
 
-        self.prefill = prefill
-        _engine_log(backend)
+        self.prefill, self.faults = prefill, faults
+        _engine_log(backend, faults)
         print(f"INFO Setting attention block size to {BLOCK} tokens to ensure that attention page size is >= mamba")
-        if _fault() != "silent":
+        if "silent" not in faults:
             print("Transfer plan: TransferTopology(tp_ratio=1, num_kv_heads=4, stand-in)", flush=True)
         # vLLM's NIXL statistics as Ray Serve LLM exports them (RayPrometheusStatLogger: "vllm:" names sanitised,
         # vLLM's byte buckets), and NIXL's own byte counter on its exporter's port when the environment asks for it.
@@ -105,19 +101,18 @@ class Decode:
         self._serve_nixl_counters()
 
     async def generate(self, prompt: list[int], max_tokens: int) -> dict[str, Any]:
-        fault = _fault()
-        if fault == "recompute":
+        if "recompute" in self.faults:
             computed = prompt[:-1]
         else:
             kv = await self.prefill.prefill.remote(prompt)
             computed = kv["computed"]
-            if fault != "silent":
+            if "silent" not in self.faults:
                 blocks = -(-len(computed) // BLOCK)
                 moved = blocks * BLOCK * KV_BYTES_PER_TOKEN + STATE_BYTES
                 self.bytes.observe(moved, tags={"engine": "0"})
                 self.received += moved
         tokens, top = generate([*computed, prompt[-1]], max_tokens)
-        if fault == "diverge":
+        if "diverge" in self.faults:
             tokens = tokens[:1] + [(t + 1) % VOCAB for t in tokens[1:]]
         return {"tokens": tokens, "top_logprobs": top}
 
@@ -221,11 +216,12 @@ def build_pd_app(args: dict[str, Any]) -> Any:
         for name in ("prefill_config", "decode_config")
     }
     # Ray Serve LLM's deployment names (serving_patterns/prefill_decode/builder.py): Prefill:<model>, Decode:<model>.
+    faults = list(args.get(FAULTS_KEY, []))
     prefill = Prefill.options(name=f"Prefill:{decode_config.model_id}", **_options(args["prefill_config"])).bind(
-        backend["prefill_config"]
+        backend["prefill_config"], faults
     )
     decode = Decode.options(name=f"Decode:{decode_config.model_id}", **_options(args["decode_config"])).bind(
-        prefill, backend["decode_config"]
+        prefill, backend["decode_config"], faults
     )
     return Ingress.options(ray_actor_options={"num_cpus": 0}).bind(decode, decode_config.model_id)
 

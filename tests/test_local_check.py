@@ -244,7 +244,7 @@ def test_the_whole_flow_on_a_real_ray_cluster_with_a_stand_in_engine(plan: dict[
     port = free_port()
     code = run_main(
         ["--plan", str(tmp_path / "plan.json"), "--output-dir", str(out), "--model-dir", str(model),
-         "--generate-tokenizer", "--mode", "both", "--parity-prompts", "3", "--bench-rates", "2.0", "--port", str(port),
+         "--generate-tokenizer", "--mode", "both", "--parity-prompts", "2", "--bench-rates", "2.0", "--port", str(port),
          "--engine", f"{StandInEngine.__module__}:StandInEngine"]
     )  # fmt: skip
     report = json.loads((out / "local-check.json").read_text())
@@ -261,16 +261,18 @@ def test_the_whole_flow_on_a_real_ray_cluster_with_a_stand_in_engine(plan: dict[
         "placement",
         "memory prefill",
         "memory decode",
-        "parity",
+        "parity (matched path)",
+        "parity (other lengths)",
         "transfer",
         "nixl",
         "bench",
     } <= set(steps)
-    # The spread of lengths, and one past the lone engine's batch (its last prompt token computed alone).
-    assert [p["prompt_tokens"] for p in report["parity"]] == [40, 403, 2049, 4056]
+    # The spread of lengths, and three prompts one past the lone engine's batch (its last prompt token computed alone).
+    assert [p["prompt_tokens"] for p in report["parity"]] == [40, 2049, 4056, 2049, 2049]
+    assert [p["matched"] for p in report["parity"]] == [False, True, False, True, True]
     assert all(p["equal"] for p in report["parity"])
     # Each request's own transfer: one, of the bytes the fit check predicts (the stand-in sizes them independently).
-    assert [t["count"] for t in report["transfers"]] == [1.0] * 4
+    assert [t["count"] for t in report["transfers"]] == [1.0] * 5
     assert all(t["bytes"] == pytest.approx(t["predicted_bytes"]) for t in report["transfers"])
     assert "prefill (Prefill:qwen3.5-9b) on node" in steps["placement"]["detail"]
     # Each of the two engines instantiated the backend the patched config asks for, by the process that logged it.

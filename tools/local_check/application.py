@@ -13,7 +13,7 @@ from tools.local_check.client import check_routes, nixl_lines, pd_answer, run_be
 from tools.local_check.cluster import LocalCluster
 from tools.local_check.compare import figure
 from tools.local_check.engines import Engine
-from tools.local_check.placement import judge_placement, logs_of, pids_by_group, ray_tables, read_placement
+from tools.local_check.placement import engine_pids, judge_placement, logs_of, ray_tables, read_placement
 from tools.local_check.results import (
     Answer,
     MemoryRow,
@@ -103,6 +103,7 @@ def check_application(
     prompts: list[list[int]],
     lone: dict[str, Any],
     noise: NoiseFloor | None,
+    matched_length: int,
     lone_measured: dict[str, float],
     args: argparse.Namespace,
     model: str,
@@ -142,11 +143,30 @@ def check_application(
     )
     check_routes(report, base, plan["model"]["id"], key, prefix=prefix)
     if mode == "pd":
-        _check_pd(report, config, plan, cluster, base, key, prompts, lone, noise, lone_measured, args.transfer_timeout)
+        _check_pd(
+            report,
+            config,
+            plan,
+            cluster,
+            base,
+            key,
+            prompts,
+            lone,
+            noise,
+            matched_length,
+            lone_measured,
+            args.transfer_timeout,
+        )
     else:
         # The collocated replicas answer as one engine does: the lone engine's answers, judged as PD's are.
         rows = [
-            parity_row(len(p), pd_answer(base, plan["model"]["id"], p, key), Answer.from_json(ref), noise)
+            parity_row(
+                len(p),
+                pd_answer(base, plan["model"]["id"], p, key),
+                Answer.from_json(ref),
+                noise,
+                matched=len(p) == matched_length,
+            )
             for p, ref in zip(prompts, lone.get("answers", []), strict=True)
         ]
         report.add(f"{prefix}parity", bool(rows) and all(r.ok for r in rows), ", ".join(r.describe() for r in rows))
@@ -173,24 +193,28 @@ def _check_pd(
     prompts: list[list[int]],
     lone: dict[str, Any],
     noise: NoiseFloor | None,
+    matched_length: int,
     lone_measured: dict[str, float],
     transfer_timeout: float,
 ) -> None:
     """PD's own steps: placement read back, each engine's memory, parity on logprobs with the bytes each request's
     KV transfer moved, and NIXL's backend and transfer-plan lines."""
     actors, nodes = ray_tables()
-    ok, detail = judge_placement(read_placement(config["applications"][0]["name"], actors, nodes), _replicas(config))
+    placed = read_placement(config["applications"][0]["name"], actors, nodes)
+    ok, detail = judge_placement(placed, _replicas(config))
     report.add("placement", ok, detail)
-    pids = pids_by_group(actors, nodes)
+    decode_node = next((p.node_id for p in placed if p.phase == "decode"), "")
+    pids = engine_pids(placed, actors)
     texts = {phase: logs_of(cluster.log_dir(), pids.get(phase, set())) for phase in ("prefill", "decode")}
     _pd_memory(report, plan, texts, lone_measured)
 
-    stats = TransferStats(metrics_urls, cluster.nixl_url("decode"))
+    stats = TransferStats(metrics_urls, cluster.nixl_url(decode_node))
     block = block_size(texts["decode"])
     hybrid = bool(plan["model"]["hybrid_gdn"])
     variants: list[Answer | None] = [Answer.from_json(v) for v in lone.get("variants", [])] or [None] * len(prompts)
     rows: list[ParityRow] = []
     verdicts: list[TransferVerdict] = []
+    answers: list[dict[str, Any]] = []
     before = stats.settled()  # the route checks' requests moved KV too
     for prompt, reference, variant in zip(prompts, lone.get("answers", []), variants, strict=True):
         answer = pd_answer(base, plan["model"]["id"], prompt, key)
@@ -198,22 +222,41 @@ def _check_pd(
         before = before.plus(moved)
         verdict = judge_transfer(len(prompt), moved, plan["predicted"]["decode"], block, hybrid)
         verdicts.append(verdict)
-        row = parity_row(len(prompt), answer, Answer.from_json(reference), noise, variant)
+        row = parity_row(
+            len(prompt), answer, Answer.from_json(reference), noise, variant, matched=len(prompt) == matched_length
+        )
         rows.append(replace(row, transfer_bytes=moved.bytes))
+        answers.append(
+            {"tokens": answer.tokens, "top_logprobs": [{str(k): v for k, v in p.items()} for p in answer.top_logprobs]}
+        )
     report.parity = rows
-    report.add("parity", bool(rows) and all(r.ok for r in rows), ", ".join(r.describe() for r in rows))
+    report.facts["pd_answers"] = answers  # beside the lone engine's (reference-decode.json): for a later look
+    matched = [r for r in rows if r.matched]
+    others = [r for r in rows if not r.matched]
+    report.add(
+        "parity (matched path)",
+        bool(matched) and all(r.ok for r in matched),
+        ", ".join(r.describe() for r in matched) or f"no prompt of {matched_length} tokens",
+    )
+    report.add("parity (other lengths)", all(r.ok for r in others), ", ".join(r.describe() for r in others))
     report.facts["transfers"] = [
-        {**asdict(v.measured), "prompt_tokens": v.prompt_tokens, "predicted_bytes": v.predicted_bytes,
-         "tolerance_bytes": v.tolerance_bytes, "ok": v.ok}
+        {
+            **asdict(v.measured),
+            "prompt_tokens": v.prompt_tokens,
+            "predicted_bytes": v.predicted_bytes,
+            "tolerance_bytes": v.tolerance_bytes,
+            "ok": v.ok,
+        }
         for v in verdicts
-    ]  # fmt: skip
+    ]
     report.add(
         "transfer",
         bool(verdicts) and all(v.ok for v in verdicts),
         f"block {block} tokens; " + ", ".join(v.describe() for v in verdicts),
     )
 
-    backends, plans = nixl_lines(cluster.log_dir())
+    # The live engines' own lines: an earlier application on the same cluster logged its engines' too.
+    backends, plans = nixl_lines(cluster.log_dir(), set().union(*pids.values()))
     expected = _configured_backend(config)
     engines = sum(_replicas(config).values())
     report.facts["nixl"] = {"backends": backends, "transfer_plans": plans}

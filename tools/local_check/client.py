@@ -18,6 +18,7 @@ from typing import Any
 
 from k8s_constructs.ray_facts import NIXL_LOG_PATTERN, backend_of
 from tools.local_check.engines import PARITY_MAX_TOKENS
+from tools.local_check.placement import written_by
 from tools.local_check.results import Answer, Report
 
 # What the plan leaves for the host in the benchmark Job's commands (tools/local_check/plan.py writes them).
@@ -145,25 +146,27 @@ def parity_prompts(lengths: list[int], vocab: int, seed: int = 1) -> list[list[i
     return [[generator.randrange(100, high) for _ in range(n)] for n in lengths]
 
 
-def nixl_lines(log_dir: Path) -> tuple[dict[str, str], list[str]]:
+def nixl_lines(log_dir: Path, pids: set[int] | None = None) -> tuple[dict[str, str], list[str]]:
     """Each engine's NIXL backend, read as make verify reads a worker's (k8s_constructs/ray_facts.py), keyed by the
     process that logged it (the innermost `pid=` of a line: Ray repeats a child's lines in its parent's log, so
-    files are not engines), and the decode engine's transfer plan lines."""
+    files are not engines), and the decode engine's transfer plan lines; from the given processes' logs only, when
+    given."""
     pattern = re.compile(NIXL_LOG_PATTERN)
     found: dict[str, list[str]] = {}
     plans: dict[tuple[str, str], str] = {}
     for path in sorted(log_dir.glob("*")):
         if not path.is_file() or path.suffix not in (".out", ".err", ".log"):
             continue
+        if pids is not None and not written_by(path, pids):
+            continue
         for line in path.read_text(errors="replace").splitlines():
+            logged_by = re.findall(r"pid=(\d+)", line)
+            process = logged_by[-1] if logged_by else path.name
             if pattern.search(line):
-                pids = re.findall(r"pid=(\d+)", line)
-                found.setdefault(pids[-1] if pids else path.name, []).append(line)
+                found.setdefault(process, []).append(line)
             if TRANSFER_PLAN_MARKER in line:
                 # One per logging process, as for the backends (the H200 run counted decode's plan twice).
-                pids = re.findall(r"pid=(\d+)", line)
-                plan = line[line.index(TRANSFER_PLAN_MARKER) :]
-                plans.setdefault((pids[-1] if pids else path.name, plan), line.strip()[-200:])
+                plans.setdefault((process, line[line.index(TRANSFER_PLAN_MARKER) :]), line.strip()[-200:])
     return {process: backend_of("\n".join(lines)) for process, lines in sorted(found.items())}, sorted(plans.values())
 
 

@@ -87,7 +87,7 @@ class LocalCluster:
 
         shape = cluster_shape(plan["rayservice"])
         self.assignment, self.shared_gpu = gpu_assignment(shape, host.gpus)
-        self.nixl_ports: dict[str, list[int]] = {}  # node group -> its nodes' NIXL exporter ports
+        self.nixl_ports: dict[str, int] = {}  # Ray node id -> the port of NIXL's exporter on that node
         saved = dict(os.environ)
         try:
             visible = [v for v in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if v]
@@ -110,13 +110,14 @@ class LocalCluster:
                 os.environ["VLLM_DP_MASTER_PORT"] = str(DP_MASTER_PORT_BASE + DP_MASTER_PORT_STEP * number)
                 if nixl_exporter:
                     os.environ[NIXL_PORT_ENV] = str(NIXL_PORT_BASE + number)
-                    self.nixl_ports.setdefault(node.group, []).append(NIXL_PORT_BASE + number)
-                self.cluster.add_node(
+                added = self.cluster.add_node(
                     num_cpus=node.num_cpus,
                     num_gpus=node.num_gpus,
                     resources={**node.resources, **extra_resources},
                     labels=node.labels,
                 )
+                if nixl_exporter:
+                    self.nixl_ports[added.node_id] = NIXL_PORT_BASE + number
             self.cluster.wait_for_nodes()
         finally:
             os.environ.clear()
@@ -128,10 +129,10 @@ class LocalCluster:
         address: str = self.cluster.address
         return address
 
-    def nixl_url(self, group: str) -> str | None:
-        """NIXL's exporter of the group's (first) node: the decode engine's agent counts what it reads."""
-        ports = self.nixl_ports.get(group)
-        return f"http://127.0.0.1:{ports[0]}/metrics" if ports else None
+    def nixl_url(self, node_id: str) -> str | None:
+        """NIXL's exporter on a Ray node (the decode engine's: its agent counts what it reads)."""
+        port = self.nixl_ports.get(node_id)
+        return f"http://127.0.0.1:{port}/metrics" if port else None
 
     def log_dir(self) -> Path:
         return Path(self.cluster.head_node.get_session_dir_path()) / "logs"

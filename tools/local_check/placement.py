@@ -92,22 +92,26 @@ def ray_tables() -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     return list(state.actors().values()), list(ray.nodes())
 
 
-def pids_by_group(actors: list[dict[str, Any]], nodes: list[dict[str, Any]]) -> dict[str, set[int]]:
-    """The live actors' process ids on each node group: whose logs are a phase's engine's."""
-    group_of = {n["NodeID"]: str((n.get("Labels") or {}).get(NODE_GROUP_LABEL, "")) for n in nodes}
-    found: dict[str, set[int]] = {}
+def engine_pids(placed: list[Placed], actors: list[dict[str, Any]]) -> dict[str, set[int]]:
+    """Per phase, the live actors' process ids on the nodes its replicas run on: the replica and its engine's GPU
+    workers (whose logs are the phase engine's)."""
+    nodes = {phase: {p.node_id for p in placed if p.phase == phase} for phase in DEPLOYMENT_PREFIXES}
+    found: dict[str, set[int]] = {phase: set() for phase in DEPLOYMENT_PREFIXES}
     for actor in actors:
-        if actor.get("State") == "ALIVE" and actor.get("Pid"):
-            found.setdefault(group_of.get(actor["Address"]["NodeID"], ""), set()).add(int(actor["Pid"]))
+        if actor.get("State") != "ALIVE" or not actor.get("Pid"):
+            continue
+        for phase, ids in nodes.items():
+            if actor["Address"]["NodeID"] in ids:
+                found[phase].add(int(actor["Pid"]))
     return found
 
 
+def written_by(path: Path, pids: set[int]) -> bool:
+    """Ray's worker-<id>-<job>-<pid>.out/.err of one of the given processes."""
+    tail = path.stem.rsplit("-", 1)[-1]
+    return path.name.startswith("worker-") and path.suffix in (".out", ".err") and tail.isdigit() and int(tail) in pids
+
+
 def logs_of(log_dir: Path, pids: set[int]) -> str:
-    """What the given processes wrote (Ray's worker-<id>-<job>-<pid>.out/.err files); an engine core started as a
-    child process writes into its parent's."""
-    texts = []
-    for path in sorted(log_dir.glob("worker-*")):
-        stem, _, suffix = path.name.rpartition(".")
-        if suffix in ("out", "err") and stem.rsplit("-", 1)[-1].isdigit() and int(stem.rsplit("-", 1)[-1]) in pids:
-            texts.append(path.read_text(errors="replace"))
-    return "\n".join(texts)
+    """What the given processes wrote; an engine core started as a child process writes into its parent's."""
+    return "\n".join(p.read_text(errors="replace") for p in sorted(log_dir.glob("worker-*")) if written_by(p, pids))

@@ -36,10 +36,13 @@ from tools.local_check.cluster import CLUSTER_CHANGES, RAY_CHANGES, LocalCluster
 from tools.local_check.compare import RESULT_FILE, compare_modes, write_outputs
 from tools.local_check.engines import PARITY_MAX_TOKENS, Engine, MissingPrerequisite, load_engine
 from tools.local_check.results import (
+    CONTEXT_FACTOR,
+    MATCHED_TOLERANCE,
     Answer,
     NoiseFloor,
     Report,
     compare_memory,
+    context_sees,
     describe_memory,
     logprob_shift,
     noise_floor,
@@ -67,6 +70,7 @@ from tools.local_check.tokenizer import vocab_size, write_tokenizer
 AUTH_MODULE_DIR = Path(__file__).resolve().parents[2] / "k8s_constructs" / "data"
 READY_TIMEOUT_S = 1200
 EXIT_MISSING = 2  # no GPU, other versions: the check could not run
+MATCHED_PROMPTS = 3  # prompts on the matched path, where PD must equal the lone engine
 
 
 # --- the run -----------------------------------------------------------------------------------------------------
@@ -141,9 +145,12 @@ def _model_dir(args: argparse.Namespace, plan: dict[str, Any], report: Report, e
     return str(model_dir), weights
 
 
-def _lone_controls(report: Report, lone: dict[str, Any], prompts: list[list[int]]) -> NoiseFloor | None:
+def _lone_controls(
+    report: Report, lone: dict[str, Any], prompts: list[list[int]], matched_length: int
+) -> NoiseFloor | None:
     """The lone engine's two controls, each a step: its noise floor (alone against batched) and whether its answers
-    depend on the context at all (each prompt with its first token changed)."""
+    depend on the context (each prompt with its first token changed), judged where parity is exact: the matched
+    prompts."""
     alone = [Answer.from_json(a) for a in lone.get("answers", [])]
     batched = [Answer.from_json(a) for a in lone.get("batched", [])]
     variants = [Answer.from_json(a) for a in lone.get("variants", [])]
@@ -151,30 +158,38 @@ def _lone_controls(report: Report, lone: dict[str, Any], prompts: list[list[int]
     if noise is None:
         report.add("noise floor", False, "the lone engine returned no logprobs: nothing to set parity's tolerance from")
         return None
-    report.facts["noise_floor"] = {"floor": noise.floor, "tolerance": noise.tolerance, "positions": noise.positions,
-                                   "flips": noise.flips}  # fmt: skip
+    report.facts["noise_floor"] = {
+        "floor": noise.floor,
+        "tolerance": noise.tolerance,
+        "positions": noise.positions,
+        "flips": noise.flips,
+    }
     flips = [(len(p), f) for p, f in zip(prompts, noise.flips, strict=True) if f is not None]
     report.add(
         "noise floor",
         True,
         f"the lone engine alone against one batch: largest logprob shift {noise.floor:.4f} over {noise.positions}"
-        f" positions -> tolerance {noise.tolerance:.3f}; greedy tokens parted in {len(flips)} of {len(prompts)}"
-        + (": " + ", ".join(f"{n} tokens at {f}" for n, f in flips) if flips else ""),
+        f" positions -> tolerance {noise.tolerance:.3f} off the matched path; greedy tokens parted in {len(flips)}"
+        f" of {len(prompts)}" + (": " + ", ".join(f"{n} tokens at {f}" for n, f in flips) if flips else ""),
     )
-    shifts = [logprob_shift(a, v) for a, v in zip(alone, variants, strict=True)]
-    rows = [(len(p), s) for p, s in zip(prompts, shifts, strict=True)]
-    blind = [n for n, s in rows if s is None or s <= noise.tolerance]
-    shortest_sees = bool(rows) and rows[0][1] is not None and rows[0][1] > noise.tolerance
-    report.facts["context_shifts"] = {str(n): s for n, s in rows}
+    shifts = [logprob_shift(a, v) for a, v in zip(alone, variants, strict=True)] if variants else []
+    report.facts["context_shifts"] = [[len(p), s] for p, s in zip(prompts, shifts, strict=False)]
+    matched = [s for p, s in zip(prompts, shifts, strict=False) if len(p) == matched_length]
+    needed = CONTEXT_FACTOR * MATCHED_TOLERANCE
     report.add(
         "context",
-        shortest_sees and len(variants) == len(alone),
-        "first token changed -> first answer token's logprobs shift "
-        + ", ".join(f"{n} tokens: {s:.3f}" if s is not None else f"{n} tokens: ?" for n, s in rows)
-        + (
-            f"; at or below the tolerance at {blind}: a fault there would not show"
-            if blind
-            else "; above the tolerance everywhere: parity can see the KV cache"
+        bool(matched) and all(context_sees(s, MATCHED_TOLERANCE) for s in matched),
+        (
+            "first prompt token changed -> the lone engine's first answer token moves by "
+            + ", ".join(f"{s:.3f}" if s is not None else "?" for s in matched)
+            + f" on the matched prompts ({matched_length} tokens; needed > {needed:.2f}); elsewhere "
+            + ", ".join(
+                f"{len(p)}: {s:.3f}" if s is not None else f"{len(p)}: ?"
+                for p, s in zip(prompts, shifts, strict=False)
+                if len(p) != matched_length
+            )
+            if matched
+            else f"no matched prompt ({matched_length} tokens does not fit max_model_len): parity cannot be exact"
         ),
     )
     return noise
@@ -222,9 +237,14 @@ def run(args: argparse.Namespace, engine: Engine) -> Report:
 
     # The lone engine first, alone on the GPU: its profile is undisturbed, and its KV cache is what each engine gets
     # when the phases share a GPU.
+    # The spread of lengths, and the matched prompts: one past the lone engine's batch, so that it computes the last
+    # prompt token alone as the decode engine does (MATCHED_PROMPTS of them, different tokens).
+    matched_length = batch_boundary(deployed, target)
     lengths = args.parity_lengths or parity_lengths(
-        plan["max_model_len"], PARITY_MAX_TOKENS, count=args.parity_prompts, alone=batch_boundary(deployed, target)
+        plan["max_model_len"], PARITY_MAX_TOKENS, count=args.parity_prompts, alone=matched_length
     )
+    if matched_length + PARITY_MAX_TOKENS <= plan["max_model_len"]:
+        lengths = lengths + [matched_length] * max(0, MATCHED_PROMPTS - lengths.count(matched_length))
     vocab = (
         vocab_size(json.loads((Path(model) / "config.json").read_text()))
         if Path(model, "config.json").is_file()
@@ -266,7 +286,7 @@ def run(args: argparse.Namespace, engine: Engine) -> Report:
             report.memory[name] = rows
             report.add(f"memory {name}", all(r.ok for r in rows), describe_memory(rows))
     kv_bytes = int(min(references[p][1].get("kv_cache_gib", 0) for p in references) * GIB) or None
-    noise = _lone_controls(report, references["decode"][0], prompts)
+    noise = _lone_controls(report, references["decode"][0], prompts, matched_length)
 
     # The PD application on the local cluster.
     patched, changes = patch(shared_gpu=shared_gpu, kv_cache_bytes=kv_bytes)
@@ -321,6 +341,7 @@ def run(args: argparse.Namespace, engine: Engine) -> Report:
                 prompts,
                 references["decode"][0],
                 noise,
+                matched_length,
                 references["decode"][1],
                 args,
                 model,

@@ -44,7 +44,7 @@ NIXL_TELEMETRY_ENV = {
 }
 NIXL_PORT_ENV = "NIXL_TELEMETRY_PROMETHEUS_PORT"
 # Ray's metrics push interval for the local cluster's processes (RayConfig metrics_report_interval_ms).
-REPORT_INTERVAL_MS = 500
+REPORT_INTERVAL_MS = 250
 # vLLM's attention block size on CUDA when nothing raises it (hybrid models log the raised size).
 DEFAULT_BLOCK_SIZE = 16
 BLOCK_SIZE_PATTERN = r"Setting attention block size to (\d+) tokens"
@@ -150,7 +150,7 @@ class TransferStats:
                 summed[name] = summed.get(name, 0.0) + value
         return Transfers.from_totals(summed, self.nixl_bytes())
 
-    def settled(self, settle_s: float = 1.5, timeout_s: float = 30.0) -> Transfers:
+    def settled(self, settle_s: float = 1.0, timeout_s: float = 30.0) -> Transfers:
         """The totals once they hold still for settle_s: what earlier requests moved has all arrived."""
         deadline = time.monotonic() + timeout_s
         now = self.totals()
@@ -162,7 +162,7 @@ class TransferStats:
             now = later
         return now
 
-    def since(self, before: Transfers, *, timeout_s: float = 15.0, settle_s: float = 1.5) -> Transfers:
+    def since(self, before: Transfers, *, timeout_s: float = 15.0, settle_s: float = 1.0) -> Transfers:
         """What was transferred since `before`: once a transfer shows, the totals must hold still for settle_s (a
         request may take several transfers); nothing within timeout_s is a request served without a transfer."""
         deadline = time.monotonic() + timeout_s

@@ -1,0 +1,94 @@
+"""The one-host check's PD steps against stand-in engines with planted faults (tests/local_check_standin.py), run
+by tests/test_local_check_faults.py in a process of its own: `python -m tests.local_check_faults_scenario INPUT.json`
+prints one JSON line: per case, the steps that failed and their details.
+
+INPUT holds the plan (the synthesized RayService) and the cases: the faults planted, and whether each phase's
+placement bundle asks for the other phase's resource. One local Ray cluster shaped like the RayCluster serves every
+case in turn, through the runner's own check_application.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from tests.local_check_standin import FAULTS_KEY, VOCAB, StandInEngine
+from tests.loopback import free_port
+from tools.local_check.application import check_application
+from tools.local_check.client import parity_prompts
+from tools.local_check.cluster import LocalCluster, worker_env
+from tools.local_check.results import Answer, Report, noise_floor
+from tools.local_check.shape import GIB, Target, accelerator_resources, patch_serve_config, serve_config
+
+MATCHED = 2049  # one past the pinned configuration's 2,048 batched tokens
+
+
+def swap_phase_resources(config: dict[str, Any]) -> None:
+    """The mistake placement must catch: each phase's bundle asks for the other phase's resource."""
+    args = config["applications"][0]["args"]
+    bundles = [
+        args[f"{phase}_config"]["placement_group_config"]["bundle_per_worker"] for phase in ("prefill", "decode")
+    ]
+    bundles[0]["pd_decode"] = bundles[0].pop("pd_prefill")
+    bundles[1]["pd_prefill"] = bundles[1].pop("pd_decode")
+
+
+def run(spec: dict[str, Any], work: Path) -> dict[str, Any]:
+    import ray
+    from ray import serve
+
+    plan = spec["plan"]
+    engine = StandInEngine()
+    host = engine.host()
+    deployed = serve_config(plan["rayservice"])
+    target = Target(plan["target"]["gpu_model"], int(plan["target"]["gpu_total_bytes"]), True)
+    patched, _ = patch_serve_config(
+        deployed, host=host, target=target, model_path="/m", weights="model", shared_gpu=True, kv_cache_bytes=GIB
+    )
+    extra, _ = accelerator_resources(deployed, host)
+    env, _ = worker_env(plan["rayservice"], work / "hf-home")
+    prompts = parity_prompts([40, MATCHED], VOCAB)
+    lone, measured = engine.reference("/m", {}, prompts, work / "reference.log", env)
+    noise = noise_floor(*([Answer.from_json(a) for a in lone[k]] for k in ("answers", "batched")))
+    args = argparse.Namespace(ready_timeout=60, bench_rates=[], transfer_timeout=1.0)
+    port = free_port()
+    cluster = LocalCluster(plan, host, extra, env)
+    cases = []
+    try:
+        ray.init(address=cluster.address)
+        serve.start(proxy_location="HeadOnly", http_options={"host": "127.0.0.1", "port": port})
+        for faults, swapped in spec["cases"]:
+            config = copy.deepcopy(patched)
+            config["applications"][0]["args"][FAULTS_KEY] = faults
+            if swapped:
+                swap_phase_resources(config)
+            report = Report()
+            check_application(
+                report, "pd", config, plan, engine, cluster, f"http://127.0.0.1:{port}", None, prompts, lone, noise,
+                MATCHED, measured, args, "/m",
+            )  # fmt: skip
+            serve.delete(config["applications"][0]["name"])
+            failed = [step for step in report.steps if not step.ok]
+            cases.append({"failed": [s.name for s in failed], "details": {s.name: s.detail for s in failed}})
+    finally:
+        serve.shutdown()
+        ray.shutdown()
+        cluster.shutdown()
+    return {"cases": cases}
+
+
+def main() -> int:
+    spec = json.loads(Path(sys.argv[1]).read_text())
+    with tempfile.TemporaryDirectory(prefix="local-check-faults-") as work:
+        result = run(spec, Path(work))
+    print(json.dumps(result))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
