@@ -49,7 +49,8 @@ REPORT_INTERVAL_MS = 250
 DEFAULT_BLOCK_SIZE = 16
 BLOCK_SIZE_PATTERN = r"Setting attention block size to (\d+) tokens"
 # The transfer's tolerance: half an attention block of every layer (a block more or less is caught), and 2 % of the
-# total for the hybrid state's page padding (vLLM pads a Mamba page to the attention page: 0.76 % for Qwen3.5).
+# hybrid state for its page padding (vLLM pads a Mamba page to the attention page: 0.76 % for Qwen3.5). On one H100
+# (2026-12-05) NIXL moved exactly the prediction for every prompt of Qwen3.5-9B and Llama-3.1-8B.
 TOLERANCE_BLOCKS = 0.5
 TOLERANCE_SHARE = 0.02
 _SAMPLE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{[^}]*\})?\s+([-+0-9.eEinfINFNa]+)\s*$")
@@ -241,7 +242,8 @@ def judge_transfer(
     per_token = float(predicted["kv_bytes_per_token"])
     tokens = transferred_tokens(prompt_tokens, hybrid)
     blocks = math.ceil(tokens / block)
-    expected = blocks * block * per_token + float(predicted.get("state_bytes", 0.0))
+    state = float(predicted.get("state_bytes", 0.0))
+    expected = blocks * block * per_token + state
     return TransferVerdict(
-        prompt_tokens, measured, expected, TOLERANCE_BLOCKS * block * per_token + TOLERANCE_SHARE * expected
+        prompt_tokens, measured, expected, TOLERANCE_BLOCKS * block * per_token + TOLERANCE_SHARE * state
     )

@@ -1,0 +1,176 @@
+"""The one-host check's verdicts on what it measured, against the runs recorded on a GPU (docs/local-check-runs/,
+2026-12-05, one H100: Qwen3.5-9B and Llama-3.1-8B with random checkpoints) and against the same figures altered the
+way a fault would alter them. Pure functions: no GPU, no Ray."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.conftest import settings_for
+from tools.local_check.plan import prediction
+from tools.local_check.results import (
+    CONTEXT_FACTOR,
+    MATCHED_TOLERANCE,
+    Answer,
+    Report,
+    compare_memory,
+    context_sees,
+    logprob_shift,
+    noise_floor,
+    parity_row,
+)
+from tools.local_check.runner import _lone_controls
+from tools.local_check.transfer import Transfers, TransferStats, judge_transfer, prometheus_totals
+
+RUNS = Path(__file__).resolve().parent.parent / "docs" / "local-check-runs"
+QWEN = "2026-12-05-h100-qwen3.5-9b.json"
+LLAMA = "2026-12-05-h100-llama-3.1-8b.json"
+LLAMA_ENV = {"MODEL_SOURCE": "meta-llama/Llama-3.1-8B-Instruct", "MODEL_ID": "llama-3.1-8b"}
+
+
+def recorded(name: str) -> dict[str, Any]:
+    loaded: dict[str, Any] = json.loads((RUNS / name).read_text())
+    return loaded
+
+
+def answer(*positions: dict[int, float]) -> Answer:
+    return Answer([max(p, key=lambda t: p[t]) for p in positions], list(positions))
+
+
+@pytest.mark.parametrize("name", [QWEN, LLAMA])
+def test_the_recorded_matched_prompt_is_exact_and_its_context_is_seen(name: str) -> None:
+    """On the matched path PD equalled the lone engine to the last logprob (shift 0.000, 32 tokens equal), and a
+    changed first prompt token moved the lone engine's first answer token by far more than the matched tolerance."""
+    (row,) = [r for r in recorded(name)["parity"] if r["prompt_tokens"] == 2049]
+    assert row["first_token_shift"] == 0.0 and row["equal"]
+    assert context_sees(row["context_shift"], MATCHED_TOLERANCE)
+    # The context shift measured there (0.25 and 0.35) against what the control asks (CONTEXT_FACTOR x tolerance).
+    assert row["context_shift"] > 4 * CONTEXT_FACTOR * MATCHED_TOLERANCE
+
+
+def test_a_matched_prompt_one_bf16_step_off_fails() -> None:
+    """The smallest difference seen off the matched path (0.0625 nats, one bf16 step of these logprobs) fails there;
+    the same difference passes off the path, where the noise floor sets the tolerance."""
+    lone = answer({1: -0.5, 2: -1.5}, {3: -0.2, 4: -2.0})
+    pd = answer({1: -0.5625, 2: -1.5}, {3: -0.2, 4: -2.0})
+    noise = noise_floor([lone], [answer({1: -0.45, 2: -1.5}, {3: -0.2, 4: -2.0})])
+    assert noise is not None and noise.tolerance == pytest.approx(0.2)
+    assert not parity_row(2049, pd, lone, noise, matched=True).ok
+    assert parity_row(40, pd, lone, noise).ok
+    assert parity_row(2049, lone, lone, noise, matched=True).ok
+
+
+def test_tokens_that_part_away_from_a_near_tie_fail() -> None:
+    lone = answer({1: -0.1, 2: -3.0}, {3: -0.1, 4: -3.0})
+    diverged = Answer([1, 4], lone.top_logprobs)
+    assert not parity_row(2049, diverged, lone, None, matched=True).ok
+    tie = answer({1: -0.1, 2: -3.0}, {3: -0.695, 4: -0.7})  # second position: a near-tie (margin 0.005)
+    assert parity_row(2049, Answer([1, 4], tie.top_logprobs), tie, None, matched=True).ok
+
+
+def test_answers_that_ignore_the_context_fail_the_context_control() -> None:
+    """vLLM's load_format dummy: every answer the prompt's last token repeated, whatever came before it, so the
+    prompt with its first token changed gets the same logprobs."""
+    same = {"tokens": [7, 7], "top_logprobs": [{"7": -0.1, "8": -2.3}, {"7": -0.1, "8": -2.3}]}
+    prompts = [[100] * 40, [101] * 2049]
+    report = Report()
+    noise = _lone_controls(report, {"answers": [same, same], "batched": [same, same], "variants": [same, same]},
+                           prompts, 2049)  # fmt: skip
+    steps = {s.name: s for s in report.steps}
+    assert noise is not None and steps["noise floor"].ok
+    assert not steps["context"].ok and "0.000" in steps["context"].detail
+    moved = {"tokens": [7, 7], "top_logprobs": [{"7": -0.3, "8": -2.3}, {"7": -0.1, "8": -2.3}]}
+    report = Report()
+    _lone_controls(report, {"answers": [same, same], "batched": [same, same], "variants": [same, moved]}, prompts, 2049)
+    assert {s.name: s.ok for s in report.steps}["context"]
+
+
+def test_no_logprobs_fail_the_noise_floor() -> None:
+    report = Report()
+    assert (
+        _lone_controls(report, {"answers": [{"tokens": [1]}], "batched": [{"tokens": [1]}]}, [[5] * 40], 2049) is None
+    )
+    assert [(s.name, s.ok) for s in report.steps] == [("noise floor", False)]
+
+
+def test_logprob_shift_compares_the_shared_top_tokens() -> None:
+    assert logprob_shift(answer({1: -0.1, 2: -2.0}), answer({1: -0.3, 3: -1.0})) == pytest.approx(0.2)
+    assert logprob_shift(answer({1: -0.1}), answer({2: -0.1})) == float("inf")  # nothing in common
+    assert logprob_shift(Answer([1]), answer({1: -0.1})) is None
+
+
+@pytest.mark.parametrize(("name", "env"), [(QWEN, {}), (LLAMA, LLAMA_ENV)])
+def test_each_recorded_transfer_is_what_the_fit_check_predicts(name: str, env: dict[str, str]) -> None:
+    """NIXL's byte counters against the fit check's KV per token and hybrid state: Qwen3.5's prefill sends the KV of
+    all but the last prompt token, in 528-token blocks, and 24 Gated DeltaNet states; Llama's all tokens, in 16."""
+    predicted = prediction(settings_for(env), "decode")
+    assert predicted is not None
+    block, hybrid = (528, True) if name == QWEN else (16, False)
+    for row in recorded(name)["transfers"]:
+        measured = Transfers(row["count"], row["failed"], row["bytes"])
+        assert judge_transfer(row["prompt_tokens"], measured, predicted, block, hybrid).ok, row
+        assert (
+            measured.bytes == judge_transfer(row["prompt_tokens"], measured, predicted, block, hybrid).predicted_bytes
+        )
+        # A block fewer, none at all, or a failure beside the transfer: each fails.
+        short = replace(measured, bytes=(measured.bytes or 0) - block * predicted["kv_bytes_per_token"])
+        assert not judge_transfer(row["prompt_tokens"], short, predicted, block, hybrid).ok
+        assert not judge_transfer(row["prompt_tokens"], Transfers(), predicted, block, hybrid).ok
+        assert not judge_transfer(row["prompt_tokens"], replace(measured, failed=1), predicted, block, hybrid).ok
+    # Had Qwen3.5's prefill sent all 529 tokens, its KV would have taken two blocks: one more than NIXL moved.
+    if hybrid:
+        (row,) = [r for r in recorded(name)["transfers"] if r["prompt_tokens"] == 529]
+        assert not judge_transfer(530, Transfers(1, 0, row["bytes"]), predicted, block, hybrid).ok
+
+
+def test_the_recorded_memory_rows() -> None:
+    """Qwen3.5's lone engine within the fit check's rows; Llama's KV cache 35 % above the prediction (the fit check's
+    overhead is the hybrid model's, 1.1 GiB more than the dense one used on an L4's batch): the row says so."""
+    qwen, llama = recorded(QWEN), recorded(LLAMA)
+    qwen_rows = compare_memory(_predicted(qwen), qwen["measured"]["decode"])
+    assert all(r.ok for r in qwen_rows)
+    llama_rows = {r.figure: r for r in compare_memory(_predicted(llama), llama["measured"]["decode"])}
+    assert llama_rows["weights"].ok and llama_rows["overhead"].ok and not llama_rows["KV cache"].ok
+    wrong_weights = {**qwen["measured"]["decode"], "weights_gib": 16.7 * 1.05}
+    assert not compare_memory(_predicted(qwen), wrong_weights)[0].ok
+
+
+def _predicted(run: dict[str, Any]) -> dict[str, float]:
+    rows = {r["figure"]: r["predicted_gib"] for r in run["memory"]["lone engine"]}
+    return {"weights_gib": rows["weights"], "overhead_gib": rows["overhead"], "kv_cache_gib": rows["KV cache"]}
+
+
+# NIXL 1.3.1's exporter as the probe read it on the H100
+# (docs/local-check-runs/2026-12-05-h100-nixl-exporter-probe.log).
+NIXL_TEXT = """# TYPE agent_rx_bytes_total counter
+agent_tx_bytes_total{agent_name="reader",hostname="vm"} 0
+agent_rx_bytes_total{agent_name="owner",hostname="vm"} 0
+agent_rx_bytes_total{agent_name="reader",hostname="vm"} 8388608
+agent_xfer_time_total{agent_name="reader",hostname="vm"} 23486
+"""
+RAY_TEXT = """ray_vllm_nixl_bytes_transferred_bucket{engine="0",le="33554432.0"} 0.0
+ray_vllm_nixl_bytes_transferred_count{WorkerId="a",engine="0"} 2.0
+ray_vllm_nixl_bytes_transferred_sum{WorkerId="a",engine="0"} 1.1e+08
+ray_vllm_nixl_num_failed_transfers_total{engine="0"} 0.0
+"""
+
+
+def test_the_readers_take_nixls_bytes_and_vllms_counts() -> None:
+    assert prometheus_totals(NIXL_TEXT, "agent_")["agent_rx_bytes_total"] == 8388608
+    pages = {"ray": RAY_TEXT, "nixl": NIXL_TEXT}
+    stats = TransferStats(lambda: ["ray"], "nixl", read=pages.__getitem__, sleep=lambda _: None)
+    assert stats.totals() == Transfers(2.0, 0.0, 8388608.0, 1.1e8, 0.0)
+    silent = TransferStats(lambda: ["ray"], None, read=pages.__getitem__, sleep=lambda _: None)
+    assert silent.totals().bytes is None  # no exporter: the bytes are not counted, not zero
+
+
+def test_a_request_without_a_transfer_shows_none_within_the_timeout() -> None:
+    pages = {"ray": RAY_TEXT, "nixl": NIXL_TEXT}
+    stats = TransferStats(lambda: ["ray"], "nixl", read=pages.__getitem__, sleep=lambda _: None)
+    before = stats.totals()
+    assert stats.since(before, timeout_s=0.05, settle_s=0.0) == Transfers(0.0, 0.0, 0.0, 0.0, 0.0)
