@@ -27,6 +27,7 @@ __all__ = ["MODIFY", "REPLACE", "Redeploy", "ResourceChange"]
 from preflight.deployed import Deployed, find_resources
 from preflight.results import CheckResult, fail, ok
 from settings import Settings
+from settings.configuration import RAY_CLUSTER_FINGERPRINT_OUTPUT
 
 NODEGROUP = "AWS::EKS::Nodegroup"
 # A nodegroup property change that makes EKS replace its nodes one by one (UpdateNodegroupVersion).
@@ -46,6 +47,7 @@ class Redeploy:
     gpu_node_count: int
     kuberay_version: str
     stack_prefix: str
+    serving_stack: str
     templates: Mapping[str, Mapping[str, Any]]  # stack name -> synthesized template
 
     @staticmethod
@@ -58,6 +60,7 @@ class Redeploy:
             system_nodegroup_name=settings.system_nodegroup_name,
             gpu_node_count=settings.gpu_node_count,
             kuberay_version=settings.kuberay_version,
+            serving_stack=settings.stack_names["serving"],
             stack_prefix=settings.stack_prefix,
             templates=templates,
         )
@@ -306,3 +309,36 @@ def check_stack_changes(redeploy: Redeploy, deployed: Deployed) -> CheckResult:
     ]
     suffix = f"; rolling update of {', '.join(rolling)}" if rolling else ""
     return ok(name, f"every change applies in place ({summary}){suffix}")
+
+
+def _fingerprint(template: Mapping[str, Any] | None) -> str | None:
+    output = (template or {}).get("Outputs", {}).get(RAY_CLUSTER_FINGERPRINT_OUTPUT, {})
+    value = output.get("Value")
+    return value if isinstance(value, str) else None
+
+
+def check_ray_cluster_change(redeploy: Redeploy, deployed: Deployed) -> CheckResult:
+    """A RayCluster change over a running RayService is refused with the command that re-creates it.
+
+    With upgradeStrategy None KubeRay applies a new serveConfigV2 in place and ignores the RayCluster's changes
+    (k8s_constructs/ray_service.py). A deploy that changes both would leave a serve config running on pods that lack
+    what it needs. The worst case is the endpoint's: SERVE_EXPOSURE leaving `cluster` turns API keys on, the serve
+    config then names the API-key ingress, whose module and key volume are RayCluster changes; Ray 2.58 halts the new
+    application at DEPLOY_FAILED and keeps the old, keyless deployments serving (serve/_private/application_state.py),
+    while the same deploy puts a load balancer in front of them."""
+    name = "ray-cluster-change"
+    stack = redeploy.serving_stack
+    running = deployed.stacks.get(stack)
+    new = _fingerprint(redeploy.templates.get(stack))
+    if running is None or new is None:
+        return ok(name, "no RayService deployed yet: its RayCluster is created with this deploy")
+    old = _fingerprint(running.template)
+    if old == new:
+        return ok(name, f"the RayCluster is unchanged ({RAY_CLUSTER_FINGERPRINT_OUTPUT} {new}): changes apply in place")
+    return fail(
+        name,
+        f"this deploy changes the RayCluster ({RAY_CLUSTER_FINGERPRINT_OUTPUT} {old} -> {new}), which KubeRay does not"
+        " apply to a running RayService: its serve config would run on pods without what it needs (with API keys"
+        " turning on, the old keyless application would keep serving behind the new load balancer)",
+        f"re-create the serving stack: `make destroy STACKS={stack} && make deploy` (GPU nodes stay)",
+    )

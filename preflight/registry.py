@@ -135,6 +135,14 @@ CHECKS: tuple[Check, ...] = (
         _DEPLOYED,
     ),
     Check(
+        "ray-cluster-change",
+        _redeploy_check(day2.check_ray_cluster_change, "ray-cluster-change"),
+        "the RayCluster would change under a running RayService (the serving stack's RayClusterConfigFingerprint"
+        " output): KubeRay applies only the serve config in place, so the deploy is refused with the command that"
+        " re-creates the serving stack (API keys turning on would otherwise leave the keyless application serving)",
+        _DEPLOYED,
+    ),
+    Check(
         "stack-changes",
         _redeploy_check(day2.check_stack_changes, "stack-changes"),
         "the deployed templates (GetTemplate) against the synthesized ones: a protected resource replaced, a nodegroup"

@@ -16,6 +16,9 @@ from settings.registries import eks_addon_registry
 # The deployable units, in deploy order, and those only some configurations contain.
 ALWAYS_DEPLOYED_PARTS = ("network", "cluster", "system", "gpu", "serving")
 OPTIONAL_PARTS = ("observability",)
+# The serving stack's output that changes exactly when the RayCluster must be re-created (stacks/serving_stack.py
+# writes it, the preflight compares the deployed one with the synthesized one).
+RAY_CLUSTER_FINGERPRINT_OUTPUT = "RayClusterConfigFingerprint"
 
 
 @dataclass(frozen=True)

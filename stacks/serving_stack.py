@@ -22,6 +22,7 @@ from k8s_constructs.ray_facts import SERVE_PORT, worker_service_account
 from k8s_constructs.ray_service import PdRayServiceChart, RayServiceProps
 from k8s_constructs.synced_secrets import HfToken, hf_token_of
 from settings import Settings
+from settings.configuration import RAY_CLUSTER_FINGERPRINT_OUTPUT
 from stacks import addons, model_access, nag, serve_endpoint
 from stacks.gcs_store import GcsStore
 from stacks.pod_identity import pod_identity_role
@@ -135,7 +136,7 @@ class ServingStack(Stack):
         # when such a change is pending, so `cdk diff` shows it; apply it by re-creating this stack.
         CfnOutput(
             self,
-            "RayClusterConfigFingerprint",
+            RAY_CLUSTER_FINGERPRINT_OUTPUT,
             value=self.chart.ray_cluster_fingerprint,
             description="Changes when the RayCluster must be re-created: destroy and deploy this stack to apply",
         )

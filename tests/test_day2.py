@@ -233,3 +233,23 @@ def test_every_protected_type_is_a_cloudformation_type() -> None:
 def test_nodegroup_change_is_found_by_either_name() -> None:
     change = nodegroup_change(redeploy_of(SYSTEM_NODEGROUP_NAME="system-b"), deployed_as(), "system-b")
     assert change is not None and change.action == REPLACE
+
+
+def test_a_ray_cluster_change_over_a_running_rayservice_is_refused_with_the_command_that_applies_it() -> None:
+    """SERVE_EXPOSURE leaving `cluster` turns API keys on: the serve config's ingress changes in place, the key volume
+    and the ingress module are RayCluster changes KubeRay ignores (upgradeStrategy None), and Ray keeps the keyless
+    application serving when the keyed one cannot import (tests/test_serve_auth.py shows that on a real Ray). The
+    preflight refuses that deploy; the same settings again, or a serve-config-only change, pass."""
+    from preflight.redeploy import check_ray_cluster_change
+    from tests.conftest import ENDPOINT
+
+    keyless = deployed_as()
+    refused = check_ray_cluster_change(redeploy_of(**ENDPOINT), keyless)
+    assert not refused.ok
+    assert "make destroy STACKS=ray-llm-multinode-serving && make deploy" in refused.fix
+    assert "keyless application would keep serving" in refused.detail
+    assert check_ray_cluster_change(redeploy_of(**ENDPOINT), deployed_as(ENDPOINT)).ok
+    assert check_ray_cluster_change(redeploy_of(), keyless).ok
+    assert check_ray_cluster_change(redeploy_of(MAX_MODEL_LEN="2048"), keyless).ok  # serveConfigV2 only: in place
+    # Back to keyless (keys off) is a RayCluster change too.
+    assert not check_ray_cluster_change(redeploy_of(), deployed_as(ENDPOINT)).ok

@@ -58,6 +58,7 @@ def test_all_checks_pass(aws: None, capsys: pytest.CaptureFixture[str]) -> None:
             for name in (
                 "stack-states",
                 "kubernetes-version",
+                "ray-cluster-change",
                 "stack-changes",
                 "removed-exports",
                 "kuberay-crds",
