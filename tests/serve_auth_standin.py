@@ -99,10 +99,14 @@ def build_app(args: dict[str, Any]) -> Any:
             self.model_id = model_id
 
         async def completions(self, body: Any, raw_request_info: Any = None) -> Any:
+            # The request's header names as the ingress forwarded them to the engine (RawRequestInfo.headers).
+            received = sorted(getattr(raw_request_info, "headers", None) or {})
             yield CompletionResponse(
                 id="cmpl-standin",
                 model=self.model_id,
-                choices=[{"index": 0, "text": f"echo: {body.prompt}", "finish_reason": "stop"}],
+                choices=[
+                    {"index": 0, "text": f"echo: {body.prompt}; headers: {','.join(received)}", "finish_reason": "stop"}
+                ],
             )
 
         async def check_health(self) -> None:

@@ -69,3 +69,100 @@ print(json.dumps({{"keys": sorted(keys.current()), "none": websocket(None), "sho
     closed = [{"type": "websocket.close", "code": 1008}]
     assert seen["none"] == closed and seen["short"] == closed and seen["reached_before"] == []
     assert seen["good"] == [] and seen["reached"] == ["websocket"]
+
+
+def test_the_key_check_fails_closed_keeps_the_last_good_keys_strips_the_key_and_logs_refusals_sparingly(
+    tmp_path: Path,
+) -> None:
+    """Each way of presenting no valid key gets 401 (no directory, an empty one, `{}`, invalid JSON, another scheme,
+    a key one character short or long); a malformed rotation keeps the keys the file held last, `{}` revokes them;
+    the app behind the check never sees the Authorization header; a flood of refusals writes one log line per
+    interval, with its count."""
+    from tests.serve_auth_standin import write_fake_vllm
+
+    fake = tmp_path / "fake"
+    fake.mkdir()
+    write_fake_vllm(fake)
+    program = f"""
+import asyncio, json, logging, os, sys
+sys.path.insert(0, {str(AUTH_MODULE_FILE.parent)!r})
+import serve_auth_ingress as module
+records = []
+class Collect(logging.Handler):
+    def emit(self, record):
+        records.append(record.getMessage())
+logging.getLogger("ray.serve").addHandler(Collect())
+logging.getLogger("ray.serve").setLevel(logging.INFO)
+base = {str(tmp_path)!r}
+good = "g" * module.MIN_KEY_LENGTH
+seen_headers = []
+
+async def app(scope, receive, send):
+    seen_headers.append([k.decode() for k, _ in scope["headers"]])
+    await send({{"type": "http.response.start", "status": 200, "headers": []}})
+
+now = [0.0]
+def status(keys, authorization, middleware=None):
+    sent = []
+    headers = [(b"x-request", b"1")] + ([(b"authorization", authorization.encode())] if authorization else [])
+    async def receive():
+        return {{"type": "http.request", "body": b""}}
+    async def send(message):
+        sent.append(message)
+    check = middleware or module.ApiKeyMiddleware(app, keys=keys, clock=lambda: now[0])
+    scope = {{"type": "http", "method": "POST", "path": "/v1/completions", "headers": headers}}
+    asyncio.run(check(scope, receive, send))
+    return sent[0]["status"]
+
+def keys_in(name, content=None):
+    directory = os.path.join(base, name)
+    if content is not None:
+        os.makedirs(directory, exist_ok=True)
+        open(os.path.join(directory, "api-keys.json"), "w").write(content)
+    return module.KeyFiles(directory, recheck_s=0)
+
+out = {{}}
+out["missing directory"] = status(keys_in("none"), "Bearer " + good)
+os.makedirs(os.path.join(base, "empty"))
+out["empty directory"] = status(keys_in("empty"), "Bearer " + good)
+out["{{}}"] = status(keys_in("braces", "{{}}"), "Bearer " + good)
+out["invalid JSON"] = status(keys_in("broken", '{{"a": '), "Bearer " + good)
+keys = keys_in("rotating", json.dumps({{"app": good}}))
+out["good key"] = status(keys, "Bearer " + good)
+out["Basic scheme"] = status(keys, "Basic " + good)
+out["one short"] = status(keys, "Bearer " + good[:-1])
+out["one long"] = status(keys, "Bearer " + good + "g")
+out["no header"] = status(keys, None)
+open(os.path.join(base, "rotating", "api-keys.json"), "w").write('{{"app": "half a rotation')
+out["after a malformed rotation"] = status(keys, "Bearer " + good)
+open(os.path.join(base, "rotating", "api-keys.json"), "w").write("{{}}")
+out["after revoking with {{}}"] = status(keys, "Bearer " + good)
+out["headers the app saw"] = seen_headers
+out["errors"] = [r for r in records if "could not be read" in r]
+flood = module.ApiKeyMiddleware(app, keys=keys, clock=lambda: now[0])
+records.clear()
+for second in (0.0, 1.0, 2.0, 9.0):
+    now[0] = second
+    status(keys, None, flood)
+now[0] = 10.5
+status(keys, None, flood)
+out["refusal lines"] = [r for r in records if r.startswith("401")]
+print(json.dumps(out))
+"""
+    env = {**os.environ, "PYTHONPATH": f"{fake}{os.pathsep}{REPO}"}
+    done = subprocess.run(
+        [sys.executable, "-c", program], capture_output=True, text=True, env=env, cwd=REPO, timeout=120
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    seen = json.loads(done.stdout.strip().splitlines()[-1])
+    refused = ("missing directory", "empty directory", "{}", "invalid JSON", "Basic scheme", "one short", "one long")
+    assert {case: seen[case] for case in refused} == dict.fromkeys(refused, 401)
+    assert seen["good key"] == 200 and seen["no header"] == 401
+    assert seen["after a malformed rotation"] == 200  # the last good keys stay
+    assert seen["after revoking with {}"] == 401
+    assert seen["headers the app saw"] == [["x-request"], ["x-request"]]  # no Authorization past the check
+    assert seen["refusal lines"] == [
+        "401: 1 request(s) without a valid API key (the last: POST '/v1/completions')",
+        "401: 4 request(s) without a valid API key (the last: POST '/v1/completions')",
+    ]
+    assert any("keeping the 1 key(s) it held last" in line for line in seen["errors"])

@@ -20,7 +20,15 @@ checks) is answered by the proxy before any application route, so it needs no ke
 Keys: every regular file in the directory (names starting with "." are skipped: the Secrets Store CSI driver's
 atomic-writer entries) holds a JSON object of name -> key, or one key (named after the file). The files are
 re-read when they change (checked at most once a second), so a rotated key is in force without a restart. Keys are
-compared in constant time and never logged; a request that passes carries the key's *name* in its ASGI scope state.
+compared in constant time and never logged; a request that passes carries the key's *name* in its ASGI scope state,
+and its `Authorization` header is removed before the request goes on: Ray's ingress forwards the request's headers
+to the engines (core/protocol.py, RawRequestInfo), and the key has no business there.
+
+Failing closed: no directory, no file, `{}`, or keys shorter than MIN_KEY_LENGTH give no key, and every request gets
+401. A file that cannot be read as keys (invalid JSON, not UTF-8) keeps the keys it held last (an error is logged):
+a malformed rotation must not lock every client out; `{}` is the way to revoke every key of a file at once.
+Refusals are logged at most once per REFUSAL_LOG_INTERVAL_S, with their count: a keyless flood writes one line a
+few seconds, not one per request.
 """
 
 from __future__ import annotations
@@ -41,6 +49,7 @@ API_KEYS_DIR_ENV = "SERVE_API_KEYS_DIR"  # used when the serve config passes no 
 DEFAULT_API_KEYS_DIR = "/mnt/serve-api-keys"
 RECHECK_S = 1.0
 KEY_NAME_STATE = "api_key_name"
+REFUSAL_LOG_INTERVAL_S = 10.0
 
 logger = logging.getLogger("ray.serve")
 
@@ -61,6 +70,7 @@ class KeyFiles:
         self._checked_at = float("-inf")
         self._signature: tuple[tuple[str, int, int, int], ...] | None = None
         self._keys: dict[str, bytes] = {}
+        self._last_good: dict[str, dict[str, bytes]] = {}  # file name -> the keys it held when it last parsed
 
     def _files(self) -> list[Path]:
         try:
@@ -81,13 +91,12 @@ class KeyFiles:
 
     @staticmethod
     def _parse(name: str, text: str) -> dict[str, bytes]:
+        """name -> key of one file; ValueError when it is not keys at all (invalid JSON, not an object)."""
         text = text.strip()
         if text.startswith("{"):
-            try:
-                named = json.loads(text)
-            except ValueError:
-                logger.error("API key file %s is not valid JSON: no key taken from it", name)
-                return {}
+            named = json.loads(text)
+            if not isinstance(named, dict):
+                raise ValueError("not a JSON object")
             return {str(k): str(v).encode() for k, v in named.items() if isinstance(v, str) and v}
         return {name: text.encode()} if text else {}
 
@@ -102,12 +111,19 @@ class KeyFiles:
             signature = self._stat_signature(files)
             if signature != self._signature:
                 keys: dict[str, bytes] = {}
+                good: dict[str, dict[str, bytes]] = {}
                 for path in files:
                     try:
-                        keys.update(self._parse(path.name, path.read_text()))
-                    except (OSError, ValueError):  # ValueError: not UTF-8
-                        logger.error("API key file %s could not be read: no key taken from it", path.name)
-                        continue
+                        good[path.name] = self._parse(path.name, path.read_text())
+                    except (OSError, ValueError):  # ValueError: invalid JSON, not UTF-8
+                        good[path.name] = self._last_good.get(path.name, {})
+                        logger.error(
+                            "API key file %s could not be read as keys: keeping the %d key(s) it held last",
+                            path.name,
+                            len(good[path.name]),
+                        )
+                    keys.update(good[path.name])
+                self._last_good = good  # a file that is gone takes its keys with it
                 short = sorted(name for name, key in keys.items() if len(key) < MIN_KEY_LENGTH)
                 if short:
                     logger.error("API keys %s are shorter than %d characters: refused", short, MIN_KEY_LENGTH)
@@ -153,9 +169,26 @@ MIN_KEY_LENGTH = 32
 class ApiKeyMiddleware:
     """ASGI middleware: HTTP requests pass only with a current key."""
 
-    def __init__(self, app: ASGIApp, *, keys: KeyFiles) -> None:
+    def __init__(self, app: ASGIApp, *, keys: KeyFiles, clock: Callable[[], float] = time.monotonic) -> None:
         self.app = app
         self.keys = keys
+        self.clock = clock
+        self._refused = 0  # refusals not logged yet
+        self._logged_at = float("-inf")
+
+    def _log_refusal(self, scope: Scope) -> None:
+        """One line per REFUSAL_LOG_INTERVAL_S at most, counting the refusals since the last one."""
+        self._refused += 1
+        now = self.clock()
+        if now - self._logged_at >= REFUSAL_LOG_INTERVAL_S:
+            # The path as a repr, cut: a request's bytes never become log lines of their own.
+            logger.info(
+                "401: %d request(s) without a valid API key (the last: %s %r)",
+                self._refused,
+                scope.get("method"),
+                str(scope.get("path"))[:200],
+            )
+            self._refused, self._logged_at = 0, now
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] not in ("http", "websocket"):  # lifespan: the app's start and stop, no request
@@ -169,8 +202,7 @@ class ApiKeyMiddleware:
             await send({"type": "websocket.close", "code": 1008})
             return
         if name is None:
-            # The path as a repr, cut: a request's bytes never become log lines of their own.
-            logger.info("401: %s %r without a valid API key", scope.get("method"), str(scope.get("path"))[:200])
+            self._log_refusal(scope)
             await send(
                 {
                     "type": "http.response.start",
@@ -181,6 +213,8 @@ class ApiKeyMiddleware:
             await send({"type": "http.response.body", "body": UNAUTHORIZED_BODY})
             return
         scope.setdefault("state", {})[KEY_NAME_STATE] = name
+        # The key stops here: what the app (and the engines behind it) see has no Authorization header.
+        scope["headers"] = [(k, v) for k, v in scope.get("headers", []) if k.lower() != b"authorization"]
         await self.app(scope, receive, send)
 
 
