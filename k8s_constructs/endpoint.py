@@ -124,22 +124,69 @@ def ingress_annotations(
     return annotations
 
 
+# What leaves the cluster: the OpenAI API. Every other path (Serve's /-/routes, the ingress's /docs, /tokenize,
+# /detokenize) gets the controller's default, a fixed 404 at the load balancer. Its health check is sent to the
+# targets directly and needs no rule.
+API_PREFIX: Final = "/v1"
+# With API keys, a request without a bearer token is refused by the load balancer itself (a fixed 401 in the
+# ingress's error shape), so keyless floods never reach Python; one with a token goes on to the ingress, which checks it.
+MISSING_KEY_ACTION: Final = "missing-api-key"
+BEARER_HEADER_VALUE: Final = "Bearer *"  # ALB matches header values with wildcards, case-insensitively
+MISSING_KEY_BODY: Final = json.dumps(
+    {
+        "error": {
+            "message": "Missing API key: send `Authorization: Bearer KEY` (make api-key prints how to get one).",
+            "type": "invalid_request_error",
+            "param": None,
+            "code": "invalid_api_key",
+        }
+    },
+    separators=(",", ":"),
+)
+
+
+def api_paths(settings: Settings) -> list[dict[str, Any]]:
+    """The Ingress's paths: /v1 to the Serve Service (with keys: only with a bearer token, else the fixed 401)."""
+    serve = {"service": {"name": settings.serve_service_name, "port": {"number": SERVE_PORT}}}
+    paths = [{"path": API_PREFIX, "pathType": "Prefix", "backend": serve}]
+    if settings.serve_endpoint.api_keys:
+        refuse = {"service": {"name": MISSING_KEY_ACTION, "port": {"name": "use-annotation"}}}
+        paths.append({"path": API_PREFIX, "pathType": "Prefix", "backend": refuse})
+    return paths
+
+
+def api_key_annotations(settings: Settings) -> dict[str, str]:
+    """The controller's conditions on the Serve path and the fixed 401 action (its ingress annotations)."""
+    if not settings.serve_endpoint.api_keys:
+        return {}
+    condition = [
+        {
+            "field": "http-header",
+            "httpHeaderConfig": {"httpHeaderName": "Authorization", "values": [BEARER_HEADER_VALUE]},
+        }
+    ]
+    action = {
+        "type": "fixed-response",
+        "fixedResponseConfig": {
+            "contentType": "application/json",
+            "statusCode": "401",
+            "messageBody": MISSING_KEY_BODY,
+        },
+    }
+    return {
+        f"alb.ingress.kubernetes.io/conditions.{settings.serve_service_name}": json.dumps(
+            condition, separators=(",", ":")
+        ),
+        f"alb.ingress.kubernetes.io/actions.{MISSING_KEY_ACTION}": json.dumps(action, separators=(",", ":")),
+    }
+
+
 class ServeIngress(Construct):
-    """The Ingress of the Serve Service: every path to port 8000."""
+    """The Ingress of the Serve Service: /v1 to port 8000 (with keys: only with a bearer token), nothing else."""
 
     def __init__(self, scope: Construct, construct_id: str, *, settings: Settings, refs: EndpointRefs) -> None:
         super().__init__(scope, construct_id)
-        rule: dict[str, Any] = {
-            "http": {
-                "paths": [
-                    {
-                        "path": "/",
-                        "pathType": "Prefix",
-                        "backend": {"service": {"name": settings.serve_service_name, "port": {"number": SERVE_PORT}}},
-                    }
-                ]
-            }
-        }
+        rule: dict[str, Any] = {"http": {"paths": api_paths(settings)}}
         if settings.serve_endpoint.hostname:
             rule = {"host": settings.serve_endpoint.hostname, **rule}
         self.api_object = cdk8s.ApiObject(
@@ -150,7 +197,10 @@ class ServeIngress(Construct):
             metadata=cdk8s.ApiObjectMetadata(
                 name=ingress_name(settings),
                 namespace=settings.namespace,
-                annotations=ingress_annotations(settings, refs.public_subnet_ids, refs.access_log_bucket),
+                annotations={
+                    **ingress_annotations(settings, refs.public_subnet_ids, refs.access_log_bucket),
+                    **api_key_annotations(settings),
+                },
             ),
         )
         self.api_object.add_json_patch(

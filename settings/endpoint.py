@@ -1,8 +1,9 @@
 """The OpenAI-compatible endpoint beyond the cluster (SERVE_EXPOSURE and its companions), parsed and checked together:
 each value depends on the others (an exposed endpoint needs a certificate, an allow-list and API keys).
 
-`cluster` (the default) keeps the endpoint inside the cluster; `internal` puts an Application Load Balancer in the
-private subnets, `internet-facing` in the public ones. Either way HTTPS only, unless `internal` says
+`cluster` (the default) keeps the endpoint inside the cluster; `internal` puts an Application Load Balancer with
+private addresses only, `internet-facing` one with public addresses, both in the VPC's public /24 subnets (where no
+node or pod has an address). Either way HTTPS only, unless `internal` says
 SERVE_CERTIFICATE_ARN=none (plain HTTP inside the VPC, with a warning at synth): no API key crosses the internet
 in clear text.
 """

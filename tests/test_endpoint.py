@@ -115,6 +115,8 @@ def test_the_controllers_role_is_its_published_policy_narrowed_to_this_cluster(e
         "k8s-inferenc-rayllmse-0a1b2c3d4e/0123456789abcdef"
     )
     sg = "arn:aws:ec2:sa-east-1:123456789012:security-group/sg-0123456789abcdef0"
+    # Another application's target group (tagged for another cluster, or not at all): no targets in or out of it.
+    target_group = "arn:aws:elasticloadbalancing:sa-east-1:123456789012:targetgroup/k8s-other-app/0123456789abcdef"
     sg_elsewhere = sg.replace("sa-east-1", "us-east-1")
     create_tags = {"aws:RequestTag/elbv2.k8s.aws/cluster": "ray-llm-multinode"}
     tag_new_group = {**create_tags, "ec2:CreateAction": "CreateSecurityGroup"}
@@ -130,6 +132,10 @@ def test_the_controllers_role_is_its_published_policy_narrowed_to_this_cluster(e
             Request("elasticloadbalancing:CreateLoadBalancer", lb, create_tags),
             Request("elasticloadbalancing:CreateLoadBalancer", lb, {"aws:RequestTag/elbv2.k8s.aws/cluster": "prod"}),
             Request("ec2:DescribeSubnets", "*"),
+            Request("elasticloadbalancing:RegisterTargets", target_group, ours),
+            Request("elasticloadbalancing:RegisterTargets", target_group, theirs),
+            Request("elasticloadbalancing:DeregisterTargets", target_group, theirs),
+            Request("elasticloadbalancing:DeregisterTargets", target_group, {}),
             Request("ec2:TerminateInstances", "arn:aws:ec2:sa-east-1:123456789012:instance/i-1"),
             Request("wafv2:AssociateWebACL", lb),
             Request("shield:DeleteProtection", "arn:aws:shield::123456789012:protection/p-1"),
@@ -147,6 +153,10 @@ def test_the_controllers_role_is_its_published_policy_narrowed_to_this_cluster(e
         ALLOWED,
         DENIED,
         ALLOWED,
+        ALLOWED,
+        DENIED,
+        DENIED,
+        DENIED,
         DENIED,
         DENIED,
         DENIED,
@@ -193,13 +203,29 @@ def test_the_ingress_is_an_https_only_load_balancer_for_the_allowed_sources(endp
     assert sorted(subnets) == public
     (rule,) = ingress["spec"]["rules"]
     assert ingress["spec"]["ingressClassName"] == "alb" and rule["host"] == "llm.example.com"
+    # Only the API leaves the cluster (every other path: the controller's fixed 404); with keys, /v1 reaches the
+    # Serve Service only with a bearer token, and without one the load balancer answers 401 itself (in this order: the
+    # controller gives the rules the paths' order).
     assert rule["http"]["paths"] == [
         {
-            "path": "/",
+            "path": "/v1",
             "pathType": "Prefix",
             "backend": {"service": {"name": settings.serve_service_name, "port": {"number": 8000}}},
-        }
+        },
+        {
+            "path": "/v1",
+            "pathType": "Prefix",
+            "backend": {"service": {"name": "missing-api-key", "port": {"name": "use-annotation"}}},
+        },
     ]
+    assert json.loads(annotations[f"alb.ingress.kubernetes.io/conditions.{settings.serve_service_name}"]) == [
+        {"field": "http-header", "httpHeaderConfig": {"httpHeaderName": "Authorization", "values": ["Bearer *"]}}
+    ]
+    action = json.loads(annotations["alb.ingress.kubernetes.io/actions.missing-api-key"])
+    assert action["type"] == "fixed-response" and action["fixedResponseConfig"]["statusCode"] == "401"
+    assert json.loads(action["fixedResponseConfig"]["messageBody"])["error"]["code"] == "invalid_api_key"
+    # ALB's limit on a fixed response's body: 1024 characters.
+    assert len(action["fixedResponseConfig"]["messageBody"]) <= 1024
 
 
 def test_internet_facing_and_plain_http_internal_listeners() -> None:

@@ -9,7 +9,9 @@ target groups and security groups only. Its EC2 and ELB resource ARNs are this R
 rule changes (on "*" as published) and the tags of listeners and rules are limited to the load balancer the Ingress
 names (k8s_constructs/endpoint.py `load_balancer_name`; the listeners' and rules' ARNs carry it). Adding or removing
 ingress rules on groups it did not create (the nodes' groups, on "*" as published) is limited to this VPC (`ec2:Vpc`,
-which both actions support per the Service Authorization Reference). What stays as published: reads (Describe*, no
+which both actions support per the Service Authorization Reference). Registering and deregistering targets (on every
+target group of the account as published) is limited to target groups tagged with this cluster (the tracking tag
+again; the controller tags every target group it creates). What stays as published: reads (Describe*, no
 resource-level permissions), the creates (no ARN before; the tag is required), tagging on create (conditioned on the
 create action), the Cognito and certificate reads. Left out: the WAF and Shield actions (read and write) and ELB's
 side of a WAF association (SetWebAcl), which the chart values turn off. The controller watches the serving namespace
@@ -45,6 +47,9 @@ PUBLISHED_POLICY: Final = Path(__file__).parent / "data" / f"aws-load-balancer-c
 IMAGE_REPOSITORY: Final = "amazon/aws-load-balancer-controller"
 INGRESS_CLASS: Final = "alb"
 TRACKING_TAG: Final = "elbv2.k8s.aws/cluster"
+# Putting IPs into a target group, or taking them out: published on any target group of the account (whoever holds the
+# controller's credentials could drain another application's or add their own targets to it); here, its own only.
+_TARGET_ACTIONS: Final = frozenset({"elasticloadbalancing:RegisterTargets", "elasticloadbalancing:DeregisterTargets"})
 _TAG_KEYS: Final = (f"aws:ResourceTag/{TRACKING_TAG}", f"aws:RequestTag/{TRACKING_TAG}")
 _ANY_REGION_ACCOUNT: Final = ("arn:aws:ec2:*:*:", "arn:aws:elasticloadbalancing:*:*:")
 # Services of the published policy the controller uses only for an Ingress that asks for them (WAF, Shield), which
@@ -165,6 +170,9 @@ def policy_statements(settings: Settings, vpc_id: str) -> list[dict[str, Any]]:
         if _is_listener_statement(actions, resources):
             # Tags: on its listeners and rules only (the load balancer's own tags stay conditioned as published).
             narrowed["Resource"] = own if set(actions) <= _LISTENER_ACTIONS else own[1:]
+        elif set(actions) <= _TARGET_ACTIONS and "Condition" not in statement:
+            # Published without a condition: every target group of the account. Its own carry the tracking tag.
+            narrowed["Condition"] = {"StringEquals": {f"aws:ResourceTag/{TRACKING_TAG}": settings.cluster_name}}
         elif set(actions) <= _INGRESS_RULE_ACTIONS and "Condition" not in statement:
             # The rules it adds to groups it did not create (the nodes' and pods'): groups of this VPC only.
             vpc = f"arn:{Aws.PARTITION}:ec2:{Aws.REGION}:{Aws.ACCOUNT_ID}:vpc/{vpc_id}"
