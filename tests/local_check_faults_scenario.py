@@ -57,7 +57,8 @@ def run(spec: dict[str, Any], work: Path) -> dict[str, Any]:
     noise = noise_floor(*([Answer.from_json(a) for a in lone[k]] for k in ("answers", "batched")))
     args = argparse.Namespace(ready_timeout=60, bench_rates=[], transfer_timeout=1.0)
     port = free_port()
-    cluster = LocalCluster(plan, host, extra, env)
+    # NIXL's exporter ports of its own: the whole-flow test's local cluster may run at the same time (the default's).
+    cluster = LocalCluster(plan, host, extra, env, nixl_port_base=free_port())
     cases = []
     try:
         ray.init(address=cluster.address)

@@ -104,14 +104,35 @@ def run(spec: dict[str, Any]) -> dict[str, Any]:
         observed["node_cpus"] = ray.cluster_resources().get("CPU", 0.0)
         port = free_port()
         serve.start(http_options={"host": "127.0.0.1", "port": port})
-        _get_global_client().deploy_apps(ServeDeploySchema.model_validate({"applications": [application]}))
-        deadline = time.monotonic() + 240
-        status = None
-        while time.monotonic() < deadline:
-            status = serve.status().applications.get(application["name"])
-            if status is not None and status.status in ("RUNNING", "DEPLOY_FAILED"):
-                break
-            time.sleep(0.5)
+
+        def deploy(app: dict[str, Any], timeout_s: float = 240) -> Any:
+            _get_global_client().deploy_apps(ServeDeploySchema.model_validate({"applications": [app]}))
+            deadline = time.monotonic() + timeout_s
+            found = None
+            while time.monotonic() < deadline:
+                found = serve.status().applications.get(app["name"])
+                if found is not None and found.status in ("RUNNING", "DEPLOY_FAILED"):
+                    break
+                time.sleep(0.5)
+            return found
+
+        # The transition the preflight refuses (ray-cluster-change): the keyless application (SERVE_EXPOSURE=cluster),
+        # then the keyed serve config applied in place over pods that never got the ingress module, as KubeRay does
+        # with upgradeStrategy None when only the serve config changes.
+        keyless = json.loads(json.dumps(application))
+        keyless["args"].pop("ingress_cls_config", None)
+        keyless.pop("runtime_env", None)
+        old_pods = json.loads(json.dumps(application).replace(str(module_dir), str(tmp / "no-module")))
+        transition: dict[str, Any] = {"keyless": getattr(deploy(keyless), "status", None)}
+        transition["keyless_models_without_key"] = _call(port, "GET", "/v1/models")[0]
+        failed = deploy(old_pods, timeout_s=120)
+        transition["keyed_on_old_pods"] = getattr(failed, "status", None)
+        transition["keyed_on_old_pods_message"] = str(getattr(failed, "message", ""))[-300:]
+        transition["after_it_models_without_key"] = _call(port, "GET", "/v1/models")[0]
+        observed["transition"] = transition
+        serve.delete(application["name"])  # the re-created serving stack starts with no application
+
+        status = deploy(application)
         observed["app_status"] = status.status if status else None
         observed["app_message"] = status.message if status else None
         if status is None or status.status != "RUNNING":

@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 from tests.conftest import settings_for
+from tools.local_check.controls import lone_controls
 from tools.local_check.plan import prediction
 from tools.local_check.results import (
     CONTEXT_FACTOR,
@@ -24,7 +25,6 @@ from tools.local_check.results import (
     noise_floor,
     parity_row,
 )
-from tools.local_check.runner import _lone_controls
 from tools.local_check.transfer import Transfers, TransferStats, judge_transfer, prometheus_totals
 
 RUNS = Path(__file__).resolve().parent.parent / "docs" / "local-check-runs"
@@ -79,22 +79,20 @@ def test_answers_that_ignore_the_context_fail_the_context_control() -> None:
     same = {"tokens": [7, 7], "top_logprobs": [{"7": -0.1, "8": -2.3}, {"7": -0.1, "8": -2.3}]}
     prompts = [[100] * 40, [101] * 2049]
     report = Report()
-    noise = _lone_controls(report, {"answers": [same, same], "batched": [same, same], "variants": [same, same]},
+    noise = lone_controls(report, {"answers": [same, same], "batched": [same, same], "variants": [same, same]},
                            prompts, 2049)  # fmt: skip
     steps = {s.name: s for s in report.steps}
     assert noise is not None and steps["noise floor"].ok
     assert not steps["context"].ok and "0.000" in steps["context"].detail
     moved = {"tokens": [7, 7], "top_logprobs": [{"7": -0.3, "8": -2.3}, {"7": -0.1, "8": -2.3}]}
     report = Report()
-    _lone_controls(report, {"answers": [same, same], "batched": [same, same], "variants": [same, moved]}, prompts, 2049)
+    lone_controls(report, {"answers": [same, same], "batched": [same, same], "variants": [same, moved]}, prompts, 2049)
     assert {s.name: s.ok for s in report.steps}["context"]
 
 
 def test_no_logprobs_fail_the_noise_floor() -> None:
     report = Report()
-    assert (
-        _lone_controls(report, {"answers": [{"tokens": [1]}], "batched": [{"tokens": [1]}]}, [[5] * 40], 2049) is None
-    )
+    assert lone_controls(report, {"answers": [{"tokens": [1]}], "batched": [{"tokens": [1]}]}, [[5] * 40], 2049) is None
     assert [(s.name, s.ok) for s in report.steps] == [("noise floor", False)]
 
 

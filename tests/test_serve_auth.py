@@ -43,6 +43,15 @@ def test_keys_are_enforced_rotated_without_a_restart_and_never_logged(tmp_path: 
     print(json.dumps({k: v for k, v in seen.items() if k != "calls"}))
     assert seen["app_status"] == "RUNNING", seen.get("app_message")
 
+    # The hazard the preflight's ray-cluster-change refuses (tests/test_day2.py): the keyed serve config applied in
+    # place over pods without the ingress module halts at DEPLOY_FAILED, and Ray keeps the keyless application
+    # serving: without the refusal, a load balancer created by the same deploy would front it.
+    transition = seen["transition"]
+    assert transition["keyless"] == "RUNNING" and transition["keyless_models_without_key"] == 200
+    assert transition["keyed_on_old_pods"] == "DEPLOY_FAILED", transition
+    assert "serve_auth_ingress" in transition["keyed_on_old_pods_message"]
+    assert transition["after_it_models_without_key"] == 200
+
     # The ingress replicas reserve no CPU: the node has none, and both run (so do the stand-in servers, at 0 CPU).
     assert seen["node_cpus"] == 0.0 and seen["cpu_available"] == 0.0
     assert seen["deployments"]["ApiKeyIngress"] == {"RUNNING": 2}

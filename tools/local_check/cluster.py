@@ -82,6 +82,7 @@ class LocalCluster:
         env: dict[str, str],
         *,
         nixl_exporter: bool = True,
+        nixl_port_base: int = NIXL_PORT_BASE,
     ) -> None:
         from ray.cluster_utils import Cluster
 
@@ -109,7 +110,7 @@ class LocalCluster:
                 # Each pod has its own IP; on one host two engines starting at once took the same port.
                 os.environ["VLLM_DP_MASTER_PORT"] = str(DP_MASTER_PORT_BASE + DP_MASTER_PORT_STEP * number)
                 if nixl_exporter:
-                    os.environ[NIXL_PORT_ENV] = str(NIXL_PORT_BASE + number)
+                    os.environ[NIXL_PORT_ENV] = str(nixl_port_base + number)
                 added = self.cluster.add_node(
                     num_cpus=node.num_cpus,
                     num_gpus=node.num_gpus,
@@ -117,7 +118,7 @@ class LocalCluster:
                     labels=node.labels,
                 )
                 if nixl_exporter:
-                    self.nixl_ports[added.node_id] = NIXL_PORT_BASE + number
+                    self.nixl_ports[added.node_id] = nixl_port_base + number
             self.cluster.wait_for_nodes()
         finally:
             os.environ.clear()
