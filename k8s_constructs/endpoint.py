@@ -129,7 +129,8 @@ def ingress_annotations(
 # targets directly and needs no rule.
 API_PREFIX: Final = "/v1"
 # With API keys, a request without a bearer token is refused by the load balancer itself (a fixed 401 in the
-# ingress's error shape), so keyless floods never reach Python; one with a token goes on to the ingress, which checks it.
+# ingress's error shape), so keyless floods never reach Python; one with a token goes on to the ingress, which
+# checks it.
 MISSING_KEY_ACTION: Final = "missing-api-key"
 BEARER_HEADER_VALUE: Final = "Bearer *"  # ALB matches header values with wildcards, case-insensitively
 MISSING_KEY_BODY: Final = json.dumps(

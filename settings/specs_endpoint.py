@@ -20,7 +20,8 @@ ENDPOINT_SPECS: tuple[SettingSpec, ...] = (
         "cluster",
         "Where the OpenAI endpoint is reachable from: `cluster` (pods of SERVE_CLIENT_NAMESPACES, `kubectl"
         " port-forward`), `internal` (an Application Load Balancer with private addresses, for the VPC and networks"
-        " routed to it) or `internet-facing` (public addresses); both in the VPC's public /24 subnets; docs/endpoint.md",
+        " routed to it) or `internet-facing` (public addresses); both in the VPC's public /24 subnets;"
+        " docs/endpoint.md",
         "cluster, internal or internet-facing; internet-facing needs SERVE_CERTIFICATE_ARN and SERVE_ALLOWED_CIDRS",
         change=(
             RECREATE,
