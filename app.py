@@ -46,6 +46,13 @@ def main() -> int:
             " below MAX_MODEL_LEN's limit",
             file=sys.stderr,
         )
+    if not settings.kv_over_efa and settings.gpu_node.efa_interfaces:
+        print(
+            f"notice: KV_TRANSPORT=ucx: {settings.gpu_node.name}'s EFA carries no KV cache (NIXL's UCX backend cannot"
+            " drive it): the cache crosses the nodes over TCP, so a long prompt's hand-over takes seconds, not"
+            " fractions of one; docs/verify.md (The KV path on g6)",
+            file=sys.stderr,
+        )
     if settings.serve_endpoint.exposed and not settings.serve_endpoint.https:
         print(
             "warning: SERVE_CERTIFICATE_ARN=none: the internal load balancer listens on plain HTTP, so API keys,"

@@ -189,10 +189,13 @@ def worker_group_spec(
     request = RayServiceSpecRayClusterConfigWorkerGroupSpecsTemplateSpecContainersResourcesRequests.from_string
     # One worker per GPU node, with all its GPUs and EFA devices (g6.8xlarge: 1 and 1). Without the EFA
     # request the pod gets no EFA device and NIXL falls back to TCP.
+    # KV_TRANSPORT=ucx: no EFA device and no libfabric provider (UCX cannot drive EFA).
     gpus, efa = str(s.gpu_node.gpus), str(s.gpu_node.efa_interfaces)
-    amounts = {"cpu": sized.cpu, "memory": sized.memory, "nvidia.com/gpu": gpus, "vpc.amazonaws.com/efa": efa}
+    amounts = {"cpu": sized.cpu, "memory": sized.memory, "nvidia.com/gpu": gpus}
+    if s.kv_over_efa:
+        amounts["vpc.amazonaws.com/efa"] = efa
     env = [
-        ("FI_PROVIDER", "efa"),
+        *([("FI_PROVIDER", "efa")] if s.kv_over_efa else []),
         ("HF_HOME", MODEL_CACHE_MOUNT),
         # The kernels Triton and torch.compile build at an engine's first start (Qwen3.5's Gated DeltaNet kernels:
         # 233 s of a 250 s engine start on a cold cache, 17 s warm, measured by `make local-check`) kept on the

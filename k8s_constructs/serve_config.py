@@ -36,10 +36,10 @@ KV_ROLES: dict[Phase, str] = {"prefill": "kv_producer", "decode": "kv_consumer"}
 
 @dataclass(frozen=True)
 class KvTransferConfig:
-    """vLLM's KV connector: NIXL over libfabric, so the KV cache crosses nodes on EFA.
+    """vLLM's KV connector: NIXL, over libfabric by default, so the KV cache crosses nodes on EFA (KV_TRANSPORT).
 
-    Without backends=["LIBFABRIC"], NIXL picks UCX, which cannot drive EFA and silently runs at TCP
-    speed: there is no environment variable that selects the backend, only this field.
+    Without backends=["LIBFABRIC"], NIXL picks UCX, which cannot drive EFA and runs at TCP speed: there is no
+    environment variable that selects the backend, only this field. KV_TRANSPORT=ucx asks for that on purpose.
     """
 
     engine_id: Phase
@@ -272,7 +272,7 @@ def pd_application(settings: Settings) -> PdApplication:
             model_id=settings.model_id,
             model_source=settings.model_source,
             engine=EngineKwargs(
-                kv_transfer=KvTransferConfig(engine_id=engine_id),
+                kv_transfer=KvTransferConfig(engine_id=engine_id, backends=(settings.nixl_backend,)),
                 max_model_len=settings.max_model_len,
                 tensor_parallel_size=settings.tensor_parallel_size,
                 enforce_eager=settings.eager(engine_id),

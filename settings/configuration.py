@@ -71,6 +71,7 @@ class Settings:
     model_facts_source: str = ""  # "cached look-up" | "built-in table" | "unknown model"
     model_images: bool = False  # MODEL_IMAGES: a multimodal model keeps its vision tower
     enforce_eager: str = "auto"  # ENFORCE_EAGER: "auto" (per phase, from the fit check) | "true" | "false"
+    kv_transport: str = "libfabric"  # KV_TRANSPORT: NIXL's backend, "libfabric" (over EFA) | "ucx"
     model_source_kms_key_arn: str = ""  # the S3 model bucket's SSE-KMS key; "" = none (SSE-S3)
     model_next_source: str = ""  # MODEL_NEXT_SOURCE: the prefix `make mirror-model` fills next; "" = none
     gcs_fault_tolerance: str = "off"  # "off" | "redis"
@@ -80,6 +81,16 @@ class Settings:
     serve_endpoint: ServeEndpoint = field(
         default_factory=ServeEndpoint
     )  # SERVE_EXPOSURE and its companions (settings/endpoint.py)
+
+    @property
+    def nixl_backend(self) -> str:
+        """NIXL's backend name as vLLM's kv_connector_extra_config takes it (KV_TRANSPORT)."""
+        return self.kv_transport.upper()
+
+    @property
+    def kv_over_efa(self) -> bool:
+        """The KV cache crosses EFA: the workers request EFA devices and set libfabric's provider."""
+        return self.kv_transport == "libfabric"
 
     def eager(self, phase: str) -> bool:
         """enforce_eager of the prefill or decode engine (ENFORCE_EAGER; settings/model_fit.py decides auto)."""

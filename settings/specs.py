@@ -224,6 +224,21 @@ SPECS: tuple[SettingSpec, ...] = (
         change=(IN_PLACE, "serveConfigV2: Ray Serve redeploys the application"),
     ),
     SettingSpec(
+        "KV_TRANSPORT",
+        "libfabric",
+        "NIXL's backend for the KV cache between the phases: libfabric (EFA; on g6/g6e without GPUDirect RDMA"
+        " through host bounce buffers, never yet measured there) or ucx (no EFA: TCP between the nodes, slower but"
+        " NIXL's default and most used path); docs/verify.md (The KV path on g6)",
+        "",
+        parser=Choice(("libfabric", "ucx")),
+        change=(
+            RECREATE,
+            "serveConfigV2 (both engines' backends) and the workers' EFA request and libfabric environment, which are"
+            " RayCluster changes: the preflight refuses the deploy over a running RayService with `make destroy"
+            " STACKS=CLUSTER_NAME-serving && make deploy` (GPU nodes stay)",
+        ),
+    ),
+    SettingSpec(
         "ENFORCE_EAGER",
         "auto",
         "auto: each phase's engine compiles and captures CUDA graphs where the fit check leaves room for their memory"

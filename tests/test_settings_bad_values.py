@@ -240,6 +240,7 @@ def _error(env: dict[str, str] | None = None, context: dict[str, Any] | None = N
         ({"SYSTEM_NODEGROUP_NAME": "system_nodes"}, "SYSTEM_NODEGROUP_NAME", "DNS label"),
         ({"MODEL_IMAGES": "yes"}, "MODEL_IMAGES", "on or off"),
         ({"ENFORCE_EAGER": "yes"}, "ENFORCE_EAGER", "auto, true or false"),
+        ({"KV_TRANSPORT": "efa"}, "KV_TRANSPORT", "libfabric or ucx"),
         ({"MAX_MODEL_LEN": "1048576"}, "MAX_MODEL_LEN", "at most 262144, Qwen/Qwen3.5-9B's native context"),
         ({"MAX_MODEL_LEN": "131072"}, "MAX_MODEL_LEN", "MAX_MODEL_LEN up to"),
     ],

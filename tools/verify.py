@@ -3,7 +3,8 @@
 In order, each with a visible wait where it waits:
 1. rayservice   the RayService Ready for the spec just deployed, its Serve application RUNNING
 2. gpu-nodes    every GPU node advertises the GPUs and EFA devices the instance facts say
-3. nixl         every Ray worker's NIXL backend is LIBFABRIC (UCX, or no backend line, fails)
+3. nixl         every Ray worker's NIXL backend is KV_TRANSPORT's (LIBFABRIC by default: UCX, or no backend line,
+                 fails)
 4. completion   one chat completion through Serve, from inside the cluster, with a non-empty answer (with
                 SERVE_API_KEYS=on, the head pod's own key)
    endpoint     with SERVE_EXPOSURE beyond the cluster: through the load balancer (HTTPS), 401 without a key and a
@@ -363,7 +364,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: verification failed at {', '.join(failed)} (see `look closer` above)", file=sys.stderr)
         return 1
     print(
-        f"verified: {settings.ray_service_name} serves {settings.model_id}, KV cache over LIBFABRIC (EFA); result in"
+        f"verified: {settings.ray_service_name} serves {settings.model_id}, KV cache over {settings.nixl_backend}"
+        f"{' (EFA)' if settings.kv_over_efa else ''}; result in"
         f" {args.result}"
     )
     return 0

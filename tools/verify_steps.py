@@ -52,7 +52,8 @@ def check_gpu_nodes(settings: Settings, nodes: dict[str, Any]) -> Step:
 
 
 def check_nixl(settings: Settings, backends: dict[str, str]) -> Step:
-    bad = {pod: b for pod, b in backends.items() if b != "LIBFABRIC"}
+    """Every Ray worker instantiated the backend KV_TRANSPORT asks for (LIBFABRIC by default; UCX then fails)."""
+    bad = {pod: b for pod, b in backends.items() if b != settings.nixl_backend}
     detail = ", ".join(f"{pod}: {b}" for pod, b in sorted(backends.items())) or "no Ray worker pods"
     ok = bool(backends) and not bad
     look = (
