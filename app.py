@@ -7,15 +7,15 @@ import os
 import sys
 
 from settings import SettingError, load_settings
-from settings.loader import near_misses
+from settings.loader import misspelt_settings
 from stacks.application import build_stacks, new_app, synthesize_or_say_why
 
 
 def main() -> int:
     app = new_app()
-    for warning in near_misses(os.environ):
-        print(warning, file=sys.stderr)
     try:
+        for warning in misspelt_settings(os.environ):
+            print(warning, file=sys.stderr)
         settings = load_settings(os.environ, app.node.get_all_context())
     except SettingError as error:
         print(f"error: {error}", file=sys.stderr)

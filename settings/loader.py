@@ -52,6 +52,9 @@ def check_context_keys(context: Mapping[str, Any]) -> None:
             raise SettingError(key, context[key], f"a known context key{hint}; see docs/settings.md")
 
 
+NEAR_MISS_CUTOFF = 0.88  # difflib's ratio from which a name reads as a misspelt setting (PREFIL_REPLICAS)
+
+
 def near_misses(environ: Mapping[str, str]) -> list[str]:
     """One warning per environment variable that is no setting but looks like a misspelt one (PREFIL_REPLICAS): it
     would be ignored without a word, while a misspelt `-c` key is refused (check_context_keys)."""
@@ -60,11 +63,37 @@ def near_misses(environ: Mapping[str, str]) -> list[str]:
     for name in sorted(environ):
         if name in SPECS_BY_ENV or not re.fullmatch(r"[A-Z][A-Z0-9_]*", name):
             continue
-        match = difflib.get_close_matches(name, known, n=1, cutoff=0.88)
+        match = difflib.get_close_matches(name, known, n=1, cutoff=NEAR_MISS_CUTOFF)
         if match:
             warnings.append(
                 f"warning: {name} is not a setting and is ignored (did you mean {match[0]}?); see docs/settings.md"
             )
+    return warnings
+
+
+# Where a misspelt setting stops the synth instead of a warning: CI (GitHub Actions and most CI services set it), or
+# anyone who asks. A warning scrolls past in a CI log while the deploy goes on with the default.
+STRICT_SWITCHES = ("CI", "STRICT_SETTINGS")
+
+
+def strict_settings(environ: Mapping[str, str]) -> bool:
+    return any(environ.get(name, "").strip().lower() not in ("", "0", "false", "no", "off") for name in STRICT_SWITCHES)
+
+
+def misspelt_settings(environ: Mapping[str, str]) -> list[str]:
+    """near_misses' warnings; with CI or STRICT_SETTINGS set, the first misspelt setting stops the synth (one line)."""
+    warnings = near_misses(environ)
+    if warnings and strict_settings(environ):
+        known = sorted(SPECS_BY_ENV)
+        for name in sorted(environ):
+            match = difflib.get_close_matches(name, known, n=1, cutoff=NEAR_MISS_CUTOFF)
+            if name not in SPECS_BY_ENV and re.fullmatch(r"[A-Z][A-Z0-9_]*", name) and match:
+                raise SettingError(
+                    name,
+                    environ[name],
+                    f"no such setting (did you mean {match[0]}?); with CI or STRICT_SETTINGS set a misspelt setting"
+                    " stops the synth instead of deploying the default; see docs/settings.md",
+                )
     return warnings
 
 

@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 from settings import SettingError
+from settings.loader import STRICT_SWITCHES
 from settings.specs import SPECS
 from tests.conftest import REPO, run_entry_point, settings_for
 from tests.pinned import pinned_environ
@@ -323,10 +324,39 @@ def test_a_misspelt_environment_setting_is_warned_about_in_one_line(
     ]
     # app.py's main() in this process (the test above runs the real process).
     status, _, stderr = run_entry_point(
-        "app", {"PREFIL_REPLICAS": "2", "GPU_NODE_TYPE": "m7i.xlarge"}, tmp_path / "out", monkeypatch, capfd
+        "app",
+        {"PREFIL_REPLICAS": "2", "GPU_NODE_TYPE": "m7i.xlarge"},
+        tmp_path / "out",
+        monkeypatch,
+        capfd,
+        unset=STRICT_SWITCHES,  # outside CI: a warning (the test below: CI)
     )
     assert status == 2
     assert [line for line in stderr.splitlines() if line.startswith("warning: ")] == [
         "warning: PREFIL_REPLICAS is not a setting and is ignored (did you mean PREFILL_REPLICAS?); see"
         " docs/settings.md"
     ]
+
+
+@pytest.mark.parametrize("switch", ["CI", "STRICT_SETTINGS"])
+def test_with_ci_or_strict_settings_a_misspelt_setting_stops_the_synth(
+    switch: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]
+) -> None:
+    """In CI a warning scrolls past and the deploy goes on with the default GPU: GPU_NODETYPE stops it there."""
+    status, _, stderr = run_entry_point(
+        "app",
+        {switch: "true", "GPU_NODETYPE": "p5.48xlarge"},
+        tmp_path / "out",
+        monkeypatch,
+        capfd,
+        unset=STRICT_SWITCHES,
+    )
+    assert status == 2
+    assert stderr.strip().splitlines() == [
+        "error: GPU_NODETYPE='p5.48xlarge' is not allowed: no such setting (did you mean GPU_NODE_TYPE?); with CI or"
+        " STRICT_SETTINGS set a misspelt setting stops the synth instead of deploying the default; see"
+        " docs/settings.md"
+    ]
+    from settings.loader import strict_settings
+
+    assert not strict_settings({"CI": "false", "STRICT_SETTINGS": "0"}) and strict_settings({"CI": "1"})

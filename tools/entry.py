@@ -12,7 +12,7 @@ from typing import Protocol, TypeVar
 from preflight.cluster_access import ClusterUnreachable, Kubectl, cluster_kubectl
 from settings import SettingError, Settings, load_settings
 from settings.context_files import read_project_context
-from settings.loader import near_misses
+from settings.loader import misspelt_settings
 
 
 class Main(Protocol):
@@ -21,7 +21,7 @@ class Main(Protocol):
 
 def project_settings() -> Settings:
     """The settings of this checkout: environment, then cdk.json and the cached look-ups."""
-    for warning in near_misses(os.environ):
+    for warning in misspelt_settings(os.environ):
         print(warning, file=sys.stderr)
     return load_settings(os.environ, read_project_context())
 
