@@ -104,7 +104,7 @@ def instance_type_context_key(name: str) -> str:
 
 
 def _gpu(
-    name: str, vcpus: int, memory_gib: int, gpus: int, model: str, gpu_gib: int, cards: int, nvme_gb: int
+    name: str, vcpus: int, memory_gib: int, gpus: int, model: str, gpu_mib: int, cards: int, nvme_gb: int
 ) -> InstanceFacts:
     return InstanceFacts(
         name=name,
@@ -112,32 +112,36 @@ def _gpu(
         memory_mib=memory_gib * 1024,
         gpus=gpus,
         gpu_model=model,
-        gpu_memory_mib=gpu_gib * 1024,
+        gpu_memory_mib=gpu_mib,
         network_cards=cards,
         efa_supported=True,
         local_nvme_gb=nvme_gb,
     )
 
 
-# EFA-capable NVIDIA GPU types (AWS EC2 accelerated-computing specifications).
+# EFA-capable NVIDIA GPU types, in the figures of EC2's DescribeInstanceTypes (what `make lookup` caches for other
+# types, so a built-in type and a looked-up one read alike): a GPU's memory as EC2 reports it (an L4's "24 GB" is
+# 22,888 MiB there), the instance store's total. tests/test_instance_facts.py holds each row against moto's copy of
+# that data.
+_L4, _A10G, _L40S, _A100, _H100 = 22888, 22888, 45776, 40960, 81920
 _GPU_TYPES: tuple[InstanceFacts, ...] = (
-    _gpu("g5.8xlarge", 32, 128, 1, "A10G", 24, 1, 900),
-    _gpu("g5.12xlarge", 48, 192, 4, "A10G", 24, 1, 3800),
-    _gpu("g5.16xlarge", 64, 256, 1, "A10G", 24, 1, 1900),
-    _gpu("g5.24xlarge", 96, 384, 4, "A10G", 24, 1, 3800),
-    _gpu("g5.48xlarge", 192, 768, 8, "A10G", 24, 1, 7600),
-    _gpu("g6.8xlarge", 32, 128, 1, "L4", 24, 1, 900),
-    _gpu("g6.12xlarge", 48, 192, 4, "L4", 24, 1, 3760),
-    _gpu("g6.16xlarge", 64, 256, 1, "L4", 24, 1, 1880),
-    _gpu("g6.24xlarge", 96, 384, 4, "L4", 24, 1, 3760),
-    _gpu("g6.48xlarge", 192, 768, 8, "L4", 24, 1, 7520),
-    _gpu("g6e.8xlarge", 32, 256, 1, "L40S", 48, 1, 900),
-    _gpu("g6e.12xlarge", 48, 384, 4, "L40S", 48, 1, 3800),
-    _gpu("g6e.16xlarge", 64, 512, 1, "L40S", 48, 1, 1900),
-    _gpu("g6e.24xlarge", 96, 768, 4, "L40S", 48, 2, 3800),
-    _gpu("g6e.48xlarge", 192, 1536, 8, "L40S", 48, 4, 7600),
-    _gpu("p4d.24xlarge", 96, 1152, 8, "A100", 40, 4, 8000),
-    _gpu("p5.48xlarge", 192, 2048, 8, "H100", 80, 32, 30720),
+    _gpu("g5.8xlarge", 32, 128, 1, "A10G", _A10G, 1, 900),
+    _gpu("g5.12xlarge", 48, 192, 4, "A10G", _A10G, 1, 3800),
+    _gpu("g5.16xlarge", 64, 256, 1, "A10G", _A10G, 1, 1900),
+    _gpu("g5.24xlarge", 96, 384, 4, "A10G", _A10G, 1, 3800),
+    _gpu("g5.48xlarge", 192, 768, 8, "A10G", _A10G, 1, 7600),
+    _gpu("g6.8xlarge", 32, 128, 1, "L4", _L4, 1, 900),
+    _gpu("g6.12xlarge", 48, 192, 4, "L4", _L4, 1, 3760),
+    _gpu("g6.16xlarge", 64, 256, 1, "L4", _L4, 1, 1880),
+    _gpu("g6.24xlarge", 96, 384, 4, "L4", _L4, 1, 3760),
+    _gpu("g6.48xlarge", 192, 768, 8, "L4", _L4, 1, 7520),
+    _gpu("g6e.8xlarge", 32, 256, 1, "L40S", _L40S, 1, 900),
+    _gpu("g6e.12xlarge", 48, 384, 4, "L40S", _L40S, 1, 3800),
+    _gpu("g6e.16xlarge", 64, 512, 1, "L40S", _L40S, 1, 1900),
+    _gpu("g6e.24xlarge", 96, 768, 4, "L40S", _L40S, 2, 3800),
+    _gpu("g6e.48xlarge", 192, 1536, 8, "L40S", _L40S, 4, 7600),
+    _gpu("p4d.24xlarge", 96, 1152, 8, "A100", _A100, 4, 8000),
+    _gpu("p5.48xlarge", 192, 2048, 8, "H100", _H100, 32, 30400),
 )
 
 # General-purpose, compute and memory x86 families for the system nodes: vCPUs follow the size and
@@ -158,11 +162,17 @@ _CPU_SIZES: dict[str, int] = {
 }
 
 
+# c5 predates the 8xlarge/16xlarge sizes: it has 9xlarge (36 vCPUs) and 18xlarge (72) instead.
+_FAMILY_SIZES: dict[str, dict[str, int]] = {
+    "c5": {**{k: v for k, v in _CPU_SIZES.items() if k not in ("8xlarge", "16xlarge")}, "9xlarge": 36}
+}
+
+
 def _cpu_types() -> tuple[InstanceFacts, ...]:
     return tuple(
         InstanceFacts(name=f"{family}.{size}", vcpus=vcpus, memory_mib=vcpus * gib_per_vcpu * 1024)
         for family, gib_per_vcpu in _CPU_FAMILIES.items()
-        for size, vcpus in _CPU_SIZES.items()
+        for size, vcpus in _FAMILY_SIZES.get(family, _CPU_SIZES).items()
     )
 
 
