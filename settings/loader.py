@@ -167,11 +167,13 @@ def _capacity(raw: Mapping[str, str], kind: str) -> tuple[str, str]:
 
 def _image(raw: str, region: str) -> str:
     if raw == versions.DLC_IMAGE_TEMPLATE and region in DLC_OPT_IN_REGIONS:
+        # The user set REGION, not DLC_IMAGE: the message is about the Region, and says what to set.
         raise SettingError(
-            "DLC_IMAGE",
-            raw,
-            f"an image you set explicitly for REGION={region}: opt-in Regions serve the DLCs from another account than "
-            f"763104351884 (or use the public copy {versions.DLC_PUBLIC_IMAGE})",
+            "REGION",
+            region,
+            "a Region whose Deep Learning Containers the default DLC_IMAGE reaches; an opt-in Region serves them from"
+            " another account than 763104351884: set DLC_IMAGE to that Region's image, or to the public copy"
+            f" {versions.DLC_PUBLIC_IMAGE}",
         )
     image = raw.replace("${REGION}", region)
     if not re.fullmatch(
@@ -186,12 +188,13 @@ def _image(raw: str, region: str) -> str:
 def _tensor_parallel_size(raw: str, gpu_node: InstanceFacts) -> int:
     size = integer("TENSOR_PARALLEL_SIZE", raw, 1, 8)
     if size not in (1, 2, 4, 8) or size > gpu_node.gpus:
-        allowed = ", ".join(str(n) for n in (1, 2, 4, 8) if n <= gpu_node.gpus)
+        sizes = [str(n) for n in (1, 2, 4, 8) if n <= gpu_node.gpus]
+        allowed = sizes[0] if len(sizes) == 1 else f"{', '.join(sizes[:-1])} or {sizes[-1]}"
         raise SettingError(
             "TENSOR_PARALLEL_SIZE",
             raw,
-            f"{allowed}: a tensor-parallel engine stays inside one node, and {gpu_node.name} has {gpu_node.gpus}"
-            " GPU(s)",
+            f"{'only ' if len(sizes) == 1 else ''}{allowed} on {gpu_node.name}, which has {gpu_node.gpus} GPU(s): a"
+            " tensor-parallel engine stays inside one node",
         )
     return size
 

@@ -21,8 +21,15 @@ def _instance_facts(env: str, name: str, context: Mapping[str, Any], suggestions
     if name in BUILT_IN:
         return BUILT_IN[name]  # known good: skip loading the EC2 API model
     if not INSTANCE_TYPE_PATTERN.fullmatch(name) or name not in known_instance_types():
-        # A suggestion only among the types this setting takes (not g6.xlarge, which has no EFA, for g6.8xlarg).
-        raise SettingError(env, name, f"an EC2 instance type{closest(name, suggestions)}")
+        # A suggestion only among the types this setting takes (not g6.xlarge, which has no EFA, for g6.8xlarg); a
+        # GPU's name (h100, L4) gets the types that carry it.
+        carriers = [t for t in suggestions if BUILT_IN[t].gpu_model and BUILT_IN[t].gpu_model.lower() == name.lower()]
+        hint = (
+            f" ({BUILT_IN[carriers[0]].gpu_model} is a GPU; the types with it: {', '.join(carriers)})"
+            if carriers
+            else closest(name, suggestions)
+        )
+        raise SettingError(env, name, f"an EC2 instance type{hint}")
     cached = context.get(instance_type_context_key(name))
     if isinstance(cached, Mapping):
         return InstanceFacts.from_context(cached)

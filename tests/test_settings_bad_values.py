@@ -47,7 +47,7 @@ def _error(env: dict[str, str] | None = None, context: dict[str, Any] | None = N
         (
             {"TENSOR_PARALLEL_SIZE": "2"},
             "TENSOR_PARALLEL_SIZE",
-            "1: a tensor-parallel engine stays inside one node, and g6.8xlarge has 1 GPU(s)",
+            "only 1 on g6.8xlarge, which has 1 GPU(s): a tensor-parallel engine stays inside one node",
         ),
         ({"TENSOR_PARALLEL_SIZE": "16"}, "TENSOR_PARALLEL_SIZE", "whole number from 1 to 8"),
         ({"K8S_VERSION": "1.29"}, "K8S_VERSION", "1.34, 1.35, 1.36"),
@@ -188,7 +188,13 @@ def _error(env: dict[str, str] | None = None, context: dict[str, Any] | None = N
             "PUBLIC_ACCESS_CIDRS",
             "unless ENDPOINT_ACCESS=public-and-private",
         ),
-        ({"REGION": "ap-east-1"}, "DLC_IMAGE", "opt-in Regions"),
+        ({"REGION": "ap-east-1"}, "REGION", "an opt-in Region serves them from another account"),
+        ({"GPU_NODE_TYPE": "h100"}, "GPU_NODE_TYPE", "(H100 is a GPU; the types with it: p5.48xlarge)"),
+        (
+            {"GPU_NODE_TYPE": "g6.12xlarge", "TENSOR_PARALLEL_SIZE": "8"},
+            "TENSOR_PARALLEL_SIZE",
+            "1, 2 or 4 on g6.12xlarge, which has 4 GPU(s)",
+        ),
         ({"SYSTEM_ROOT_VOLUME_GIB": "20"}, "SYSTEM_ROOT_VOLUME_GIB", "whole number from 80 to 1000"),
         ({"VPC_CIDR": "8.8.0.0/16"}, "VPC_CIDR", "private IPv4 CIDR"),
         ({"ENDPOINT_ACCESS": "open"}, "ENDPOINT_ACCESS", "public-and-private, private or public"),
