@@ -176,7 +176,7 @@ checkov: synth .checkov-venv/.installed ## checkov: every CloudFormation check (
 	.checkov-venv/bin/checkov --skip-download --quiet --compact --framework cloudformation -d cdk.out
 	OBSERVABILITY=on $(CDK) synth --quiet -o cdk.out.observability
 	.checkov-venv/bin/checkov --skip-download --quiet --compact --framework cloudformation -f cdk.out.observability/*-observability.template.json
-	SERVE_EXPOSURE=internal SERVE_CERTIFICATE_ARN=arn:aws:acm:$${REGION:-sa-east-1}:123456789012:certificate/0123abcd-0123-4567-89ab-0123456789ab \
+	SERVE_EXPOSURE=internal SERVE_CERTIFICATE_ARN=$$($(PY) -m tools.k8s_objects --example-certificate-arn) \
 	  SERVE_HOSTNAME=llm.example.com SERVE_HOSTED_ZONE_ID=Z0123456789ABCDEFGHIJ SERVE_ACCESS_LOGS=on $(CDK) synth --quiet -o cdk.out.endpoint
 	.checkov-venv/bin/checkov --skip-download --quiet --compact --framework cloudformation -f cdk.out.endpoint/*-system.template.json -f cdk.out.endpoint/*-serving.template.json
 	HF_TOKEN_SECRET_NAME=checkov/hf-token $(CDK) synth --quiet -o cdk.out.hf-token

@@ -85,6 +85,8 @@ def test_a_flipped_default_breaks_only_the_defaults_tests() -> None:
         "tests/test_preflight_first_deploy.py",
         "tests/test_preflight_reservation.py",
         "tests/test_dist.py::test_dist_is_in_step_with_the_code",
+        # It wrote the default Region into its example certificate (a second place for the default): it follows it now.
+        "tests/test_accepted_findings.py::test_checkov_sees_the_pods_kuberay_makes",
     )
     failed = sorted(line.split()[1] for line in flipped.stdout.splitlines() if line.startswith("FAILED "))
     assert failed == [

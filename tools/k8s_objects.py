@@ -132,18 +132,28 @@ def kuberay_pods(ray_service: dict[str, Any]) -> list[dict[str, Any]]:
 
 # A configuration with the endpoint beyond the cluster and API keys (docs/endpoint.md): its chart, with the placeholders
 # dist/ uses for the deploy-time names (the templates hold them as tokens, which cannot be read offline).
-ENDPOINT_EXAMPLE = {
-    "SERVE_EXPOSURE": "internal",
-    "SERVE_CERTIFICATE_ARN": "arn:aws:acm:sa-east-1:123456789012:certificate/0123abcd-0123-4567-89ab-0123456789ab",
-    "SERVE_HOSTNAME": "llm.example.com",
-}
+def example_certificate_arn(region: str) -> str:
+    """A well-formed ACM certificate ARN of `region` (the synth checks that it is the deploy Region's)."""
+    return f"arn:aws:acm:{region}:123456789012:certificate/0123abcd-0123-4567-89ab-0123456789ab"
+
+
+def endpoint_example() -> dict[str, str]:
+    """The exposed configuration over the code's defaults: its certificate in the default Region, whatever that is
+    (declared once, in settings/specs_infra.py)."""
+    from settings.loader import SPECS_BY_ENV
+
+    return {
+        "SERVE_EXPOSURE": "internal",
+        "SERVE_CERTIFICATE_ARN": example_certificate_arn(SPECS_BY_ENV["REGION"].default),
+        "SERVE_HOSTNAME": "llm.example.com",
+    }
 
 
 def endpoint_objects() -> Iterator[tuple[str, dict[str, Any]]]:
     from settings import load_settings
     from stacks.serving_stack import build_rayservice_chart
 
-    for obj in build_rayservice_chart(load_settings(ENDPOINT_EXAMPLE, {})).to_json():
+    for obj in build_rayservice_chart(load_settings(endpoint_example(), {})).to_json():
         yield "the SERVE_EXPOSURE=internal chart", obj
 
 
@@ -174,6 +184,12 @@ def write(outdir: Path, assemblies: list[Path]) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
+    if (argv if argv is not None else sys.argv[1:]) == ["--example-certificate-arn"]:
+        # `make checkov`'s exposed-endpoint synth: a certificate in the Region this checkout deploys to.
+        from tools.entry import project_settings
+
+        print(example_certificate_arn(project_settings().region))
+        return 0
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("outdir", type=Path)
     parser.add_argument("assemblies", type=Path, nargs="+")
