@@ -22,6 +22,7 @@ from tests.loopback import free_port
 from tools.local_check.application import check_application
 from tools.local_check.client import parity_prompts
 from tools.local_check.cluster import LocalCluster, worker_env
+from tools.local_check.controls import LoneEngine
 from tools.local_check.results import Answer, Report, noise_floor
 from tools.local_check.shape import GIB, Target, accelerator_resources, patch_serve_config, serve_config
 
@@ -70,8 +71,8 @@ def run(spec: dict[str, Any], work: Path) -> dict[str, Any]:
                 swap_phase_resources(config)
             report = Report()
             check_application(
-                report, "pd", config, plan, engine, cluster, f"http://127.0.0.1:{port}", None, prompts, lone, noise,
-                MATCHED, measured, args, "/m",
+                report, "pd", config, plan, engine, cluster, f"http://127.0.0.1:{port}", None, prompts,
+                LoneEngine(lone, noise, MATCHED, measured), args, "/m",
             )  # fmt: skip
             serve.delete(config["applications"][0]["name"])
             failed = [step for step in report.steps if not step.ok]

@@ -12,12 +12,12 @@ from typing import Any
 from tools.local_check.client import check_routes, nixl_lines, pd_answer, run_bench, wait_ready
 from tools.local_check.cluster import LocalCluster
 from tools.local_check.compare import figure
+from tools.local_check.controls import LoneEngine
 from tools.local_check.engines import Engine
 from tools.local_check.placement import engine_pids, judge_placement, logs_of, ray_tables, read_placement
 from tools.local_check.results import (
     Answer,
     MemoryRow,
-    NoiseFloor,
     ParityRow,
     Report,
     compare_memory,
@@ -101,10 +101,7 @@ def check_application(
     base: str,
     key: str | None,
     prompts: list[list[int]],
-    lone: dict[str, Any],
-    noise: NoiseFloor | None,
-    matched_length: int,
-    lone_measured: dict[str, float],
+    lone: LoneEngine,
     args: argparse.Namespace,
     model: str,
 ) -> None:
@@ -152,9 +149,6 @@ def check_application(
             key,
             prompts,
             lone,
-            noise,
-            matched_length,
-            lone_measured,
             args.transfer_timeout,
         )
     else:
@@ -164,10 +158,10 @@ def check_application(
                 len(p),
                 pd_answer(base, plan["model"]["id"], p, key),
                 Answer.from_json(ref),
-                noise,
-                matched=len(p) == matched_length,
+                lone.noise,
+                matched=len(p) == lone.matched_length,
             )
-            for p, ref in zip(prompts, lone.get("answers", []), strict=True)
+            for p, ref in zip(prompts, lone.answers, strict=True)
         ]
         report.add(f"{prefix}parity", bool(rows) and all(r.ok for r in rows), ", ".join(r.describe() for r in rows))
     if args.bench_rates != []:
@@ -191,10 +185,7 @@ def _check_pd(
     base: str,
     key: str | None,
     prompts: list[list[int]],
-    lone: dict[str, Any],
-    noise: NoiseFloor | None,
-    matched_length: int,
-    lone_measured: dict[str, float],
+    lone: LoneEngine,
     transfer_timeout: float,
 ) -> None:
     """PD's own steps: placement read back, each engine's memory, parity on logprobs with the bytes each request's
@@ -206,24 +197,31 @@ def _check_pd(
     decode_node = next((p.node_id for p in placed if p.phase == "decode"), "")
     pids = engine_pids(placed, actors)
     texts = {phase: logs_of(cluster.log_dir(), pids.get(phase, set())) for phase in ("prefill", "decode")}
-    _pd_memory(report, plan, texts, lone_measured)
+    _pd_memory(report, plan, texts, lone.measured)
 
     stats = TransferStats(metrics_urls, cluster.nixl_url(decode_node))
     block = block_size(texts["decode"])
     hybrid = bool(plan["model"]["hybrid_gdn"])
-    variants: list[Answer | None] = [Answer.from_json(v) for v in lone.get("variants", [])] or [None] * len(prompts)
+    variants: list[Answer | None] = [Answer.from_json(v) for v in lone.result.get("variants", [])] or [None] * len(
+        prompts
+    )
     rows: list[ParityRow] = []
     verdicts: list[TransferVerdict] = []
     answers: list[dict[str, Any]] = []
     before = stats.settled()  # the route checks' requests moved KV too
-    for prompt, reference, variant in zip(prompts, lone.get("answers", []), variants, strict=True):
+    for prompt, reference, variant in zip(prompts, lone.answers, variants, strict=True):
         answer = pd_answer(base, plan["model"]["id"], prompt, key)
         moved = stats.since(before, timeout_s=transfer_timeout)
         before = before.plus(moved)
         verdict = judge_transfer(len(prompt), moved, plan["predicted"]["decode"], block, hybrid)
         verdicts.append(verdict)
         row = parity_row(
-            len(prompt), answer, Answer.from_json(reference), noise, variant, matched=len(prompt) == matched_length
+            len(prompt),
+            answer,
+            Answer.from_json(reference),
+            lone.noise,
+            variant,
+            matched=len(prompt) == lone.matched_length,
         )
         rows.append(replace(row, transfer_bytes=moved.bytes))
         answers.append(
@@ -236,7 +234,7 @@ def _check_pd(
     report.add(
         "parity (matched path)",
         bool(matched) and all(r.ok for r in matched),
-        ", ".join(r.describe() for r in matched) or f"no prompt of {matched_length} tokens",
+        ", ".join(r.describe() for r in matched) or f"no prompt of {lone.matched_length} tokens",
     )
     report.add("parity (other lengths)", all(r.ok for r in others), ", ".join(r.describe() for r in others))
     report.facts["transfers"] = [

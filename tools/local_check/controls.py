@@ -4,6 +4,7 @@ token changed), which shows that parity on the matched path can fail."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from tools.local_check.results import (
@@ -16,6 +17,22 @@ from tools.local_check.results import (
     logprob_shift,
     noise_floor,
 )
+
+
+@dataclass(frozen=True)
+class LoneEngine:
+    """What the lone engine gives the application's checks: its answers (alone, batched, first token changed), the
+    noise floor they set, the matched prompts' length, and its memory report."""
+
+    result: dict[str, Any]
+    noise: NoiseFloor | None
+    matched_length: int
+    measured: dict[str, float]
+
+    @property
+    def answers(self) -> list[dict[str, Any]]:
+        answers: list[dict[str, Any]] = self.result.get("answers", [])
+        return answers
 
 
 def lone_controls(

@@ -23,17 +23,18 @@ import json
 import os
 import secrets
 import sys
+from collections.abc import Callable
 from dataclasses import asdict
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from k8s_constructs.ray_facts import SERVE_PORT
 from tools.local_check.application import check_application
 from tools.local_check.client import parity_prompts
 from tools.local_check.cluster import CLUSTER_CHANGES, RAY_CHANGES, LocalCluster, worker_env
 from tools.local_check.compare import RESULT_FILE, compare_modes, write_outputs
-from tools.local_check.controls import lone_controls
+from tools.local_check.controls import LoneEngine, lone_controls
 from tools.local_check.engines import PARITY_MAX_TOKENS, Engine, MissingPrerequisite, load_engine
 from tools.local_check.model import model_dir
 from tools.local_check.results import (
@@ -64,6 +65,7 @@ from tools.local_check.tokenizer import vocab_size
 AUTH_MODULE_DIR = Path(__file__).resolve().parents[2] / "k8s_constructs" / "data"
 READY_TIMEOUT_S = 1200
 EXIT_MISSING = 2  # no GPU, other versions: the check could not run
+T = TypeVar("T")
 MATCHED_PROMPTS = 3  # prompts on the matched path, where PD must equal the lone engine
 
 
@@ -179,6 +181,7 @@ def run(args: argparse.Namespace, engine: Engine) -> Report:
             report.add(f"memory {name}", all(r.ok for r in rows), describe_memory(rows))
     kv_bytes = int(min(references[p][1].get("kv_cache_gib", 0) for p in references) * GIB) or None
     noise = lone_controls(report, references["decode"][0], prompts, matched_length)
+    lone = LoneEngine(references["decode"][0], noise, matched_length, references["decode"][1])
 
     # The PD application on the local cluster.
     patched, changes = patch(shared_gpu=shared_gpu, kv_cache_bytes=kv_bytes)
@@ -231,10 +234,7 @@ def run(args: argparse.Namespace, engine: Engine) -> Report:
                 base,
                 key,
                 prompts,
-                references["decode"][0],
-                noise,
-                matched_length,
-                references["decode"][1],
+                lone,
                 args,
                 model,
             )
@@ -254,6 +254,11 @@ def run(args: argparse.Namespace, engine: Engine) -> Report:
         finally:
             cluster.shutdown()
     return report
+
+
+def _comma_list(kind: Callable[[str], T]) -> Callable[[str], list[T]]:
+    """An option's comma-separated values (empty: none)."""
+    return lambda text: [kind(x) for x in text.split(",") if x]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -283,7 +288,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--parity-prompts", type=int, default=4)
     parser.add_argument(
         "--parity-lengths",
-        type=lambda text: [int(x) for x in text.split(",") if x],
+        type=_comma_list(int),
         default=None,
         help="comma-separated prompt lengths instead of --parity-prompts' spread (e.g. around the hybrid block size)",
     )
@@ -293,7 +298,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument(
         "--bench-rates",
-        type=lambda text: [float(x) for x in text.split(",") if x],
+        type=_comma_list(float),
         default=None,
         help="comma-separated; empty: no benchmark",
     )
