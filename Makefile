@@ -10,7 +10,7 @@ CDK := node_modules/.bin/cdk
 export JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION := 20
 ARGS ?=
 
-.PHONY: endpoint api-key local-check mirror-model vendor-kuberay docs docs-tables status verify verify-efa bench-serving help install install-dev synth test lint format diff deploy destroy park review stacks kubeconfig kuberay-crds wait-ready bench lookup preflight imports dist settings-table checkov ci-access ci-access-synth clean
+.PHONY: endpoint api-key api-key-check local-check mirror-model vendor-kuberay docs docs-tables status verify verify-efa bench-serving help install install-dev synth test lint format diff deploy destroy park review stacks kubeconfig kuberay-crds wait-ready bench lookup preflight imports dist settings-table checkov ci-access ci-access-synth clean
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-15s %s\n", $$1, $$2}'
@@ -118,6 +118,9 @@ endpoint: install ## The Serve endpoint's URL and an OpenAI SDK example (SERVE_E
 
 api-key: install ## How to fetch an API key of the endpoint (SERVE_API_KEYS=on): the command, never the key itself
 	$(PY) -m tools.endpoint api-key
+
+api-key-check: install ## Check a new key set before put-secret-value (KEYS=FILE): JSON name -> key, each long enough for the ingress
+	$(PY) -m tools.endpoint check-keys $(KEYS)
 
 verify: install ## The post-deploy gate: RayService ready, GPU/EFA on every GPU node, NIXL on LIBFABRIC, one completion; phase times (VERIFY_TIMEOUT=45m)
 	$(PY) -m tools.verify

@@ -166,3 +166,30 @@ print(json.dumps(out))
         "401: 4 request(s) without a valid API key (the last: POST '/v1/completions')",
     ]
     assert any("keeping the 1 key(s) it held last" in line for line in seen["errors"])
+
+
+def test_a_new_key_set_is_checked_before_it_is_put(tmp_path: Path) -> None:
+    """`make api-key-check KEYS=FILE`: what the ingress would take from the value, or one line on what is wrong with
+    it, before put-secret-value (a malformed value keeps the old keys; a short key is refused)."""
+    import re
+
+    import pytest
+
+    from tools.endpoint import check_keys, ingress_min_key_length
+
+    good = "k" * ingress_min_key_length()
+    assert check_keys(json.dumps({"default": good, "team-a": good})) == (
+        "2 key(s) named ['default', 'team-a']: put it with put-secret-value (docs/endpoint.md)"
+    )
+    assert check_keys("{}").startswith("{}: every key revoked")
+    for text, wrong in (
+        ('{"default": "' + good, "not JSON"),
+        ('["' + good + '"]', "not a JSON object"),
+        (json.dumps({"default": good[:-1]}), "keys ['default'] are not strings of at least"),
+        (json.dumps({"default": 12345}), "keys ['default'] are not strings"),
+    ):
+        with pytest.raises(ValueError, match=re.escape(wrong)):
+            check_keys(text)
+    # The same minimum as the module's, which refuses shorter keys itself (the test above).
+    sys.path.insert(0, str(AUTH_MODULE_FILE.parent))
+    assert "MIN_KEY_LENGTH = 32" in AUTH_MODULE_FILE.read_text() and ingress_min_key_length() == 32

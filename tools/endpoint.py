@@ -16,9 +16,11 @@ import sys
 import urllib.error
 import urllib.request
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from k8s_constructs.endpoint import DNS_NAME_PATH, ingress_name
+from k8s_constructs.serve_config import AUTH_MODULE_FILE
 from preflight.cluster_access import ClusterUnreachable, Kubectl, cluster_kubectl
 from settings import Settings
 from tools.entry import one_line_errors, project_settings
@@ -143,11 +145,56 @@ def api_key_howto(settings: Settings, secret_arn: str) -> str:
     )
 
 
+def ingress_min_key_length() -> int:
+    """The ingress module's MIN_KEY_LENGTH, read from its source (the module imports Ray, which this tool may lack)."""
+    import ast
+
+    tree = ast.parse(AUTH_MODULE_FILE.read_text())
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and any(getattr(t, "id", "") == "MIN_KEY_LENGTH" for t in node.targets):
+            value = ast.literal_eval(node.value)
+            if isinstance(value, int):
+                return value
+    raise RuntimeError(f"{AUTH_MODULE_FILE.name} declares no MIN_KEY_LENGTH")
+
+
+def check_keys(text: str) -> str:
+    """What the ingress would take from this secret value, or ValueError with what is wrong (before put-secret-value:
+    a malformed value would keep the old keys in force, a short key would be refused)."""
+    try:
+        keys = json.loads(text)
+    except ValueError as error:
+        raise ValueError(f"not JSON ({error.msg} at line {error.lineno} column {error.colno})") from None
+    if not isinstance(keys, dict):
+        raise ValueError('not a JSON object of name -> key ({"default": "KEY", ...})')
+    minimum = ingress_min_key_length()
+    wrong = sorted(name for name, key in keys.items() if not isinstance(key, str) or len(key) < minimum)
+    if wrong:
+        raise ValueError(
+            f"keys {wrong} are not strings of at least {minimum} characters: the ingress would refuse them"
+        )
+    if not keys:
+        return "{}: every key revoked (every request 401) once the ingress reads it"
+    return f"{len(keys)} key(s) named {sorted(keys)}: put it with put-secret-value (docs/endpoint.md)"
+
+
 @one_line_errors
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description="The Serve endpoint's URL and SDK example, or how to fetch an API key")
-    parser.add_argument("what", choices=("url", "api-key"))
+    parser = argparse.ArgumentParser(
+        description="The Serve endpoint's URL and SDK example, how to fetch an API key, or a check of a new key set"
+    )
+    parser.add_argument("what", choices=("url", "api-key", "check-keys"))
+    parser.add_argument("file", nargs="?", help="check-keys: the JSON you are about to put into the keys' secret")
     args = parser.parse_args(argv)
+    if args.what == "check-keys":
+        if not args.file:
+            parser.error("check-keys needs the file (make api-key-check KEYS=FILE)")
+        try:
+            print(check_keys(Path(args.file).read_text()))
+        except (OSError, ValueError) as error:
+            print(f"error: {args.file}: {error}", file=sys.stderr)
+            return 2
+        return 0
     settings = project_settings()
     endpoint = settings.serve_endpoint
     if args.what == "api-key":
