@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import shutil
 import sys
 from collections.abc import Iterator
@@ -185,10 +186,13 @@ def write(outdir: Path, assemblies: list[Path]) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     if (argv if argv is not None else sys.argv[1:]) == ["--example-certificate-arn"]:
-        # `make checkov`'s exposed-endpoint synth: a certificate in the Region this checkout deploys to.
-        from tools.entry import project_settings
+        # `make checkov`'s exposed-endpoint synth: a certificate in the Region this checkout deploys to. The REGION
+        # setting's text alone (environment, cdk.json, default): the rest of the settings is what the synth it feeds
+        # will check, and it is incomplete until this ARN is in it.
+        from settings.context_files import read_project_context
+        from settings.loader import raw_values
 
-        print(example_certificate_arn(project_settings().region))
+        print(example_certificate_arn(raw_values(os.environ, read_project_context())["REGION"]))
         return 0
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("outdir", type=Path)
