@@ -163,7 +163,7 @@ def check_keys(text: str) -> str:
     a malformed value would keep the old keys in force, a short key would be refused)."""
     try:
         keys = json.loads(text)
-    except ValueError as error:
+    except json.JSONDecodeError as error:
         raise ValueError(f"not JSON ({error.msg} at line {error.lineno} column {error.colno})") from None
     if not isinstance(keys, dict):
         raise ValueError('not a JSON object of name -> key ({"default": "KEY", ...})')
