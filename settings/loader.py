@@ -55,20 +55,27 @@ def check_context_keys(context: Mapping[str, Any]) -> None:
 NEAR_MISS_CUTOFF = 0.88  # difflib's ratio from which a name reads as a misspelt setting (PREFIL_REPLICAS)
 
 
-def near_misses(environ: Mapping[str, str]) -> list[str]:
-    """One warning per environment variable that is no setting but looks like a misspelt one (PREFIL_REPLICAS): it
-    would be ignored without a word, while a misspelt `-c` key is refused (check_context_keys)."""
+def _misspelt(environ: Mapping[str, str]) -> list[tuple[str, str]]:
+    """(variable, the setting it looks like) for each environment variable that is no setting but reads like a
+    misspelt one (PREFIL_REPLICAS)."""
     known = sorted(SPECS_BY_ENV)
-    warnings = []
+    pairs = []
     for name in sorted(environ):
         if name in SPECS_BY_ENV or not re.fullmatch(r"[A-Z][A-Z0-9_]*", name):
             continue
         match = difflib.get_close_matches(name, known, n=1, cutoff=NEAR_MISS_CUTOFF)
         if match:
-            warnings.append(
-                f"warning: {name} is not a setting and is ignored (did you mean {match[0]}?); see docs/settings.md"
-            )
-    return warnings
+            pairs.append((name, match[0]))
+    return pairs
+
+
+def near_misses(environ: Mapping[str, str]) -> list[str]:
+    """One warning per environment variable that looks like a misspelt setting: it would be ignored without a word,
+    while a misspelt `-c` key is refused (check_context_keys)."""
+    return [
+        f"warning: {name} is not a setting and is ignored (did you mean {setting}?); see docs/settings.md"
+        for name, setting in _misspelt(environ)
+    ]
 
 
 # Where a misspelt setting stops the synth instead of a warning: CI (GitHub Actions and most CI services set it), or
@@ -82,19 +89,16 @@ def strict_settings(environ: Mapping[str, str]) -> bool:
 
 def misspelt_settings(environ: Mapping[str, str]) -> list[str]:
     """near_misses' warnings; with CI or STRICT_SETTINGS set, the first misspelt setting stops the synth (one line)."""
-    warnings = near_misses(environ)
-    if warnings and strict_settings(environ):
-        known = sorted(SPECS_BY_ENV)
-        for name in sorted(environ):
-            match = difflib.get_close_matches(name, known, n=1, cutoff=NEAR_MISS_CUTOFF)
-            if name not in SPECS_BY_ENV and re.fullmatch(r"[A-Z][A-Z0-9_]*", name) and match:
-                raise SettingError(
-                    name,
-                    environ[name],
-                    f"no such setting (did you mean {match[0]}?); with CI or STRICT_SETTINGS set a misspelt setting"
-                    " stops the synth instead of deploying the default; see docs/settings.md",
-                )
-    return warnings
+    pairs = _misspelt(environ)
+    if pairs and strict_settings(environ):
+        name, setting = pairs[0]
+        raise SettingError(
+            name,
+            environ[name],
+            f"no such setting (did you mean {setting}?); with CI or STRICT_SETTINGS set a misspelt setting stops the"
+            " synth instead of deploying the default; see docs/settings.md",
+        )
+    return near_misses(environ)
 
 
 def raw_values(

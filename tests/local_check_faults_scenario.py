@@ -24,9 +24,14 @@ from tools.local_check.client import parity_prompts
 from tools.local_check.cluster import LocalCluster, worker_env
 from tools.local_check.controls import LoneEngine
 from tools.local_check.results import Answer, Report, noise_floor
-from tools.local_check.shape import GIB, Target, accelerator_resources, patch_serve_config, serve_config
-
-MATCHED = 2049  # one past the pinned configuration's 2,048 batched tokens
+from tools.local_check.shape import (
+    GIB,
+    Target,
+    accelerator_resources,
+    batch_boundary,
+    patch_serve_config,
+    serve_config,
+)
 
 
 def swap_phase_resources(config: dict[str, Any]) -> None:
@@ -51,9 +56,10 @@ def run(spec: dict[str, Any], work: Path) -> dict[str, Any]:
     patched, _ = patch_serve_config(
         deployed, host=host, target=target, model_path="/m", weights="model", shared_gpu=True, kv_cache_bytes=GIB
     )
+    matched = batch_boundary(deployed, target)  # 2,049 for the pinned configuration
     extra, _ = accelerator_resources(deployed, host)
     env, _ = worker_env(plan["rayservice"], work / "hf-home")
-    prompts = parity_prompts([40, MATCHED], VOCAB)
+    prompts = parity_prompts([40, matched], VOCAB)
     lone, measured = engine.reference("/m", {}, prompts, work / "reference.log", env)
     noise = noise_floor(*([Answer.from_json(a) for a in lone[k]] for k in ("answers", "batched")))
     args = argparse.Namespace(ready_timeout=60, bench_rates=[], transfer_timeout=1.0)
@@ -72,7 +78,7 @@ def run(spec: dict[str, Any], work: Path) -> dict[str, Any]:
             report = Report()
             check_application(
                 report, "pd", config, plan, engine, cluster, f"http://127.0.0.1:{port}", None, prompts,
-                LoneEngine(lone, noise, MATCHED, measured), args, "/m",
+                LoneEngine(lone, noise, matched, measured), args, "/m",
             )  # fmt: skip
             serve.delete(config["applications"][0]["name"])
             failed = [step for step in report.steps if not step.ok]

@@ -269,14 +269,13 @@ class StandInEngine:
     def reference(
         self, model: str, engine_kwargs: dict[str, Any], prompts: list[list[int]] | None, log: Any, env: dict[str, str]
     ) -> tuple[dict[str, Any], dict[str, float]]:
-        from tools.local_check.results import memory_report
+        from tools.local_check.results import Answer, memory_report
 
         assert env["VLLM_SSM_CONV_STATE_LAYOUT"] == "DS"  # the pods' environment, as the raylets get it
         log.write_text(MEMORY_LOG)
 
         def answer(prompt: list[int]) -> dict[str, Any]:
-            tokens, top = generate(prompt, PARITY_MAX_TOKENS)
-            return {"tokens": tokens, "top_logprobs": [{str(t): lp for t, lp in p.items()} for p in top]}
+            return Answer(*generate(prompt, PARITY_MAX_TOKENS)).to_json()
 
         answers = [answer(p) for p in prompts or []]
         result = {
@@ -288,13 +287,14 @@ class StandInEngine:
         return result, {**memory_report(MEMORY_LOG), "start_s": 1.0}
 
     def random_checkpoint(self, model_dir: Any, target: Any) -> dict[str, Any]:
-        """No weights to write for the stand-in: the config beside an empty checkpoint."""
+        """The stand-in's model is next_token, which has no weights: the config beside what the check's report reads of
+        a checkpoint (one tensor, the vocabulary's embedding)."""
         import shutil
 
         target.mkdir(parents=True, exist_ok=True)
         for item in model_dir.iterdir():
             shutil.copy2(item, target / item.name)
-        return {"tensors": 0, "parameters": 0, "shards": 0, "seconds": 0.0, "reused": False}
+        return {"tensors": 1, "parameters": VOCAB, "shards": 1, "seconds": 0.0, "reused": False}
 
     def app_import_path(self, deployed: str) -> str:
         return f"{__name__}:{'build_collocated_app' if deployed.endswith('build_openai_app') else 'build_pd_app'}"

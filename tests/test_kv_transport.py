@@ -4,6 +4,7 @@ notice, and the one-host check (which runs UCX anyway and so changes nothing for
 
 from __future__ import annotations
 
+from functools import cache
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +18,12 @@ from tools.local_check.shape import GIB, Host, Target, patch_serve_config, serve
 from tools.verify_steps import check_nixl
 
 UCX = {"KV_TRANSPORT": "ucx"}
+
+
+@cache
+def manifest(transport: str) -> dict[str, Any]:
+    """The RayService of the pinned configuration with KV_TRANSPORT, built once (a cdk8s synth)."""
+    return rayservice_manifest(settings_for({"KV_TRANSPORT": transport}))
 
 
 def _worker(rayservice: dict[str, Any]) -> dict[str, Any]:
@@ -34,7 +41,7 @@ def _backends(rayservice: dict[str, Any]) -> list[list[str]]:
 
 
 def test_libfabric_by_default_and_ucx_when_asked_in_both_phases_and_the_workers() -> None:
-    default, ucx = rayservice_manifest(settings_for()), rayservice_manifest(settings_for(UCX))
+    default, ucx = manifest("libfabric"), manifest("ucx")
     assert _backends(default) == [["LIBFABRIC"], ["LIBFABRIC"]]
     assert _backends(ucx) == [["UCX"], ["UCX"]]
     for rayservice, efa in ((default, True), (ucx, False)):
@@ -75,8 +82,8 @@ def test_the_one_host_check_runs_ucx_as_it_is() -> None:
     host = Host(1, "NVIDIA H100 80GB HBM3", 80 * GIB, (9, 0), efa=False, cutlass_dsl=True)
     target = Target("L4", 23_034 * 1024 * 1024, True)
     changed = {}
-    for name, env in (("libfabric", {}), ("ucx", UCX)):
-        config = serve_config(rayservice_manifest(settings_for(env)))
+    for name in ("libfabric", "ucx"):
+        config = serve_config(manifest(name))
         patched, changes = patch_serve_config(
             config, host=host, target=target, model_path="/m", weights="model", shared_gpu=False, kv_cache_bytes=None
         )

@@ -172,3 +172,66 @@ def test_a_request_without_a_transfer_shows_none_within_the_timeout() -> None:
     stats = TransferStats(lambda: ["ray"], "nixl", read=pages.__getitem__, sleep=lambda _: None)
     before = stats.totals()
     assert stats.since(before, timeout_s=0.05, settle_s=0.0) == Transfers(0.0, 0.0, 0.0, 0.0, 0.0)
+
+
+def test_an_empty_random_checkpoint_fails_its_step(tmp_path: Path) -> None:
+    """The check writes the checkpoint through the engine; one with no tensors would load nothing."""
+    import argparse
+    import json as json_
+
+    from tests.local_check_standin import StandInEngine
+    from tools.local_check.model import model_dir
+
+    class Empty(StandInEngine):
+        def random_checkpoint(self, model_dir: Any, target: Any) -> dict[str, Any]:
+            return {**super().random_checkpoint(model_dir, target), "tensors": 0, "parameters": 0}
+
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "config.json").write_text(json_.dumps({"vocab_size": 1000}))
+    (model / "tokenizer.json").write_text("{}")
+    args = argparse.Namespace(
+        model_dir=str(model), weights="auto", generate_tokenizer=False, checkpoint_dir=None, output_dir=str(tmp_path)
+    )
+    for engine, ok in ((StandInEngine(), True), (Empty(), False)):
+        report = Report()
+        model_dir(args, {"model": {"source": "Qwen/Qwen3.5-9B"}}, report, engine)
+        assert [(s.name, s.ok) for s in report.steps] == [("random checkpoint", ok)]
+
+
+def test_routes_that_do_not_answer_and_keys_not_enforced_fail_their_steps(monkeypatch: pytest.MonkeyPatch) -> None:
+    from tools.local_check import client
+
+    answers = {
+        "GET": (200, {"data": [{"id": "m"}]}),
+        "POST": (200, {"choices": [{"text": "x", "message": {"content": "x"}}]}),
+    }
+    monkeypatch.setattr(client, "http", lambda method, url, body=None, key=None, **_: answers[method])
+    report = Report()
+    client.check_routes(report, "http://x", "m", "sk-key")
+    steps = {s.name: s.ok for s in report.steps}
+    assert steps["GET /v1/models"] and steps["POST /v1/completions"] and steps["POST /v1/chat/completions"]
+    # The application answered without a key: every "without a key" and "with a wrong key" step fails.
+    assert [name for name, ok in steps.items() if not ok] == [
+        "GET /v1/models without a key",
+        "GET /v1/models with a wrong key",
+        "POST /v1/chat/completions without a key",
+        "POST /v1/chat/completions with a wrong key",
+    ]
+    monkeypatch.setattr(client, "http", lambda *args, **kwargs: (404, "Path '/v1/completions' not found"))
+    report = Report()
+    client.check_routes(report, "http://x", "m", None)
+    assert [s.ok for s in report.steps] == [False, False, False]
+
+
+def test_pd_engines_that_log_no_memory_report_fail_their_memory_steps() -> None:
+    from tests.local_check_standin import MEMORY_LOG
+    from tools.local_check.application import _pd_memory
+    from tools.local_check.results import memory_report
+
+    qwen = recorded(QWEN)
+    plan = {"predicted": {phase: {**_predicted(qwen), "kv_cache_gib": 2.0} for phase in ("prefill", "decode")}}
+    lone = memory_report(MEMORY_LOG)
+    report = Report()
+    _pd_memory(report, plan, {"prefill": MEMORY_LOG, "decode": ""}, lone)
+    assert [(s.name, s.ok) for s in report.steps] == [("memory prefill", True), ("memory decode", False)]

@@ -224,9 +224,7 @@ def _check_pd(
             matched=len(prompt) == lone.matched_length,
         )
         rows.append(replace(row, transfer_bytes=moved.bytes))
-        answers.append(
-            {"tokens": answer.tokens, "top_logprobs": [{str(k): v for k, v in p.items()} for p in answer.top_logprobs]}
-        )
+        answers.append(answer.to_json())
     report.parity = rows
     report.facts["pd_answers"] = answers  # beside the lone engine's (reference-decode.json): for a later look
     matched = [r for r in rows if r.matched]

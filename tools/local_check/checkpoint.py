@@ -21,6 +21,7 @@ import json
 import math
 import shutil
 import zlib
+from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -159,9 +160,7 @@ def write_random_checkpoint(model_dir: Path, target: Path, *, device: str = "cud
         total += sum(t.numel() * t.element_size() for t in tensors.values())
         weight_map.update(dict.fromkeys(names, filename))
     (target / INDEX_FILE).write_text(json.dumps({"metadata": {"total_size": total}, "weight_map": weight_map}))
-    kinds: dict[str, int] = {}
-    for name, shape in shapes.items():
-        kinds[tensor_kind(name, shape)] = kinds.get(tensor_kind(name, shape), 0) + 1
+    kinds = Counter(tensor_kind(name, shape) for name, shape in shapes.items())
     marker = {
         "recipe": RECIPE,
         "config_sha256": _config_digest(model_dir),
@@ -169,7 +168,7 @@ def write_random_checkpoint(model_dir: Path, target: Path, *, device: str = "cud
         "parameters": sum(math.prod(s) for s in shapes.values()),
         "bytes": total,
         "shards": len(groups),
-        "kinds": kinds,
+        "kinds": dict(kinds),
         "seconds": round(time.monotonic() - started, 1),
     }
     (target / MARKER).write_text(json.dumps(marker, indent=1))

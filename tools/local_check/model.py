@@ -59,7 +59,8 @@ def model_dir(args: argparse.Namespace, plan: dict[str, Any], report: Report, en
         report.facts["random_checkpoint"] = {"path": str(target), **written}
         report.add(
             "random checkpoint",
-            True,
+            # A checkpoint with nothing in it (an architecture transformers built without parameters) loads nothing.
+            min(written["tensors"], written["parameters"], written["shards"]) > 0,
             f"{written['tensors']} tensors, {written['parameters'] / 1e9:.2f} B parameters, {written['shards']} shards"
             + (" (reused)" if written.get("reused") else f" written in {written['seconds']:.0f} s")
             + f" at {target}",

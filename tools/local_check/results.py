@@ -27,6 +27,10 @@ class Answer:
             [{int(k): float(v) for k, v in position.items()} for position in value.get("top_logprobs") or []],
         )
 
+    def to_json(self) -> dict[str, Any]:
+        """As the lone engine writes its answers (token ids as strings: JSON keys)."""
+        return {"tokens": self.tokens, "top_logprobs": [{str(k): v for k, v in p.items()} for p in self.top_logprobs]}
+
     def margin(self, position: int) -> float | None:
         """Top-1 minus top-2 logprob at a generated position: how far greedy is from choosing another token."""
         if position >= len(self.top_logprobs) or len(self.top_logprobs[position]) < 2:

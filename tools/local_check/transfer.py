@@ -173,12 +173,7 @@ class TransferStats:
         ):
             self.sleep(0.2)
             now = self.totals()
-        while True:
-            self.sleep(settle_s)
-            later = self.totals()
-            if later == now or time.monotonic() >= deadline + settle_s:
-                return later.minus(before)
-            now = later
+        return self.settled(settle_s, timeout_s=max(0.0, deadline - time.monotonic()) + settle_s).minus(before)
 
 
 def metrics_urls() -> list[str]:
