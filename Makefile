@@ -10,7 +10,7 @@ CDK := node_modules/.bin/cdk
 export JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION := 20
 ARGS ?=
 
-.PHONY: endpoint api-key api-key-check local-check mirror-model vendor-kuberay docs docs-tables status verify verify-efa bench-serving help install install-dev synth test lint format diff deploy destroy park review stacks kubeconfig kuberay-crds wait-ready bench lookup preflight imports dist settings-table checkov ci-access ci-access-synth clean
+.PHONY: vendor-vllm endpoint api-key api-key-check local-check mirror-model vendor-kuberay docs docs-tables status verify verify-efa bench-serving help install install-dev synth test lint format diff deploy destroy park review stacks kubeconfig kuberay-crds wait-ready bench lookup preflight imports dist settings-table checkov ci-access ci-access-synth clean
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-15s %s\n", $$1, $$2}'
@@ -146,6 +146,9 @@ preflight: synth ## Check the account and what is deployed against the synthesiz
 
 vendor-kuberay: install ## Move to another KubeRay release: VERSION=X.Y.Z fetches its CRDs, moves the pin, regenerates imports/ and dist/
 	$(PY) -m tools.vendor_kuberay --version "$(VERSION)"
+
+vendor-vllm: install ## Regenerate settings/data/ from the image's vLLM wheel: EngineArgs' fields (engine_kwargs are checked against them) and the served architectures
+	$(PY) -m tools.vendor_vllm $(if $(WHEEL),--wheel "$(WHEEL)")
 
 imports: install ## Regenerate imports/ from the KubeRay CRD (cdk8s import)
 	$(PY) -m tools.import_crd

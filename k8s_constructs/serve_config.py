@@ -14,6 +14,7 @@ import yaml
 
 from settings import Settings
 from settings.decode_rate import longest_response_s
+from settings.engine_args import check_engine_kwargs
 from settings.model_fit import GPU_MEMORY_UTILIZATION
 from settings.model_source import S3_SCHEME
 from settings.sizing import CPUS_PER_GPU_BUNDLE
@@ -74,7 +75,7 @@ class EngineKwargs:
     language_model_only: bool = False
 
     def to_dict(self) -> dict[str, Any]:
-        return {
+        kwargs = {
             "max_model_len": self.max_model_len,
             "dtype": self.dtype,
             "gpu_memory_utilization": self.gpu_memory_utilization,
@@ -83,6 +84,8 @@ class EngineKwargs:
             **({"language_model_only": True} if self.language_model_only else {}),
             "kv_transfer_config": self.kv_transfer.to_dict(),
         }
+        check_engine_kwargs(self.kv_transfer.engine_id, kwargs)
+        return kwargs
 
 
 @dataclass(frozen=True)

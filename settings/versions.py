@@ -32,6 +32,8 @@ KUBERAY_CRD_FILES: Final = ("ray.io_rayclusters.yaml", "ray.io_rayservices.yaml"
 DLC_IMAGE_TEMPLATE: Final = "763104351884.dkr.ecr.${REGION}.amazonaws.com/ray:serve-llm-cuda-v1.0"
 DLC_PUBLIC_IMAGE: Final = "public.ecr.aws/deep-learning-containers/ray:serve-llm-cuda-v1.0"
 RAY_VERSION: Final = "2.58.0"
+# The vLLM inside the image: settings/data/ holds what the synth checks against it (`make vendor-vllm`).
+VLLM_VERSION: Final = "0.26.0"
 
 # The kubectl Lambda layer (kubectl 1.35 and Helm) of the CDK kubectl provider. kubectl supports one
 # minor version of skew either way, so this layer serves clusters at 1.34, 1.35 and 1.36; the

@@ -1,0 +1,191 @@
+"""Each phase's engine_kwargs against vLLM 0.26's EngineArgs (vendored by `make vendor-vllm`): what Ray's serve schema
+lets through and only the engine would refuse, on a GPU node, fails the synth with one line."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from k8s_constructs.serve_config import EngineKwargs, KvTransferConfig, pd_application
+from settings.engine_args import ENGINE_ARGS_FILE, check_engine_kwargs, vendored
+from settings.errors import SettingError
+from tests.conftest import settings_for
+from tools.vendor_vllm import Source, architectures_text, engine_args_document
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def _message(phase: str, kwargs: dict[str, object]) -> str:
+    with pytest.raises(SettingError) as error:
+        check_engine_kwargs(phase, kwargs)
+    text = str(error.value)
+    assert "\n" not in text
+    return text
+
+
+def test_the_synthesized_engine_kwargs_are_vllms_own_fields() -> None:
+    application = pd_application(settings_for())
+    for phase in (application.prefill, application.decode):
+        kwargs = phase.engine.to_dict()
+        assert set(kwargs) <= set(vendored()["engine_args"])
+        assert set(kwargs["kv_transfer_config"]) <= set(vendored()["kv_transfer_config"])
+
+
+def test_a_misspelt_key_fails_naming_the_phase_and_the_field_it_meant() -> None:
+    text = _message("prefill", {"max_num_seq": 64})
+    assert text.startswith("serveConfigV2 prefill engine_kwargs.max_num_seq=64 is not allowed")
+    assert "did you mean max_num_seqs?" in text
+
+
+def test_a_value_of_the_wrong_kind_fails_with_the_annotation() -> None:
+    text = _message("decode", {"max_num_seqs": "64"})
+    assert "engine_kwargs.max_num_seqs='64'" in text and "takes int | None" in text
+    assert "a bool" in _message("decode", {"max_model_len": True})  # bool is not an int here
+    check_engine_kwargs("decode", {"max_num_seqs": 64, "gpu_memory_utilization": 1, "kv_cache_memory_bytes": None})
+
+
+def test_a_literal_takes_only_its_values() -> None:
+    assert "not one of" in _message("prefill", {"dtype": "bf16"})
+    check_engine_kwargs("prefill", {"dtype": "bfloat16"})
+
+
+def test_the_kv_transfer_config_keys_are_checked_too() -> None:
+    text = _message("decode", {"kv_transfer_config": {"kv_connector": "NixlConnector", "kv_roles": "kv_consumer"}})
+    assert "engine_kwargs.kv_transfer_config.kv_roles" in text and "did you mean kv_role?" in text
+    assert "kv_role" in _message("decode", {"kv_transfer_config": {"kv_role": "kv_reader"}})
+
+
+def test_a_wrongly_typed_field_in_the_serve_config_fails_the_build() -> None:
+    engine = EngineKwargs(kv_transfer=KvTransferConfig(engine_id="prefill", backends=("UCX",)), max_model_len="4096")  # type: ignore[arg-type]
+    with pytest.raises(SettingError, match=re.escape("prefill engine_kwargs.max_model_len='4096'")):
+        engine.to_dict()
+
+
+def test_the_synth_prints_one_line_for_it(tmp_path: Path) -> None:
+    # A recipe's mistake as it reaches the app: the value wired as text.
+    script = (
+        "import k8s_constructs.serve_config as s, runpy, sys\n"
+        "original = s.EngineKwargs.to_dict\n"
+        "def wired(self):\n"
+        "    s.check_engine_kwargs(self.kv_transfer.engine_id, {**original(self), 'max_num_seqs': '64'})\n"
+        "s.EngineKwargs.to_dict = wired\n"
+        "sys.argv = ['app.py']\n"
+        "runpy.run_path('app.py', run_name='__main__')\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={"PATH": "/usr/bin:/bin", "CDK_OUTDIR": str(tmp_path / "out"), "HOME": str(tmp_path)},
+    )
+    assert done.returncode != 0
+    lines = [line for line in done.stderr.splitlines() if line.strip()]
+    errors = [line for line in lines if line.startswith("error:")]
+    assert len(errors) == 1 and "Traceback" not in done.stderr, done.stderr[-2000:]
+    assert "serveConfigV2 prefill engine_kwargs.max_num_seqs='64' is not allowed" in errors[0]
+    assert "takes int | None" in errors[0]
+
+
+# --- the vendoring tool, on a wheel written here with the shapes vLLM's source uses -------------------------
+
+ARG_UTILS = """
+from dataclasses import dataclass
+from typing import Literal, Optional, Any
+from vllm.config.model import ModelDType, RunnerOption
+from vllm.config.compilation import CompilationConfig
+
+@dataclass
+class EngineArgs:
+    model: str = "m"
+    max_num_seqs: int | None = None
+    gpu_memory_utilization: float = 0.9
+    dtype: ModelDType = "auto"
+    runner: RunnerOption = "auto"
+    compilation_config: CompilationConfig = None
+    backend: "Optional[str]" = None
+    executor: str | type[object] | None = None
+    mode: str | Literal["x"] = "x"
+    _private: int = 0
+    overrides: dict[str, Any] = None
+
+@dataclass
+class AsyncEngineArgs(EngineArgs):
+    enable_log_requests: bool = False
+"""
+MODEL = """
+from typing import Literal
+RunnerType = Literal["generate", "pooling"]
+RunnerOption = Literal["auto", RunnerType]
+ModelDType = Literal["auto", "bfloat16"]
+"""
+KV = """
+from typing import Literal
+KVRole = Literal["kv_producer", "kv_consumer"]
+class KVTransferConfig:
+    kv_role: KVRole | None = None
+    kv_buffer_size: float = 1e9
+"""
+REGISTRY = """
+_TEXT_GENERATION_MODELS = {"LlamaForCausalLM": ("llama", "X")}
+_MULTIMODAL_MODELS: dict = {"Qwen3_5ForConditionalGeneration": ("q", "Y")}
+_OTHER = {"NotServed": ()}
+"""
+
+
+def _wheel(tmp_path: Path) -> Path:
+    wheel = tmp_path / "vllm-0.26.0-cp38-abi3-manylinux_2_28_x86_64.whl"
+    with zipfile.ZipFile(wheel, "w") as archive:
+        archive.writestr("vllm/engine/arg_utils.py", ARG_UTILS)
+        archive.writestr("vllm/config/model.py", MODEL)
+        archive.writestr("vllm/config/kv_transfer.py", KV)
+        archive.writestr("vllm/config/compilation.py", "class CompilationConfig:\n    level: int = 0\n")
+        archive.writestr("vllm/model_executor/models/registry.py", REGISTRY)
+        archive.writestr("vllm/_version.py", "__version__ = version = '0.26.0'\n__commit_id__ = commit_id = 'gabc'\n")
+    return wheel
+
+
+def test_the_vendoring_tool_resolves_vllms_aliases_and_unions(tmp_path: Path) -> None:
+    document = engine_args_document(Source(_wheel(tmp_path)))
+    fields = {name: (entry["kinds"], entry.get("values")) for name, entry in document["engine_args"].items()}
+    assert fields == {
+        "backend": (["null", "str"], None),
+        "compilation_config": (["dict"], None),
+        "dtype": (["str"], ["auto", "bfloat16"]),
+        "enable_log_requests": (["bool"], None),
+        "executor": (["null", "str"], None),
+        "gpu_memory_utilization": (["float", "int"], None),
+        "max_num_seqs": (["int", "null"], None),
+        "mode": (["str"], None),  # a Literal beside str admits any string
+        "model": (["str"], None),
+        "overrides": (["dict"], None),
+        "runner": (["str"], ["auto", "generate", "pooling"]),
+    }
+    assert document["kv_transfer_config"]["kv_role"]["values"] == ["kv_producer", "kv_consumer", None]
+    assert "gabc" in str(document["source"])
+
+
+def test_the_vendoring_tool_lists_the_served_architectures(tmp_path: Path) -> None:
+    source = Source(_wheel(tmp_path))
+    assert source.architectures() == ["LlamaForCausalLM", "Qwen3_5ForConditionalGeneration"]
+    assert architectures_text(source, source.architectures()).splitlines()[-2:] == [
+        "LlamaForCausalLM",
+        "Qwen3_5ForConditionalGeneration",
+    ]
+
+
+def test_the_vendored_file_names_its_wheel() -> None:
+    document = json.loads(ENGINE_ARGS_FILE.read_text())
+    assert document["source"].startswith(
+        "vllm-0.26.0-cp38-abi3-manylinux_2_28_x86_64.whl (vLLM 0.26.0, commit gffd46bfab)"
+    )
+    # What the serve config sets and the check relies on, as the wheel declares it.
+    assert document["engine_args"]["max_num_seqs"]["annotation"] == "int | None"
+    assert document["engine_args"]["language_model_only"]["kinds"] == ["bool"]

@@ -1,0 +1,264 @@
+"""Vendor what the synth checks against vLLM, from the vLLM wheel inside the Ray LLM image (`make vendor-vllm`).
+
+Writes, from the wheel's source read as text (no import: vLLM needs torch and a GPU stack):
+- settings/data/vllm_0_26_engine_args.json: every field of `EngineArgs` and `AsyncEngineArgs`
+  (vllm/engine/arg_utils.py) and of `KVTransferConfig` (vllm/config/kv_transfer.py), with the JSON kinds its
+  annotation admits, which settings/engine_args.py checks each phase's engine_kwargs against;
+- settings/data/vllm_0_26_architectures.txt: the model architectures vLLM serves (the keys of
+  _TEXT_GENERATION_MODELS and _MULTIMODAL_MODELS in vllm/model_executor/models/registry.py).
+
+The wheel is `pip download vllm==VERSION --no-deps` (or --wheel PATH). Run it when the image moves to another vLLM,
+and rename the files with the version (settings/engine_args.py and settings/model_facts.py name them).
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import json
+import re
+import subprocess
+import sys
+import tempfile
+import zipfile
+from collections.abc import Iterable
+from pathlib import Path
+
+from settings.engine_args import ENGINE_ARGS_FILE, VLLM_VERSION
+from settings.model_facts import VLLM_ARCHITECTURES_FILE
+
+ARG_UTILS = "vllm/engine/arg_utils.py"
+KV_TRANSFER = "vllm/config/kv_transfer.py"
+REGISTRY = "vllm/model_executor/models/registry.py"
+ENGINE_CLASSES = ("EngineArgs", "AsyncEngineArgs")
+ARCHITECTURE_TABLES = ("_TEXT_GENERATION_MODELS", "_MULTIMODAL_MODELS")
+
+# JSON kinds: what a value in a YAML/JSON serve config can be.
+BUILTIN_KINDS = {
+    "int": ["int"],
+    "float": ["float", "int"],  # an integer is a valid float (vLLM's own configs accept 1 for 1.0)
+    "bool": ["bool"],
+    "str": ["str"],
+    "None": ["null"],
+    "dict": ["dict"],
+    "Mapping": ["dict"],
+    "list": ["list"],
+    "set": ["list"],
+    "tuple": ["list"],
+    "Sequence": ["list"],
+}
+ANY = "any"  # an annotation the serve config cannot express or this reader cannot resolve: the key alone is checked
+
+
+class Source:
+    """The wheel's Python files, and the module-level type aliases and classes they declare."""
+
+    def __init__(self, wheel: Path) -> None:
+        self.wheel = wheel
+        with zipfile.ZipFile(wheel) as archive:
+            self.files = {
+                name: archive.read(name).decode()
+                for name in archive.namelist()
+                if name.startswith("vllm/") and name.endswith(".py")
+            }
+        self.aliases: dict[str, ast.expr] = {}
+        self.classes: dict[str, ast.ClassDef] = {}
+        for text in self.files.values():
+            for node in ast.parse(text).body:
+                if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
+                    self.aliases.setdefault(node.targets[0].id, node.value)
+                elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name) and node.value is not None:
+                    if ast.unparse(node.annotation).endswith("TypeAlias"):
+                        self.aliases.setdefault(node.target.id, node.value)
+                elif isinstance(node, ast.ClassDef):
+                    self.classes.setdefault(node.name, node)
+
+    def module(self, path: str) -> ast.Module:
+        return ast.parse(self.files[path])
+
+    def version(self) -> str:
+        match = re.search(r"__version__ = version = '([^']+)'", self.files["vllm/_version.py"])
+        return match.group(1) if match else "unknown"
+
+    def commit(self) -> str:
+        match = re.search(r"__commit_id__ = commit_id = '([^']+)'", self.files["vllm/_version.py"])
+        return match.group(1) if match else "unknown"
+
+    def kinds(self, expr: ast.expr, seen: frozenset[str] = frozenset()) -> tuple[set[str], list[object]]:
+        """The JSON kinds an annotation admits, and the values of a Literal (empty: any value of those kinds)."""
+        if isinstance(expr, ast.Constant):
+            if expr.value is None:
+                return {"null"}, []
+            if isinstance(expr.value, str):  # a forward reference
+                return self.kinds(ast.parse(expr.value, mode="eval").body, seen)
+            return {ANY}, []
+        if isinstance(expr, ast.BinOp) and isinstance(expr.op, ast.BitOr):
+            return _union([self.kinds(expr.left, seen), self.kinds(expr.right, seen)])
+        if isinstance(expr, ast.Subscript):
+            head = ast.unparse(expr.value).rsplit(".", 1)[-1]
+            items = expr.slice.elts if isinstance(expr.slice, ast.Tuple) else [expr.slice]
+            if head == "Literal":  # its items: constants, or names of other Literals (Literal["auto", RunnerType])
+                parts = [
+                    ({_kind_of(item.value)}, [item.value]) if isinstance(item, ast.Constant) else self.kinds(item, seen)
+                    for item in items
+                ]
+                if any(not values for _, values in parts):
+                    return {ANY}, []
+                return _union(parts)
+            if head == "Callable":
+                return set(), []  # a function: nothing a serve config can hold
+            if head in ("Optional",):
+                return _union([self.kinds(items[0], seen), ({"null"}, [])])
+            if head == "Union":
+                return _union([self.kinds(item, seen) for item in items])
+            if head == "Annotated":
+                return self.kinds(items[0], seen)
+            if head == "type":
+                return set(), []  # a class: nothing a serve config can hold
+            return self.kinds(expr.value, seen)
+        name = ast.unparse(expr).rsplit(".", 1)[-1]
+        if name in BUILTIN_KINDS:
+            return set(BUILTIN_KINDS[name]), []
+        if name == "Any":
+            return {ANY}, []
+        if name in self.aliases and name not in seen:
+            return self.kinds(self.aliases[name], seen | {name})
+        if name in self.classes:
+            bases = {ast.unparse(base).rsplit(".", 1)[-1] for base in self.classes[name].bases}
+            if bases & {"Enum", "StrEnum", "IntEnum", "str"}:
+                return {"str", "int"} if "IntEnum" in bases else {"str"}, []
+            return {"dict"}, []  # vLLM's config classes take their fields as a dict (as kv_transfer_config does)
+        return {ANY}, []
+
+    def fields(self, path: str, classes: Iterable[str]) -> dict[str, dict[str, object]]:
+        wanted = set(classes)
+        found: dict[str, dict[str, object]] = {}
+        for node in self.module(path).body:
+            if isinstance(node, ast.ClassDef) and node.name in wanted:
+                for statement in node.body:
+                    if isinstance(statement, ast.AnnAssign) and isinstance(statement.target, ast.Name):
+                        name = statement.target.id
+                        if name.startswith("_"):
+                            continue  # private: set by vLLM itself
+                        kinds, values = self.kinds(statement.annotation)
+                        entry: dict[str, object] = {
+                            "annotation": ast.unparse(statement.annotation),
+                            "kinds": sorted(kinds) if ANY not in kinds else [ANY],
+                        }
+                        if values and ANY not in kinds:
+                            entry["values"] = values
+                        found[name] = entry
+                wanted.discard(node.name)
+        if wanted:
+            raise SystemExit(f"{path} of {self.wheel.name} has no class {', '.join(sorted(wanted))}")
+        return dict(sorted(found.items()))
+
+    def architectures(self) -> list[str]:
+        names: set[str] = set()
+        for node in self.module(REGISTRY).body:
+            target = (
+                node.target
+                if isinstance(node, ast.AnnAssign)
+                else (node.targets[0] if isinstance(node, ast.Assign) and len(node.targets) == 1 else None)
+            )
+            if isinstance(target, ast.Name) and target.id in ARCHITECTURE_TABLES and isinstance(node.value, ast.Dict):
+                names.update(key.value for key in node.value.keys if isinstance(key, ast.Constant))
+        return sorted(names)
+
+
+def _kind_of(value: object) -> str:
+    if value is None:
+        return "null"
+    return {bool: "bool", int: "int", float: "float", str: "str"}.get(type(value), ANY)
+
+
+def _union(parts: list[tuple[set[str], list[object]]]) -> tuple[set[str], list[object]]:
+    kinds: set[str] = set()
+    values: list[object] = []
+    literal_only = True
+    for part_kinds, part_values in parts:
+        kinds |= part_kinds
+        values += [value for value in part_values if value not in values]
+        if part_kinds == {"null"} and None not in values:
+            values.append(None)
+        # A Literal beside an open kind (str | Literal[...]) admits any value of that kind.
+        if not part_values and part_kinds - {"null"}:
+            literal_only = False
+    return kinds, (values if literal_only else [])
+
+
+def engine_args_document(source: Source) -> dict[str, object]:
+    return {
+        "source": (
+            f"{source.wheel.name} (vLLM {source.version()}, commit {source.commit()}): {ARG_UTILS} "
+            f"{' and '.join(ENGINE_CLASSES)}, {KV_TRANSFER} KVTransferConfig; written by `make vendor-vllm`"
+        ),
+        "license": "Apache-2.0 (vLLM); field names and annotations only",
+        "engine_args": source.fields(ARG_UTILS, ENGINE_CLASSES),
+        "kv_transfer_config": source.fields(KV_TRANSFER, ("KVTransferConfig",)),
+    }
+
+
+def architectures_text(source: Source, names: list[str]) -> str:
+    tables = " and ".join(ARCHITECTURE_TABLES)
+    header = (
+        f"# The model architectures vLLM {source.version()} serves: the keys of {tables} in\n"
+        f"# {REGISTRY} of the vLLM {source.version()} wheel on PyPI ({source.wheel.name},\n"
+        f"# _version.py commit {source.commit()}), the vLLM inside the Ray LLM image."
+        " Apache-2.0 (vLLM); names only. One per line.\n"
+    )
+    return header + "".join(f"{name}\n" for name in names)
+
+
+def download(version: str, into: Path) -> Path:
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "download",
+            "--quiet",
+            "--no-deps",
+            "--only-binary=:all:",
+            "--python-version",
+            "3.12",
+            "--platform",
+            "manylinux_2_28_x86_64",
+            "-d",
+            str(into),
+            f"vllm=={version}",
+        ],
+        check=True,
+    )
+    (wheel,) = into.glob("vllm-*.whl")
+    return wheel
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m tools.vendor_vllm", description=__doc__.split("\n")[0])
+    parser.add_argument("--wheel", type=Path, help=f"a vLLM wheel (default: download vllm=={VLLM_VERSION})")
+    parser.add_argument("--check", action="store_true", help="fail when the vendored files differ from the wheel's")
+    args = parser.parse_args(argv)
+    with tempfile.TemporaryDirectory() as scratch:
+        source = Source(args.wheel or download(VLLM_VERSION, Path(scratch)))
+        if source.version() != VLLM_VERSION:
+            raise SystemExit(f"the wheel is vLLM {source.version()}; settings/engine_args.py pins {VLLM_VERSION}")
+        outputs = {
+            ENGINE_ARGS_FILE: json.dumps(engine_args_document(source), indent=1, sort_keys=False) + "\n",
+            VLLM_ARCHITECTURES_FILE: architectures_text(source, source.architectures()),
+        }
+    stale = [path for path, text in outputs.items() if not path.is_file() or path.read_text() != text]
+    if args.check:
+        for path in stale:
+            print(
+                f"{path.relative_to(Path.cwd()) if path.is_relative_to(Path.cwd()) else path} differs from the wheel's"
+            )
+        return 1 if stale else 0
+    for path, text in outputs.items():
+        path.write_text(text)
+        print(f"wrote {path.name}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
