@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import MISSING, dataclass, field
 from typing import Any
 
 from botocore.config import Config
@@ -46,74 +46,154 @@ ACCESS_DENIED_CODES = frozenset({"AccessDenied", "AccessDeniedException", "Unaut
 TRANSIENT_CODES = frozenset({"Throttling", "ThrottlingException", "TooManyRequestsException", "RequestLimitExceeded"})
 
 
-def optional(default: Any, *, switched_on: Any) -> Any:
-    """An optional input: its default leaves its check(s) with nothing to do, `switched_on` is a value that makes them
-    run. The recording test (tests/test_preflight_observability.py) runs every check with every optional input at
-    its `switched_on`, so an AWS call of a new check that preflight/registry.py does not declare fails it."""
-    return field(default=default, metadata={"switched_on": switched_on})
+# Where each input comes from (a field's metadata): SETTING, the Settings attribute at a dotted path, which
+# tools/preflight.py reads; or DERIVED, what tools/preflight.py computes from the settings and the run (its
+# derived_inputs() gives exactly these). tests/test_preflight_inputs.py checks the declarations both ways.
+SETTING = "setting"
+DERIVED = "derived"
+
+
+def setting(path: str, default: Any = MISSING, **optional_input: Any) -> Any:
+    """An input read from the Settings at `path` (dotted: "serve_endpoint.hostname")."""
+    return _input({SETTING: path}, default, **optional_input)
+
+
+def derived(how: str, default: Any = MISSING, **optional_input: Any) -> Any:
+    """An input tools/preflight.py computes (`how` says from what)."""
+    return _input({DERIVED: how}, default, **optional_input)
+
+
+def _input(
+    source: dict[str, str],
+    default: Any,
+    *,
+    switched_on: Any = MISSING,
+    on: Mapping[str, str] | None = None,
+    factory: Callable[[], Any] | None = None,
+) -> Any:
+    """An optional input has `switched_on`: its default leaves its check(s) with nothing to do, `switched_on` is a
+    value that makes them run. The recording test (tests/test_preflight_observability.py) runs every check with every
+    optional input at its `switched_on`, so an AWS call of a new check that preflight/registry.py does not declare
+    fails it. `on`: the settings (environment names) that switch it on in a real run ({}: the tests' pinned
+    configuration already does); tests/test_preflight_inputs.py builds the input from them and fails when it stays
+    at its default - an input the tool never feeds."""
+    metadata: dict[str, Any] = dict(source)
+    if switched_on is not MISSING:
+        if on is None:
+            raise TypeError(f"an optional preflight input ({source}) needs on=: the settings that switch it on")
+        metadata |= {"switched_on": switched_on, "on": dict(on)}
+    if factory is not None:
+        return field(default_factory=factory, metadata=metadata)
+    return field(default=default, metadata=metadata)
 
 
 @dataclass(frozen=True)
 class PreflightInput:
-    region: str
-    gpu_az: str
-    gpu_instance_type: str  # e.g. "g6.8xlarge"
-    gpu_vcpus: int  # vCPUs of one GPU node (32 for g6.8xlarge)
-    gpu_node_count: int
-    gpu_quota_code: str  # "L-DB2E81BA" (Running On-Demand G and VT instances) or "L-417A185B" (P instances)
-    gpu_quota_name: str  # human name of that quota
-    system_instance_type: str
-    system_vcpus: int
-    system_node_count: int
-    cluster_name: str  # the nodes this cluster already runs count as held, not as other workloads
-    bootstrap_stack_name: str = "CDKToolkit"
+    region: str = setting("region")
+    gpu_az: str = setting("gpu_az")
+    gpu_instance_type: str = setting("gpu_node.name")  # e.g. "g6.8xlarge"
+    gpu_vcpus: int = setting("gpu_node.vcpus")  # vCPUs of one GPU node (32 for g6.8xlarge)
+    # The most nodes this deploy may run (both phases at their maxima): the quota, the reservation and the placement
+    # group must hold them all.
+    gpu_node_count: int = setting("gpu_node_max")
+    # "L-DB2E81BA" (Running On-Demand G and VT instances) or "L-417A185B" (P instances), and the quota's name
+    gpu_quota_code: str = derived("the GPU type's On-Demand quota")
+    gpu_quota_name: str = derived("the GPU type's On-Demand quota")
+    system_instance_type: str = setting("system_node.name")
+    system_vcpus: int = setting("system_node.vcpus")
+    system_node_count: int = setting("system_node_count")
+    cluster_name: str = setting("cluster_name")  # the nodes this cluster already runs count as held
+    bootstrap_stack_name: str = derived("the CDK bootstrap stack the project deploys with", "CDKToolkit")
     # Extra nodes a rolling update of each nodegroup launches before it drains the old ones.
-    gpu_update_surge_nodes: int = optional(0, switched_on=2)
-    system_update_surge_nodes: int = optional(0, switched_on=6)
+    gpu_update_surge_nodes: int = setting(
+        "gpu_update_surge_nodes", 0, switched_on=2, on={"GPU_UPDATE_STRATEGY": "default"}
+    )
+    system_update_surge_nodes: int = setting("system_update_surge_nodes", 0, switched_on=6, on={})
     # The Kubernetes API endpoint: "public-and-private" | "private" | "public", and its public allow-list.
-    endpoint_access: str = "public-and-private"
-    public_access_cidrs: tuple[str, ...] = optional((), switched_on=("203.0.113.0/24",))
+    endpoint_access: str = setting("endpoint_access", "public-and-private")
+    public_access_cidrs: tuple[str, ...] = setting(
+        "public_access_cidrs", (), switched_on=("203.0.113.0/24",), on={"PUBLIC_ACCESS_CIDRS": "203.0.113.0/24"}
+    )
     # A deploy over deployed stacks: the synthesized templates to compare with them (None: skip).
-    redeploy: Redeploy | None = None
-    helm_charts: tuple[HelmChartPin, ...] = ()
+    redeploy: Redeploy | None = derived("the settings and the synthesized templates", None)  # noqa: RUF009 (a field())
+    helm_charts: tuple[HelmChartPin, ...] = derived("the add-ons this configuration installs", ())
     # OBSERVABILITY=on: the managed Prometheus collector and CloudWatch's OpenTelemetry metrics store.
-    observability: bool = optional(False, switched_on=True)
-    metrics_collector_alias: str = optional(
-        "", switched_on="ray-llm-multinode-ray"
-    )  # ours: held, not another collector
+    observability: bool = setting("observability", False, switched_on=True, on={"OBSERVABILITY": "on"})
+    # ours: held, not another collector
+    metrics_collector_alias: str = setting("metrics_collector_alias", "", switched_on="ray-llm-multinode-ray", on={})
     # This cluster's optional stacks the configuration leaves out (OBSERVABILITY=off: the observability one).
-    stacks_left_out: tuple[str, ...] = optional((), switched_on=("ray-llm-multinode-observability",))
+    stacks_left_out: tuple[str, ...] = setting(
+        "stacks_left_out", (), switched_on=("ray-llm-multinode-observability",), on={"OBSERVABILITY": "off"}
+    )
     # Cluster-admin access entries to create, and the CDK bootstrap's CloudFormation execution role (the cluster
     # creator) as the assembly names it, ${AWS::AccountId} and ${AWS::Partition} still in it.
-    admin_principal_arns: tuple[str, ...] = ()
-    execution_role_arn: str = ""
-    vpc_azs: tuple[str, ...] = ()  # every AZ the network stack puts subnets in
-    gpu_capacity_reservation_id: str = optional("", switched_on="cr-0123456789abcdef0")
-    gpu_capacity_reservation_type: str = "on-demand"
-    gpu_placement_group: str = "on"
-    autoscaling: bool = optional(
-        False, switched_on=True
-    )  # PREFILL/DECODE_MAX_REPLICAS: the Cluster Autoscaler adds GPU nodes after the deploy
-    model_source: str = optional(
-        "", switched_on="s3://example-models/qwen3.5-9b"
-    )  # MODEL_SOURCE: checked on the Hub, or its S3 prefix
-    model_source_kms_key: bool = optional(False, switched_on=True)  # MODEL_SOURCE_KMS_KEY_ARN is set
+    admin_principal_arns: tuple[str, ...] = setting("admin_principal_arns", ())
+    execution_role_arn: str = derived("the synthesized assembly's manifest", "")
+    vpc_azs: tuple[str, ...] = setting("availability_zones", ())  # every AZ the network stack puts subnets in
+    gpu_capacity_reservation_id: str = setting(
+        "gpu_capacity_reservation_id",
+        "",
+        switched_on="cr-0123456789abcdef0",
+        on={"GPU_CAPACITY_RESERVATION_ID": "cr-0123456789abcdef0", "GPU_PLACEMENT_GROUP": "off"},
+    )
+    gpu_capacity_reservation_type: str = setting("gpu_capacity_reservation_type", "on-demand")
+    gpu_placement_group: str = setting("gpu_placement_group", "on")
+    # PREFILL/DECODE_MAX_REPLICAS: the Cluster Autoscaler adds GPU nodes after the deploy
+    autoscaling: bool = setting("autoscaling", False, switched_on=True, on={"DECODE_MAX_REPLICAS": "2"})
+    # MODEL_SOURCE: checked on the Hub, or its S3 prefix
+    model_source: str = setting("model_source", "", switched_on="s3://example-models/qwen3.5-9b", on={})
+    # MODEL_SOURCE_KMS_KEY_ARN is set
+    model_source_kms_key: bool = derived(
+        "MODEL_SOURCE_KMS_KEY_ARN set or not",
+        False,
+        switched_on=True,
+        on={
+            "MODEL_SOURCE": "s3://example-models/qwen3.5-9b",
+            "MODEL_SOURCE_KMS_KEY_ARN": "arn:aws:kms:sa-east-1:123456789012:key/1234abcd-12ab-34cd-56ef-1234567890ab",
+        },
+    )
     # MODEL_NEXT_SOURCE: the prefix the mirror fills next (in MODEL_SOURCE's bucket); its state is reported
-    model_next_source: str = optional("", switched_on="s3://example-models/qwen3.5-9b-next")
-    gcs_store_node_type: str = optional(
-        "", switched_on="cache.t4g.micro"
-    )  # GCS_FAULT_TOLERANCE=redis: the store's node type; "" = no store
-    hf_token_secret_name: str = optional(
-        "", switched_on="prod/hf-token"
-    )  # HF_TOKEN_SECRET_NAME: read only for a gated model
-    dlc_image: str = ""  # the reference the pods pull
+    model_next_source: str = setting(
+        "model_next_source",
+        "",
+        switched_on="s3://example-models/qwen3.5-9b-next",
+        on={
+            "MODEL_SOURCE": "s3://example-models/qwen3.5-9b",
+            "MODEL_NEXT_SOURCE": "s3://example-models/qwen3.5-9b-next",
+        },
+    )
+    # GCS_FAULT_TOLERANCE=redis: the store's node type; "" = no store
+    gcs_store_node_type: str = derived(
+        "GCS_STORE_NODE_TYPE when GCS_FAULT_TOLERANCE=redis, else none",
+        "",
+        switched_on="cache.t4g.micro",
+        on={"GCS_FAULT_TOLERANCE": "redis"},
+    )
+    # HF_TOKEN_SECRET_NAME: read only for a gated model
+    hf_token_secret_name: str = setting(
+        "hf_token_secret_name", "", switched_on="prod/hf-token", on={"HF_TOKEN_SECRET_NAME": "prod/hf-token"}
+    )
+    dlc_image: str = setting("dlc_image", "")  # the reference the pods pull
     # SERVE_EXPOSURE beyond the cluster: the load balancer's certificate ("" or "none": none) and DNS name.
-    serve_exposure: str = "cluster"
-    serve_certificate_arn: str = ""
-    serve_hostname: str = optional("", switched_on="llm.example.com")
-    serve_hosted_zone_id: str = ""
+    serve_exposure: str = setting("serve_endpoint.exposure", "cluster")
+    serve_certificate_arn: str = setting("serve_endpoint.certificate_arn", "")
+    serve_hostname: str = setting(
+        "serve_endpoint.hostname",
+        "",
+        switched_on="llm.example.com",
+        on={
+            "SERVE_EXPOSURE": "internet-facing",
+            "SERVE_ALLOWED_CIDRS": "203.0.113.0/24",
+            "SERVE_CERTIFICATE_ARN": (
+                "arn:aws:acm:sa-east-1:123456789012:certificate/12345678-1234-1234-1234-123456789012"
+            ),
+            "SERVE_HOSTNAME": "llm.example.com",
+            "SERVE_HOSTED_ZONE_ID": "Z0123456789ABCDEFGHIJ",
+        },
+    )
+    serve_hosted_zone_id: str = setting("serve_endpoint.hosted_zone_id", "")
     # Where the tools run (RUNNER_ENVIRONMENT tells a GitHub-hosted runner): a private API must be reachable from it.
-    environ: Mapping[str, str] = field(default_factory=dict)
+    environ: Mapping[str, str] = derived("the run's environment", factory=dict)
 
 
 def quota_code_of(instance_type: str) -> str | None:

@@ -119,7 +119,7 @@ def test_a_transient_dataset_answer_is_a_warning_not_a_wrong_region(aws: None, c
 
 # Every optional input of the preflight (a PreflightInput field whose default leaves its check with nothing to do)
 # with a value that switches it on: the full run below takes them all. Each field declares its own
-# (preflight/context.py, `optional(DEFAULT, switched_on=…)`); these are the ones only this test can give (its
+# (preflight/context.py, `setting(PATH, DEFAULT, switched_on=…, on=…)`); these are the ones only this test can give (its
 # account, Region and AZs, the base synth, what moto creates). A new check's optional input without one fails
 # test_the_full_run_switches_every_optional_input_on; then an AWS call it makes that preflight/registry.py does not
 # declare fails test_every_aws_call_of_the_checks_is_declared_in_the_registry.
@@ -168,7 +168,7 @@ def _optional_inputs() -> set[str]:
 def test_the_full_run_switches_every_optional_input_on() -> None:
     missing = _optional_inputs() - set(SWITCHED_ON) - set(NO_AWS_CALL)
     assert missing == set(), (
-        f"declare the optional input(s) {sorted(missing)} with optional(DEFAULT, switched_on=VALUE) in"
+        f"declare the optional input(s) {sorted(missing)} with setting(PATH, DEFAULT, switched_on=VALUE, on={{...}}) in"
         " preflight/context.py"
     )
     assert set(SWITCHED_ON) | set(NO_AWS_CALL) <= _optional_inputs()

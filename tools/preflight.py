@@ -14,20 +14,21 @@ import os
 import sys
 from collections.abc import Mapping
 from dataclasses import fields
+from functools import reduce
 from pathlib import Path
+from typing import Any
 
+from preflight.context import DERIVED, SETTING
 from preflight.redeploy import Redeploy
 from preflight.runner import PreflightInput
 from preflight.runner import main as run_preflight
 from settings import SettingError, Settings
 from settings.context_files import REPO
 from stacks.addons import chart_pins
+from stacks.ci_access_stack import CDK_TOOLKIT_STACK
 from tools.entry import project_settings
 
 ASSEMBLY = REPO / "cdk.out"
-_SETTINGS_FIELDS = frozenset(f.name for f in fields(Settings)) | {
-    name for name, value in vars(Settings).items() if isinstance(value, property)
-}
 
 
 def read_assembly(settings: Settings, assembly: Path) -> dict[str, dict[str, object]]:
@@ -48,6 +49,27 @@ def execution_role_arn(assembly: Path, stack_name: str) -> str:
     return str(properties.get("cloudFormationExecutionRoleArn", ""))
 
 
+def derived_inputs(
+    settings: Settings,
+    templates: dict[str, dict[str, object]] | None,
+    execution_role: str,
+    environ: Mapping[str, str] | None,
+) -> dict[str, object]:
+    """The inputs preflight/context.py declares `derived`: exactly those (preflight_input refuses a difference)."""
+    quota_code, quota_name = settings.gpu_node.on_demand_quota
+    return {
+        "gpu_quota_code": quota_code,
+        "gpu_quota_name": quota_name,
+        "bootstrap_stack_name": CDK_TOOLKIT_STACK,
+        "redeploy": Redeploy.of(settings, templates) if templates is not None else None,
+        "helm_charts": chart_pins(settings),
+        "execution_role_arn": execution_role,
+        "model_source_kms_key": bool(settings.model_source_kms_key_arn),
+        "gcs_store_node_type": settings.gcs_store_node_type if settings.gcs_redis else "",
+        "environ": dict(environ or {}),
+    }
+
+
 def preflight_input(
     settings: Settings,
     templates: dict[str, dict[str, object]] | None = None,
@@ -55,36 +77,19 @@ def preflight_input(
     execution_role: str = "",
     environ: Mapping[str, str] | None = None,
 ) -> PreflightInput:
-    quota_code, quota_name = settings.gpu_node.on_demand_quota
-    redeploy = Redeploy.of(settings, templates) if templates is not None else None
-    # A PreflightInput field named as a Settings field (or property) takes its value: a check's new input that is a
-    # setting is its field in preflight/context.py, nothing here. The others are derived from the settings below.
-    same_name = {f.name: getattr(settings, f.name) for f in fields(PreflightInput) if f.name in _SETTINGS_FIELDS}
-    return PreflightInput(
-        **same_name
-        | dict(
-            gpu_instance_type=settings.gpu_node.name,
-            gpu_vcpus=settings.gpu_node.vcpus,
-            # The most nodes this deploy may run (both phases at their maxima): the quota, the reservation and the
-            # placement group must hold them all.
-            gpu_node_count=settings.gpu_node_max,
-            gpu_quota_code=quota_code,
-            gpu_quota_name=quota_name,
-            system_instance_type=settings.system_node.name,
-            system_vcpus=settings.system_node.vcpus,
-            redeploy=redeploy,
-            helm_charts=chart_pins(settings),
-            execution_role_arn=execution_role,
-            vpc_azs=settings.availability_zones,
-            model_source_kms_key=bool(settings.model_source_kms_key_arn),
-            gcs_store_node_type=settings.gcs_store_node_type if settings.gcs_redis else "",
-            serve_exposure=settings.serve_endpoint.exposure,
-            serve_certificate_arn=settings.serve_endpoint.certificate_arn,
-            serve_hostname=settings.serve_endpoint.hostname,
-            serve_hosted_zone_id=settings.serve_endpoint.hosted_zone_id,
-            environ=dict(environ or {}),
-        )
-    )
+    """Each input from where preflight/context.py declares it comes from: a Settings attribute, or derived here."""
+    declared = {f.name: f.metadata for f in fields(PreflightInput)}
+    computed = derived_inputs(settings, templates, execution_role, environ)
+    undeclared = set(computed) ^ {name for name, metadata in declared.items() if DERIVED in metadata}
+    if undeclared:
+        raise RuntimeError(f"preflight inputs derived here and declared derived differ: {sorted(undeclared)}")
+    read = {
+        name: reduce(getattr, metadata[SETTING].split("."), settings)
+        for name, metadata in declared.items()
+        if SETTING in metadata
+    }
+    inputs: dict[str, Any] = read | computed
+    return PreflightInput(**inputs)
 
 
 def main(argv: list[str] | None = None) -> int:

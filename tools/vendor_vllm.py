@@ -24,8 +24,9 @@ import zipfile
 from collections.abc import Iterable
 from pathlib import Path
 
-from settings.engine_args import ENGINE_ARGS_FILE, VLLM_VERSION
+from settings.engine_args import ENGINE_ARGS_FILE
 from settings.model_facts import VLLM_ARCHITECTURES_FILE
+from settings.versions import VLLM_VERSION
 
 ARG_UTILS = "vllm/engine/arg_utils.py"
 KV_TRANSFER = "vllm/config/kv_transfer.py"
@@ -98,7 +99,7 @@ class Source:
             head = ast.unparse(expr.value).rsplit(".", 1)[-1]
             items = expr.slice.elts if isinstance(expr.slice, ast.Tuple) else [expr.slice]
             if head == "Literal":  # its items: constants, or names of other Literals (Literal["auto", RunnerType])
-                parts = [
+                parts: list[tuple[set[str], list[object]]] = [
                     ({_kind_of(item.value)}, [item.value]) if isinstance(item, ast.Constant) else self.kinds(item, seen)
                     for item in items
                 ]
@@ -156,13 +157,16 @@ class Source:
     def architectures(self) -> list[str]:
         names: set[str] = set()
         for node in self.module(REGISTRY).body:
-            target = (
-                node.target
-                if isinstance(node, ast.AnnAssign)
-                else (node.targets[0] if isinstance(node, ast.Assign) and len(node.targets) == 1 else None)
-            )
-            if isinstance(target, ast.Name) and target.id in ARCHITECTURE_TABLES and isinstance(node.value, ast.Dict):
-                names.update(key.value for key in node.value.keys if isinstance(key, ast.Constant))
+            target: ast.expr
+            value: ast.expr | None
+            if isinstance(node, ast.AnnAssign):
+                target, value = node.target, node.value
+            elif isinstance(node, ast.Assign) and len(node.targets) == 1:
+                target, value = node.targets[0], node.value
+            else:
+                continue
+            if isinstance(target, ast.Name) and target.id in ARCHITECTURE_TABLES and isinstance(value, ast.Dict):
+                names.update(str(key.value) for key in value.keys if isinstance(key, ast.Constant))
         return sorted(names)
 
 
