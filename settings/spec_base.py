@@ -3,6 +3,7 @@ settings/specs.py and settings/specs_infra.py."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -24,6 +25,22 @@ _RECREATE_HOW = (
 
 
 @dataclass(frozen=True)
+class Flip:
+    """Another valid value of a setting, for tests/test_setting_landing.py, which synthesizes it beside the tests'
+    pinned configuration and checks that the output changes in the setting's `lands` and nowhere else. `given`
+    holds in both synths (what the value needs to be valid and to matter), `needs` only beside the new value (what
+    the new value forces)."""
+
+    value: str
+    given: tuple[tuple[str, str], ...] = ()
+    needs: tuple[tuple[str, str], ...] = ()
+
+
+def flip(value: str, *, given: Mapping[str, str] | None = None, needs: Mapping[str, str] | None = None) -> Flip:
+    return Flip(value, tuple(sorted((given or {}).items())), tuple(sorted((needs or {}).items())))
+
+
+@dataclass(frozen=True)
 class SettingSpec:
     env: str
     default: str
@@ -38,6 +55,11 @@ class SettingSpec:
     # The CI workflows pass a repository variable of this name to the app (.github/actions/settings-from-variables,
     # written by `make docs-tables`): what differs between accounts; the shape of a deployment stays in cdk.json.
     ci_variable: bool = False
+    # Where a change of it lands in the synthesized output: places as tests/landing.py names them ("stack:gpu",
+    # "serve:prefill", "workers:decode", "k8s:NetworkPolicy", ...); () for a setting only the preflight or a tool
+    # reads. tests/test_setting_landing.py synthesizes `flip` and fails unless exactly these places change.
+    lands: tuple[str, ...] = ()
+    flip: Flip | None = None  # None only for a setting with one allowed value (the test checks it refuses another)
 
     @property
     def allowed_text(self) -> str:

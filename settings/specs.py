@@ -21,6 +21,7 @@ from settings.spec_base import (
     REPLACEMENT,
     ROLLING,
     SettingSpec,
+    flip,
 )
 from settings.specs_endpoint import ENDPOINT_SPECS
 from settings.specs_infra import INFRA_SPECS
@@ -35,6 +36,8 @@ SPECS: tuple[SettingSpec, ...] = (
         "Ray LLM container image of the head and workers (${REGION} is replaced)",
         "an image reference with a tag or digest",
         change=(RECREATE, _RECREATE_HOW),
+        lands=("head", "k8s:DaemonSet", "stack:serving", "workers:decode", "workers:prefill"),
+        flip=flip("123456789012.dkr.ecr.sa-east-1.amazonaws.com/ray:custom"),
     ),
     SettingSpec(
         "KUBERAY_VERSION",
@@ -49,6 +52,8 @@ SPECS: tuple[SettingSpec, ...] = (
                 " `make kuberay-crds` has applied the new CRDs (Helm never upgrades them)"
             ),
         ),
+        lands=("stack:system",),
+        flip=None,
     ),
     SettingSpec(
         "KUBERAY_NAMESPACE",
@@ -64,6 +69,8 @@ SPECS: tuple[SettingSpec, ...] = (
                 " stack, with it; the GPU nodes stay), then deploy"
             ),
         ),
+        lands=("k8s:NetworkPolicy", "stack:system"),
+        flip=flip("kuberay"),
     ),
     SettingSpec(
         "RAY_VERSION",
@@ -71,6 +78,8 @@ SPECS: tuple[SettingSpec, ...] = (
         "Ray version inside DLC_IMAGE",
         parser=Semver((2, 52, 0), "Ray's token authentication, which the RayCluster turns on"),
         change=(RECREATE, _RECREATE_HOW),
+        lands=("k8s:RayService", "stack:serving"),
+        flip=flip("2.59.0"),
     ),
     SettingSpec(
         "RAY_SERVICE_NAME",
@@ -86,6 +95,8 @@ SPECS: tuple[SettingSpec, ...] = (
                 " `make destroy STACKS=CLUSTER_NAME-serving` first"
             ),
         ),
+        lands=("k8s:RayService", "stack:serving"),
+        flip=flip("llm"),
     ),
     SettingSpec(
         "MODEL_ID",
@@ -95,6 +106,8 @@ SPECS: tuple[SettingSpec, ...] = (
             r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}", "letters, digits, '.', '_' and '-', at most 128 characters"
         ),
         change=(IN_PLACE, "serveConfigV2: Ray Serve redeploys the application"),
+        lands=("serve:decode", "serve:prefill"),
+        flip=flip("my-model"),
     ),
     SettingSpec(
         "MODEL_SOURCE",
@@ -114,6 +127,15 @@ SPECS: tuple[SettingSpec, ...] = (
                 " without the mirror's `hash`"
             ),
         ),
+        lands=(
+            "k8s:ServiceAccount",
+            "serve:decode",
+            "serve:prefill",
+            "stack:serving",
+            "workers:decode",
+            "workers:prefill",
+        ),
+        flip=flip("s3://example-models/qwen3.5-9b"),
     ),
     SettingSpec(
         "MODEL_SOURCE_KMS_KEY_ARN",
@@ -122,6 +144,11 @@ SPECS: tuple[SettingSpec, ...] = (
         " S3 (empty = SSE-S3)",
         "a KMS key ARN, only with an s3:// MODEL_SOURCE",
         change=(IN_PLACE, "the workers' Pod Identity role"),
+        lands=("stack:serving",),
+        flip=flip(
+            "arn:aws:kms:sa-east-1:123456789012:key/1234abcd-12ab-34cd-56ef-1234567890ab",
+            given={"MODEL_SOURCE": "s3://example-models/qwen3.5-9b"},
+        ),
     ),
     SettingSpec(
         "MODEL_NEXT_SOURCE",
@@ -137,6 +164,8 @@ SPECS: tuple[SettingSpec, ...] = (
                 " the workers' role are unchanged. The switch to it without parking: docs/weights.md (A new revision)"
             ),
         ),
+        lands=("stack:serving",),
+        flip=flip("s3://example-models/qwen3.5-9b-next", given={"MODEL_SOURCE": "s3://example-models/qwen3.5-9b"}),
     ),
     SettingSpec(
         "PREFILL_REPLICAS",
@@ -151,6 +180,8 @@ SPECS: tuple[SettingSpec, ...] = (
                 f" which KubeRay 1.7 does not apply to a running cluster: {_RECREATE_HOW}"
             ),
         ),
+        lands=("serve:prefill", "stack:gpu", "stack:serving", "workers:prefill"),
+        flip=flip("2"),
     ),
     SettingSpec(
         "DECODE_REPLICAS",
@@ -165,6 +196,8 @@ SPECS: tuple[SettingSpec, ...] = (
                 f" which KubeRay 1.7 does not apply to a running cluster: {_RECREATE_HOW}"
             ),
         ),
+        lands=("serve:decode", "stack:gpu", "stack:serving", "workers:decode"),
+        flip=flip("2"),
     ),
     SettingSpec(
         "PREFILL_MAX_REPLICAS",
@@ -182,6 +215,18 @@ SPECS: tuple[SettingSpec, ...] = (
                 " its minimum (CloudFormation would reset the desired size)"
             ),
         ),
+        lands=(
+            "head",
+            "k8s:RayService",
+            "serve:app",
+            "serve:prefill",
+            "stack:gpu",
+            "stack:serving",
+            "stack:system",
+            "workers:decode",
+            "workers:prefill",
+        ),
+        flip=flip("2"),
     ),
     SettingSpec(
         "DECODE_MAX_REPLICAS",
@@ -191,6 +236,18 @@ SPECS: tuple[SettingSpec, ...] = (
         "at least DECODE_REPLICAS; the nodes of both maxima at most 64",
         parser=OptionalInteger(1, 64),
         change=(RECREATE, "as PREFILL_MAX_REPLICAS"),
+        lands=(
+            "head",
+            "k8s:RayService",
+            "serve:app",
+            "serve:decode",
+            "stack:gpu",
+            "stack:serving",
+            "stack:system",
+            "workers:decode",
+            "workers:prefill",
+        ),
+        flip=flip("2"),
     ),
     SettingSpec(
         "TENSOR_PARALLEL_SIZE",
@@ -205,6 +262,8 @@ SPECS: tuple[SettingSpec, ...] = (
                 f" which KubeRay 1.7 does not apply to a running cluster: {_RECREATE_HOW}"
             ),
         ),
+        lands=("serve:decode", "serve:prefill"),
+        flip=flip("2", given={"GPU_NODE_TYPE": "g6.48xlarge"}),
     ),
     SettingSpec(
         "MAX_MODEL_LEN",
@@ -214,6 +273,8 @@ SPECS: tuple[SettingSpec, ...] = (
         " docs/models.md)",
         parser=Integer(256, 1048576),
         change=(IN_PLACE, "serveConfigV2: Ray Serve redeploys the application"),
+        lands=("serve:app", "serve:decode", "serve:prefill"),
+        flip=flip("2048"),
     ),
     SettingSpec(
         "MODEL_IMAGES",
@@ -222,6 +283,8 @@ SPECS: tuple[SettingSpec, ...] = (
         " leaves more of an L4 to the KV cache; on: it keeps it",
         parser=Flag(),
         change=(IN_PLACE, "serveConfigV2: Ray Serve redeploys the application"),
+        lands=("serve:decode", "serve:prefill"),
+        flip=flip("on", given={"GPU_NODE_TYPE": "g6e.8xlarge"}),
     ),
     SettingSpec(
         "KV_TRANSPORT",
@@ -237,6 +300,8 @@ SPECS: tuple[SettingSpec, ...] = (
             " RayCluster changes: the preflight refuses the deploy over a running RayService with `make destroy"
             " STACKS=CLUSTER_NAME-serving && make deploy` (GPU nodes stay)",
         ),
+        lands=("serve:decode", "serve:prefill", "stack:serving", "workers:decode", "workers:prefill"),
+        flip=flip("ucx"),
     ),
     SettingSpec(
         "ENFORCE_EAGER",
@@ -247,6 +312,8 @@ SPECS: tuple[SettingSpec, ...] = (
         "",
         parser=Choice(("auto", "true", "false")),
         change=(IN_PLACE, "serveConfigV2: Ray Serve redeploys the application (both engines restart)"),
+        lands=("serve:decode", "serve:prefill"),
+        flip=flip("true", given={"GPU_NODE_TYPE": "g6e.8xlarge"}),
     ),
     *ENDPOINT_SPECS,
     SettingSpec(
@@ -257,6 +324,8 @@ SPECS: tuple[SettingSpec, ...] = (
         "",
         parser=DnsLabel(),
         change=(IN_PLACE, "the NetworkPolicy of the metrics port"),
+        lands=("k8s:NetworkPolicy",),
+        flip=flip("metrics"),
     ),
     SettingSpec(
         "OBSERVABILITY",
@@ -275,6 +344,15 @@ SPECS: tuple[SettingSpec, ...] = (
                 " deploy nor found by `cdk destroy`)"
             ),
         ),
+        lands=(
+            "k8s:NetworkPolicy",
+            "stack:network",
+            "stack:observability",
+            "stack:serving",
+            "workers:decode",
+            "workers:prefill",
+        ),
+        flip=flip("on"),
     ),
     SettingSpec(
         "GCS_FAULT_TOLERANCE",
@@ -291,6 +369,16 @@ SPECS: tuple[SettingSpec, ...] = (
                 " to `off`: the same, then the store is deleted with its data"
             ),
         ),
+        lands=(
+            "head",
+            "k8s:ConfigMap",
+            "k8s:RayService",
+            "k8s:SecretProviderClass",
+            "k8s:ServiceAccount",
+            "stack:serving",
+            "stack:system",
+        ),
+        flip=flip("redis"),
     ),
     SettingSpec(
         "GCS_STORE_NODE_TYPE",
@@ -303,6 +391,8 @@ SPECS: tuple[SettingSpec, ...] = (
             strip=True,
         ),
         change=(IN_PLACE, "ElastiCache modifies the nodes (the replica first, then a failover)"),
+        lands=("stack:system",),
+        flip=flip("cache.m7g.large", given={"GCS_FAULT_TOLERANCE": "redis"}),
     ),
     SettingSpec(
         "HF_TOKEN_SECRET_NAME",
@@ -321,6 +411,8 @@ SPECS: tuple[SettingSpec, ...] = (
                 f" {_RECREATE_HOW}"
             ),
         ),
+        lands=("k8s:SecretProviderClass", "k8s:ServiceAccount", "stack:serving", "workers:decode", "workers:prefill"),
+        flip=flip("prod/hf-token"),
     ),
 )
 

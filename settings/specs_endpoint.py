@@ -4,7 +4,7 @@ engines' settings in SPECS, in this order."""
 
 from __future__ import annotations
 
-from settings.spec_base import _RECREATE_HOW, IN_PLACE, RECREATE, SettingSpec
+from settings.spec_base import _RECREATE_HOW, IN_PLACE, RECREATE, SettingSpec, flip
 
 ENDPOINT_SPECS: tuple[SettingSpec, ...] = (
     SettingSpec(
@@ -14,6 +14,8 @@ ENDPOINT_SPECS: tuple[SettingSpec, ...] = (
         " NAMESPACE only",
         "comma-separated namespace names",
         change=(IN_PLACE, "the NetworkPolicy of the Serve port"),
+        lands=("k8s:NetworkPolicy",),
+        flip=flip("apps"),
     ),
     SettingSpec(
         "SERVE_EXPOSURE",
@@ -36,6 +38,21 @@ ENDPOINT_SPECS: tuple[SettingSpec, ...] = (
             ),
         ),
         ci_variable=True,
+        lands=(
+            "head",
+            "k8s:ConfigMap",
+            "k8s:Ingress",
+            "k8s:NetworkPolicy",
+            "k8s:SecretProviderClass",
+            "k8s:ServiceAccount",
+            "serve:app",
+            "stack:network",
+            "stack:serving",
+            "stack:system",
+            "workers:decode",
+            "workers:prefill",
+        ),
+        flip=flip("internal", needs={"SERVE_CERTIFICATE_ARN": "none"}),
     ),
     SettingSpec(
         "SERVE_CERTIFICATE_ARN",
@@ -45,6 +62,11 @@ ENDPOINT_SPECS: tuple[SettingSpec, ...] = (
         " SERVE_EXPOSURE=internal, empty with SERVE_EXPOSURE=cluster",
         change=(IN_PLACE, "the listener's certificate"),
         ci_variable=True,
+        lands=("k8s:Ingress", "stack:serving"),
+        flip=flip(
+            "arn:aws:acm:sa-east-1:123456789012:certificate/12345678-1234-1234-1234-123456789012",
+            given={"SERVE_EXPOSURE": "internal", "SERVE_CERTIFICATE_ARN": "none"},
+        ),
     ),
     SettingSpec(
         "SERVE_HOSTNAME",
@@ -54,6 +76,8 @@ ENDPOINT_SPECS: tuple[SettingSpec, ...] = (
         "empty or a fully qualified domain name",
         change=(IN_PLACE, "the Ingress's host rule and the alias record"),
         ci_variable=True,
+        lands=("k8s:Ingress", "stack:serving"),
+        flip=flip("llm.example.com", given={"SERVE_EXPOSURE": "internal", "SERVE_CERTIFICATE_ARN": "none"}),
     ),
     SettingSpec(
         "SERVE_HOSTED_ZONE_ID",
@@ -64,6 +88,11 @@ ENDPOINT_SPECS: tuple[SettingSpec, ...] = (
         " a Region settings/load_balancer_zones.py lists",
         change=(IN_PLACE, "the alias record"),
         ci_variable=True,
+        lands=("stack:serving",),
+        flip=flip(
+            "Z0123456789ABCDEFGHIJ",
+            given={"SERVE_EXPOSURE": "internal", "SERVE_CERTIFICATE_ARN": "none", "SERVE_HOSTNAME": "llm.example.com"},
+        ),
     ),
     SettingSpec(
         "SERVE_ALLOWED_CIDRS",
@@ -73,6 +102,8 @@ ENDPOINT_SPECS: tuple[SettingSpec, ...] = (
         "comma-separated IPv4 CIDRs, empty with SERVE_EXPOSURE=cluster",
         change=(IN_PLACE, "the load balancer's security group rules"),
         ci_variable=True,
+        lands=("k8s:Ingress", "stack:serving"),
+        flip=flip("10.2.0.0/16", given={"SERVE_EXPOSURE": "internal", "SERVE_CERTIFICATE_ARN": "none"}),
     ),
     SettingSpec(
         "SERVE_API_KEYS",
@@ -87,6 +118,17 @@ ENDPOINT_SPECS: tuple[SettingSpec, ...] = (
                 f" {_RECREATE_HOW}"
             ),
         ),
+        lands=(
+            "head",
+            "k8s:ConfigMap",
+            "k8s:SecretProviderClass",
+            "k8s:ServiceAccount",
+            "serve:app",
+            "stack:serving",
+            "workers:decode",
+            "workers:prefill",
+        ),
+        flip=flip("on"),
     ),
     SettingSpec(
         "SERVE_ACCESS_LOGS",
@@ -102,5 +144,7 @@ ENDPOINT_SPECS: tuple[SettingSpec, ...] = (
             ),
         ),
         ci_variable=True,
+        lands=("k8s:Ingress", "stack:serving"),
+        flip=flip("on", given={"SERVE_EXPOSURE": "internal", "SERVE_CERTIFICATE_ARN": "none"}),
     ),
 )

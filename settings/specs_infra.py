@@ -6,7 +6,7 @@ from __future__ import annotations
 from settings import versions
 from settings.instance_types import BUILT_IN_GPU_TYPES
 from settings.parsers import Choice, DnsLabel, Integer
-from settings.spec_base import _RECREATE_HOW, IN_PLACE, NEW, RECREATE, REFUSED, REPLACEMENT, ROLLING, SettingSpec
+from settings.spec_base import _RECREATE_HOW, IN_PLACE, NEW, RECREATE, REFUSED, REPLACEMENT, ROLLING, SettingSpec, flip
 
 INFRA_SPECS: tuple[SettingSpec, ...] = (
     SettingSpec(
@@ -23,6 +23,18 @@ INFRA_SPECS: tuple[SettingSpec, ...] = (
                 " first"
             ),
         ),
+        lands=(
+            "k8s:DaemonSet",
+            "k8s:Namespace",
+            "k8s:NetworkPolicy",
+            "k8s:RayService",
+            "stack:cluster",
+            "stack:gpu",
+            "stack:network",
+            "stack:serving",
+            "stack:system",
+        ),
+        flip=flip("other-cluster"),
     ),
     SettingSpec(
         "REGION",
@@ -31,6 +43,17 @@ INFRA_SPECS: tuple[SettingSpec, ...] = (
         "an AWS commercial Region, e.g. us-east-2",
         ci_variable=True,
         change=(NEW, "a second deployment in the other Region. `make destroy` the old one (with the old Region) first"),
+        lands=(
+            "head",
+            "k8s:DaemonSet",
+            "stack:cluster",
+            "stack:gpu",
+            "stack:network",
+            "stack:serving",
+            "workers:decode",
+            "workers:prefill",
+        ),
+        flip=flip("us-east-2"),
     ),
     SettingSpec(
         "K8S_VERSION",
@@ -45,6 +68,8 @@ INFRA_SPECS: tuple[SettingSpec, ...] = (
                 " change. Run `make lookup` first (add-on versions)"
             ),
         ),
+        lands=("stack:cluster", "stack:gpu", "stack:system"),
+        flip=flip("1.36"),
     ),
     SettingSpec(
         "NAMESPACE",
@@ -56,6 +81,8 @@ INFRA_SPECS: tuple[SettingSpec, ...] = (
             REPLACEMENT,
             "new Namespace and RayService applied, then the old ones deleted; the model restarts (up to 30 minutes)",
         ),
+        lands=("k8s:Namespace", "k8s:NetworkPolicy", "k8s:RayService", "stack:serving"),
+        flip=flip("serving"),
     ),
     SettingSpec(
         "VPC_CIDR",
@@ -63,6 +90,8 @@ INFRA_SPECS: tuple[SettingSpec, ...] = (
         "IPv4 range of the VPC (3 private /19 and 3 public /24 subnets)",
         "a private IPv4 CIDR, /16 or /17",
         change=(REFUSED, "replaces the VPC under the cluster. Keep it, or `make destroy` and deploy again"),
+        lands=("stack:network",),
+        flip=flip("10.1.0.0/16"),
     ),
     SettingSpec(
         "ENDPOINT_ACCESS",
@@ -78,6 +107,8 @@ INFRA_SPECS: tuple[SettingSpec, ...] = (
                 " VPC (with their own security group whenever they are in it)"
             ),
         ),
+        lands=("stack:cluster",),
+        flip=flip("private"),
     ),
     SettingSpec(
         "PUBLIC_ACCESS_CIDRS",
@@ -86,6 +117,8 @@ INFRA_SPECS: tuple[SettingSpec, ...] = (
         "comma-separated IPv4 CIDRs; needs ENDPOINT_ACCESS=public-and-private",
         ci_variable=True,
         change=(IN_PLACE, "EKS updates the allow-list"),
+        lands=("stack:cluster",),
+        flip=flip("203.0.113.0/24"),
     ),
     SettingSpec(
         "ADMIN_PRINCIPAL_ARNS",
@@ -94,6 +127,8 @@ INFRA_SPECS: tuple[SettingSpec, ...] = (
         "comma-separated IAM role or user ARNs",
         ci_variable=True,
         change=(IN_PLACE, "access entries added or removed (each keyed by its ARN, so the others stay)"),
+        lands=("stack:cluster",),
+        flip=flip("arn:aws:iam::123456789012:role/admin"),
     ),
     SettingSpec(
         "SYSTEM_NODEGROUP_NAME",
@@ -108,6 +143,8 @@ INFRA_SPECS: tuple[SettingSpec, ...] = (
                 " then the old one goes"
             ),
         ),
+        lands=("stack:system",),
+        flip=flip("system-b"),
     ),
     SettingSpec(
         "SYSTEM_NODE_TYPE",
@@ -115,6 +152,8 @@ INFRA_SPECS: tuple[SettingSpec, ...] = (
         "Instance type of the system nodes (operator, Ray head, CoreDNS)",
         "an x86_64 EC2 type with at least 4 vCPU and 16 GiB",
         change=(ROLLING, "a new launch template version: nodes replaced one at a time (up to two extra per AZ first)"),
+        lands=("stack:system",),
+        flip=flip("m7i.2xlarge"),
     ),
     SettingSpec(
         "SYSTEM_NODE_COUNT",
@@ -123,6 +162,8 @@ INFRA_SPECS: tuple[SettingSpec, ...] = (
         "",
         parser=Integer(1, 10),
         change=(IN_PLACE, "nodegroup scaling"),
+        lands=("k8s:PodDisruptionBudget", "stack:system"),
+        flip=flip("2"),
     ),
     SettingSpec(
         "SYSTEM_ROOT_VOLUME_GIB",
@@ -131,6 +172,8 @@ INFRA_SPECS: tuple[SettingSpec, ...] = (
         "",
         parser=Integer(80, 1000),
         change=(ROLLING, "a new launch template version"),
+        lands=("stack:system",),
+        flip=flip("120"),
     ),
     SettingSpec(
         "GPU_NODEGROUP_NAME",
@@ -142,6 +185,8 @@ INFRA_SPECS: tuple[SettingSpec, ...] = (
             REFUSED,
             "unless parked: `GPU_NODE_COUNT=0 make deploy`, then rename with GPU_NODE_COUNT=0, then unpark",
         ),
+        lands=("stack:gpu",),
+        flip=flip("gpu-b"),
     ),
     SettingSpec(
         "GPU_NODE_TYPE",
@@ -155,6 +200,8 @@ INFRA_SPECS: tuple[SettingSpec, ...] = (
                 f" {_RECREATE_HOW}. `make lookup` for the new type's AZs first"
             ),
         ),
+        lands=("stack:gpu", "stack:serving", "workers:decode", "workers:prefill"),
+        flip=flip("g6.16xlarge"),
     ),
     SettingSpec(
         "GPU_NODE_COUNT",
@@ -163,6 +210,8 @@ INFRA_SPECS: tuple[SettingSpec, ...] = (
         " everything else",
         "empty, 0, or the nodes the replicas need",
         change=(IN_PLACE, "nodegroup scaling; 0 parks the GPUs, empty (or the count the replicas need) unparks"),
+        lands=("stack:gpu",),
+        flip=flip("0"),
     ),
     SettingSpec(
         "GPU_UPDATE_STRATEGY",
@@ -172,6 +221,8 @@ INFRA_SPECS: tuple[SettingSpec, ...] = (
         " first)",
         parser=Choice(("minimal", "default")),
         change=(IN_PLACE, "the nodegroup's update configuration"),
+        lands=("stack:gpu",),
+        flip=flip("default"),
     ),
     SettingSpec(
         "GPU_ROOT_VOLUME_GIB",
@@ -180,6 +231,8 @@ INFRA_SPECS: tuple[SettingSpec, ...] = (
         "",
         parser=Integer(100, 2000),
         change=(ROLLING, "a new launch template version (GPU_UPDATE_STRATEGY)"),
+        lands=("stack:gpu",),
+        flip=flip("300"),
     ),
     SettingSpec(
         "GPU_AZ",
@@ -195,6 +248,8 @@ INFRA_SPECS: tuple[SettingSpec, ...] = (
                 " that as well: `make destroy` and deploy again)"
             ),
         ),
+        lands=("stack:gpu", "stack:network"),
+        flip=flip("sa-east-1c"),
     ),
     SettingSpec(
         "GPU_PLACEMENT_GROUP",
@@ -210,6 +265,8 @@ INFRA_SPECS: tuple[SettingSpec, ...] = (
                 " once the nodes have left it"
             ),
         ),
+        lands=("stack:gpu",),
+        flip=flip("off"),
     ),
     SettingSpec(
         "GPU_CAPACITY_RESERVATION_ID",
@@ -226,6 +283,8 @@ INFRA_SPECS: tuple[SettingSpec, ...] = (
                 " the block; park, deploy the change, unpark"
             ),
         ),
+        lands=("stack:gpu",),
+        flip=flip("cr-0123456789abcdef0", given={"GPU_PLACEMENT_GROUP": "off"}),
     ),
     SettingSpec(
         "GPU_CAPACITY_RESERVATION_TYPE",
@@ -240,6 +299,11 @@ INFRA_SPECS: tuple[SettingSpec, ...] = (
                 "the nodegroup's capacity type is create-only and its name fixed: unless parked, `GPU_NODE_COUNT=0 make"
                 " deploy`, then change it with a new GPU_NODEGROUP_NAME and GPU_NODE_COUNT=0, then unpark"
             ),
+        ),
+        lands=("stack:gpu",),
+        flip=flip(
+            "capacity-block",
+            given={"GPU_PLACEMENT_GROUP": "off", "GPU_CAPACITY_RESERVATION_ID": "cr-0123456789abcdef0"},
         ),
     ),
 )

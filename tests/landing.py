@@ -1,0 +1,77 @@
+"""Where a setting lands: the synthesized output cut into places, and the places two synths differ in.
+
+The places: each stack's template ("stack:PART", the Kubernetes objects it applies left out); each Kubernetes object
+it applies ("k8s:KIND/NAME"), the RayService cut further into its serve config's phases ("serve:prefill",
+"serve:decode"), the rest of its serve application ("serve:app"), its worker groups ("workers:prefill",
+"workers:decode"), its head group ("head") and the rest of it ("k8s:RayService/NAME"). Names are the object's kind and
+the setting-free part of its name, so that a renamed object is the same place."""
+
+from __future__ import annotations
+
+import copy
+import json
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from settings import Settings
+from tests.iam_documents import Resolver
+
+KUBERNETES_RESOURCE = "Custom::AWSCDK-EKS-KubernetesResource"
+
+
+def synth_templates(settings: Settings) -> dict[str, dict[str, Any]]:
+    """The templates of one synth, by part, without cdk-nag (the places are what it changes, not its findings)."""
+    from stacks.application import build_stacks, new_app
+
+    with tempfile.TemporaryDirectory() as outdir:
+        app = new_app(outdir)
+        build_stacks(app, settings)
+        app.synth()
+        return {
+            part: json.loads(Path(outdir, f"{name}.template.json").read_text())
+            for part, name in settings.stack_names.items()
+        }
+
+
+def _ray_service_places(obj: dict[str, Any]) -> dict[str, Any]:
+    obj = copy.deepcopy(obj)
+    spec = obj["spec"]
+    found: dict[str, Any] = {}
+    serve = yaml.safe_load(spec.pop("serveConfigV2"))
+    for application in serve["applications"]:
+        args = application["args"]
+        found["serve:prefill"] = args.pop("prefill_config")
+        found["serve:decode"] = args.pop("decode_config")
+    found["serve:app"] = serve
+    cluster = spec["rayClusterConfig"]
+    for group in cluster.pop("workerGroupSpecs"):
+        found[f"workers:{group['groupName']}"] = group
+    found["head"] = cluster.pop("headGroupSpec")
+    found["k8s:RayService"] = obj
+    return found
+
+
+def places(settings: Settings, templates: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    resolver = Resolver({settings.stack_names[p]: t for p, t in templates.items()}, settings.region)
+    found: dict[str, Any] = {}
+    for part, template in templates.items():
+        template = copy.deepcopy(template)
+        for resource in template.get("Resources", {}).values():
+            if resource["Type"] != KUBERNETES_RESOURCE:
+                continue
+            manifest = json.loads(resolver.resolve(resource["Properties"].pop("Manifest"), settings.stack_names[part]))
+            for obj in manifest:
+                if obj["kind"] == "RayService":
+                    found |= _ray_service_places(obj)
+                else:
+                    found.setdefault(f"k8s:{obj['kind']}", []).append(obj)
+        found[f"stack:{part}"] = template
+    return found
+
+
+def landed(before: dict[str, Any], after: dict[str, Any]) -> set[str]:
+    """The places whose content differs (a place in one synth only counts as differing)."""
+    return {place for place in before.keys() | after.keys() if before.get(place) != after.get(place)}

@@ -1,0 +1,64 @@
+"""Every setting lands where it declares (settings/specs*.py `lands`), and nowhere else: each is synthesized at its
+`flip` beside the tests' pinned configuration and the output compared place by place (tests/landing.py). A setting
+wired to the wrong phase, to nothing, or to more than it says fails here without a test of its own."""
+
+from __future__ import annotations
+
+from functools import cache
+from typing import Any
+
+import pytest
+
+from settings import SettingError
+from settings.spec_base import PREFLIGHT_ONLY, SettingSpec
+from settings.specs import SPECS
+from tests.conftest import settings_for
+from tests.landing import landed, places, synth_templates
+from tests.pinned import PINNED
+
+FLIPPED = [spec for spec in SPECS if spec.flip is not None]
+
+
+@cache
+def _places(environ: tuple[tuple[str, str], ...]) -> dict[str, Any]:
+    settings = settings_for(dict(environ))
+    return places(settings, synth_templates(settings))
+
+
+@pytest.mark.parametrize("spec", FLIPPED, ids=[spec.env for spec in FLIPPED])
+def test_a_setting_changes_the_output_where_it_declares_and_nowhere_else(spec: SettingSpec) -> None:
+    assert spec.flip is not None
+    given = dict(spec.flip.given)
+    assert spec.flip.value != given.get(spec.env, PINNED.get(spec.env)), f"{spec.env}'s flip is its pinned value"
+    before = _places(tuple(sorted(given.items())))
+    after = _places(tuple(sorted((given | dict(spec.flip.needs) | {spec.env: spec.flip.value}).items())))
+    found = landed(before, after)
+    assert found == set(spec.lands), (
+        f"{spec.env}={spec.flip.value!r} changed {sorted(found)}; it declares {sorted(spec.lands)}"
+        f" (missing: {sorted(set(spec.lands) - found)}, undeclared: {sorted(found - set(spec.lands))})"
+    )
+
+
+# The settings that cannot take another value, and why: the landing test cannot flip them.
+ONE_VALUE = {"KUBERAY_VERSION": ("1.7.1", "pinned to the CRDs in schemas/kuberay/: make vendor-kuberay moves both")}
+
+
+def test_every_setting_has_a_flip_but_those_with_one_allowed_value() -> None:
+    assert {spec.env for spec in SPECS if spec.flip is None} == set(ONE_VALUE)
+    for env, (other, _why) in ONE_VALUE.items():
+        with pytest.raises(SettingError):
+            settings_for({env: other})
+
+
+def test_only_a_setting_no_stack_reads_lands_nowhere() -> None:
+    for spec in SPECS:
+        assert (spec.lands == ()) == (spec.change is not None and spec.change[0] == PREFLIGHT_ONLY), spec.env
+
+
+def test_the_places_tell_the_phases_apart() -> None:
+    # The control: the cut into places sees a value moved from one phase to the other.
+    before = _places(())
+    swapped = dict(before)
+    swapped["serve:prefill"], swapped["serve:decode"] = before["serve:decode"], before["serve:prefill"]
+    assert landed(before, swapped) == {"serve:prefill", "serve:decode"}
+    assert {"serve:prefill", "serve:decode", "workers:prefill", "workers:decode", "head", "serve:app"} <= set(before)
