@@ -9,6 +9,10 @@ import re
 from collections.abc import Iterator, Mapping
 from typing import Any
 
+from parliament import analyze_policy_string
+
+from tools.accepted_findings import Finding
+
 ACCOUNT = "123456789012"
 PARTITION = "aws"
 
@@ -101,3 +105,17 @@ def identity_policies(templates: Mapping[str, Mapping[str, Any]], region: str) -
                 resolved = resolver.resolve(document, stack)
                 resolved["Statement"] = [s for s in resolved["Statement"] if s != {"Ref": "AWS::NoValue"}]
                 yield where, json.loads(json.dumps(resolved))
+
+
+def findings_of(where: str, document: dict[str, Any]) -> list[Finding]:
+    """parliament's findings, one per action where it names several (RESOURCE_STAR, RESOURCE_MISMATCH)."""
+    found = []
+    for finding in analyze_policy_string(json.dumps(document)).findings:
+        detail = finding.detail
+        if isinstance(detail, list):
+            actions = [d["action"] if isinstance(d, dict) else str(d) for d in detail]
+        else:
+            words = str(detail).split()
+            actions = [words[-1]] if words else [""]
+        found += [Finding("parliament", finding.issue, where, action) for action in actions]
+    return found

@@ -7,36 +7,28 @@ does an accepted one that no longer occurs.
 
 from __future__ import annotations
 
+import inspect
 import json
 import string
 from pathlib import Path
 from typing import Any
 
 import pytest
-from parliament import analyze_policy_string
 
-from tests import test_ci_access
+from tests import conftest, test_ci_access
 from tests.conftest import REPO, Synth
-from tests.iam_documents import identity_policies
+from tests.iam_documents import findings_of, identity_policies
 from tools.accepted_findings import Finding, accepted, unaccepted, unused
 
 ci = test_ci_access.ci  # the CI access stack, synthesized once for this module
-SYNTHS = ("default_synth", "observed_synth", "hf_token_synth", "private_synth", "features_synth")
+# Every configuration tests/conftest.py synthesizes under a fixture of its own (the ones that reuse another's synth,
+# s3/autoscaling/gcs of features_synth, add nothing); tests/test_setting_landing.py checks each setting's flip.
+SYNTHS = tuple(
+    name
+    for name, fixture in vars(conftest).items()
+    if name.endswith("_synth") and "synthesize(" in inspect.getsource(getattr(fixture, "__wrapped__", fixture))
+)
 DOCUMENTED = sorted(p.name for p in (REPO / "docs").glob("cfn-execution-policy*.json"))
-
-
-def findings_of(where: str, document: dict[str, Any]) -> list[Finding]:
-    """parliament's findings, one per action where it names several (RESOURCE_STAR, RESOURCE_MISMATCH)."""
-    found = []
-    for finding in analyze_policy_string(json.dumps(document)).findings:
-        detail = finding.detail
-        if isinstance(detail, list):
-            actions = [d["action"] if isinstance(d, dict) else str(d) for d in detail]
-        else:
-            words = str(detail).split()
-            actions = [words[-1]] if words else [""]
-        found += [Finding("parliament", finding.issue, where, action) for action in actions]
-    return found
 
 
 def documented_policy(name: str) -> dict[str, Any]:

@@ -9,20 +9,31 @@ from typing import Any
 
 import pytest
 
-from settings import SettingError
+from settings import SettingError, Settings
 from settings.spec_base import PREFLIGHT_ONLY, SettingSpec
 from settings.specs import SPECS
 from tests.conftest import settings_for
+from tests.iam_documents import findings_of, identity_policies
 from tests.landing import landed, places, synth_templates
 from tests.pinned import PINNED
+from tools.accepted_findings import accepted, unaccepted
 
 FLIPPED = [spec for spec in SPECS if spec.flip is not None]
 
 
 @cache
-def _places(environ: tuple[tuple[str, str], ...]) -> dict[str, Any]:
+def _synth(environ: tuple[tuple[str, str], ...]) -> tuple[Settings, dict[str, dict[str, Any]]]:
     settings = settings_for(dict(environ))
-    return places(settings, synth_templates(settings))
+    return settings, synth_templates(settings)
+
+
+def _places(environ: tuple[tuple[str, str], ...]) -> dict[str, Any]:
+    return places(*_synth(environ))
+
+
+def _flipped(spec: SettingSpec) -> tuple[tuple[str, str], ...]:
+    assert spec.flip is not None
+    return tuple(sorted((dict(spec.flip.given) | dict(spec.flip.needs) | {spec.env: spec.flip.value}).items()))
 
 
 @pytest.mark.parametrize("spec", FLIPPED, ids=[spec.env for spec in FLIPPED])
@@ -31,7 +42,7 @@ def test_a_setting_changes_the_output_where_it_declares_and_nowhere_else(spec: S
     given = dict(spec.flip.given)
     assert spec.flip.value != given.get(spec.env, PINNED.get(spec.env)), f"{spec.env}'s flip is its pinned value"
     before = _places(tuple(sorted(given.items())))
-    after = _places(tuple(sorted((given | dict(spec.flip.needs) | {spec.env: spec.flip.value}).items())))
+    after = _places(_flipped(spec))
     found = landed(before, after)
     assert found == set(spec.lands), (
         f"{spec.env}={spec.flip.value!r} changed {sorted(found)}; it declares {sorted(spec.lands)}"
@@ -62,3 +73,12 @@ def test_the_places_tell_the_phases_apart() -> None:
     swapped["serve:prefill"], swapped["serve:decode"] = before["serve:decode"], before["serve:prefill"]
     assert landed(before, swapped) == {"serve:prefill", "serve:decode"}
     assert {"serve:prefill", "serve:decode", "workers:prefill", "workers:decode", "head", "serve:app"} <= set(before)
+
+
+@pytest.mark.parametrize("spec", FLIPPED, ids=[spec.env for spec in FLIPPED])
+def test_parliament_finds_nothing_new_in_each_flipped_configuration(spec: SettingSpec) -> None:
+    # Every configuration this suite synthesizes goes through parliament (tests/test_parliament.py: the named ones).
+    settings, templates = _synth(_flipped(spec))
+    named = {settings.stack_names[part]: template for part, template in templates.items()}
+    found = [f for where, document in identity_policies(named, settings.region) for f in findings_of(where, document)]
+    assert [str(f) for f in unaccepted(found, accepted())] == []

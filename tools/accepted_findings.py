@@ -57,15 +57,14 @@ def accepted(path: Path = ACCEPTED_FILE) -> list[Accepted]:
             if not str(item.get("reason", "")).strip():
                 raise ValueError(f"{path.name}: {validator} {item.get('check')} at {item.get('where')} has no reason")
             where = item["where"] if isinstance(item["where"], list) else [item["where"]]
-            entries.append(
-                Accepted(
-                    validator,
-                    str(item["check"]),
-                    tuple(str(w) for w in where),
-                    str(item.get("subject", "*")),
-                    str(item["reason"]),
+            # Several subjects under one reason: one entry each (each must still occur).
+            subjects = item.get("subject", "*")
+            for subject in subjects if isinstance(subjects, list) else [subjects]:
+                entries.append(
+                    Accepted(
+                        validator, str(item["check"]), tuple(str(w) for w in where), str(subject), str(item["reason"])
+                    )
                 )
-            )
     return entries
 
 
