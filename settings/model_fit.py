@@ -186,8 +186,18 @@ def misfit(
     )
 
 
-# The GPU types of the docs' table: each GPU model with one GPU per node and with most GPUs per node.
-TABLE_GPU_TYPES = ("g6.8xlarge", "g6.48xlarge", "g6e.8xlarge", "g6e.48xlarge", "p4d.24xlarge", "p5.48xlarge")
+def table_gpu_types() -> tuple[str, ...]:
+    """The GPU types of the docs' table: of each built-in GPU model, the type with fewest GPUs per node (then fewest
+    vCPUs) and the one with most; a new built-in type or GPU model reaches the table without an edit here."""
+    by_model: dict[str, list[InstanceFacts]] = {}
+    for name in BUILT_IN_GPU_TYPES:
+        by_model.setdefault(BUILT_IN[name].gpu_model, []).append(BUILT_IN[name])
+    chosen: list[str] = []
+    for types in by_model.values():
+        fewest = min(types, key=lambda gpu: (gpu.gpus, gpu.vcpus))
+        most = max(types, key=lambda gpu: (gpu.gpus, -gpu.vcpus))
+        chosen += [fewest.name] if most is fewest else [fewest.name, most.name]
+    return tuple(chosen)
 
 
 def fit_table_markdown(models: Iterable[ModelFacts]) -> str:
@@ -195,7 +205,7 @@ def fit_table_markdown(models: Iterable[ModelFacts]) -> str:
     tensor-parallel size, text only: the docs' table (docs/models.md)."""
     rows = ["| Model | GPU type | TP 1 | TP 2 | TP 4 | TP 8 |", "|---|---|---|---|---|---|"]
     for model in models:
-        for name in TABLE_GPU_TYPES:
+        for name in table_gpu_types():
             gpu = BUILT_IN[name]
             cells = []
             for tp in TENSOR_PARALLEL_SIZES:

@@ -76,3 +76,18 @@ def test_the_real_c5_sizes_are_accepted_and_the_missing_ones_refused() -> None:
     assert settings_for({"SYSTEM_NODE_TYPE": "c5.9xlarge"}).system_node.vcpus == 36
     with pytest.raises(SettingError, match=r"SYSTEM_NODE_TYPE='c5\.8xlarge'"):
         settings_for({"SYSTEM_NODE_TYPE": "c5.8xlarge"})
+
+
+def test_each_built_in_gpu_model_has_what_the_fit_check_and_ray_need() -> None:
+    # A new GPU model (docs/contributing.md, "Add a GPU type"): CUDA's total as measured, not the 94 % estimate the fit
+    # check applies to a looked-up type, and Ray's accelerator type, without which the bundles go without one.
+    from k8s_constructs.serve_config import RAY_ACCELERATOR_TYPES
+    from settings.model_fit import CUDA_TOTAL_MIB, table_gpu_types
+
+    models = {BUILT_IN[name].gpu_model for name in BUILT_IN_GPU_TYPES}
+    assert models <= set(CUDA_TOTAL_MIB)
+    assert models <= RAY_ACCELERATOR_TYPES
+    for model in models:  # measured, within 1 % of EC2's figure: a mistyped digit fails
+        ec2 = {BUILT_IN[name].gpu_memory_mib for name in BUILT_IN_GPU_TYPES if BUILT_IN[name].gpu_model == model}
+        assert all(CUDA_TOTAL_MIB[model] <= mib * 1.01 for mib in ec2), model
+    assert {BUILT_IN[name].gpu_model for name in table_gpu_types()} == models  # the docs' table shows each
