@@ -101,6 +101,7 @@ LONGEST_FIRST = (
     "test_review",
     "test_head_security",
     "test_pinned",
+    "test_setting_landing",
 )
 
 

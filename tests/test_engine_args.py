@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import json
 import re
-import subprocess
-import sys
 import zipfile
 from pathlib import Path
 
@@ -15,10 +13,8 @@ import pytest
 from k8s_constructs.serve_config import EngineKwargs, KvTransferConfig, pd_application
 from settings.engine_args import ENGINE_ARGS_FILE, check_engine_kwargs, vendored
 from settings.errors import SettingError
-from tests.conftest import settings_for
+from tests.conftest import run_entry_point, settings_for
 from tools.vendor_vllm import Source, architectures_text, engine_args_document
-
-REPO = Path(__file__).resolve().parent.parent
 
 
 def _message(phase: str, kwargs: dict[str, object]) -> str:
@@ -67,29 +63,23 @@ def test_a_wrongly_typed_field_in_the_serve_config_fails_the_build() -> None:
         engine.to_dict()
 
 
-def test_the_synth_prints_one_line_for_it(tmp_path: Path) -> None:
-    # A recipe's mistake as it reaches the app: the value wired as text.
-    script = (
-        "import k8s_constructs.serve_config as s, runpy, sys\n"
-        "original = s.EngineKwargs.to_dict\n"
-        "def wired(self):\n"
-        "    s.check_engine_kwargs(self.kv_transfer.engine_id, {**original(self), 'max_num_seqs': '64'})\n"
-        "s.EngineKwargs.to_dict = wired\n"
-        "sys.argv = ['app.py']\n"
-        "runpy.run_path('app.py', run_name='__main__')\n"
-    )
-    done = subprocess.run(
-        [sys.executable, "-c", script],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env={"PATH": "/usr/bin:/bin", "CDK_OUTDIR": str(tmp_path / "out"), "HOME": str(tmp_path)},
-    )
-    assert done.returncode != 0
-    lines = [line for line in done.stderr.splitlines() if line.strip()]
-    errors = [line for line in lines if line.startswith("error:")]
-    assert len(errors) == 1 and "Traceback" not in done.stderr, done.stderr[-2000:]
+def test_the_synth_prints_one_line_for_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]
+) -> None:
+    # A recipe's mistake as it reaches app.py: the value wired as text.
+    import k8s_constructs.serve_config as serve_config
+
+    original = serve_config.EngineKwargs.to_dict
+
+    def wired(self: EngineKwargs) -> dict[str, object]:
+        kwargs = {**original(self), "max_num_seqs": "64"}
+        check_engine_kwargs(self.kv_transfer.engine_id, kwargs)
+        return kwargs
+
+    monkeypatch.setattr(serve_config.EngineKwargs, "to_dict", wired)
+    status, _out, err = run_entry_point("app", {}, tmp_path / "out", monkeypatch, capfd)
+    errors = [line for line in err.splitlines() if line.startswith("error:")]
+    assert status != 0 and len(errors) == 1 and "Traceback" not in err, err[-2000:]
     assert "serveConfigV2 prefill engine_kwargs.max_num_seqs='64' is not allowed" in errors[0]
     assert "takes int | None" in errors[0]
 
