@@ -42,7 +42,7 @@ install-dev: $(VENV)/.dev node_modules/.installed ## Everything install does, pl
 
 synth: install ## Synthesize every stack to cdk.out/ and the golden manifests to dist/ (no AWS credentials needed)
 	$(CDK) synth --quiet $(ARGS)
-	$(PY) -m tools.write_dist
+	$(PY) -m tools.maintainer.write_dist
 
 # Bytecode for the project's own modules first: where PYTHONDONTWRITEBYTECODE is set (as on the CI machine), every
 # process of the run (the workers, each app.py, the Ray scenarios) compiled them again, imports/'s 75,000-line KubeRay
@@ -64,7 +64,7 @@ diff: install ## cdk diff against what is deployed (ARGS="..." is passed to the 
 	$(CDK) diff $(ARGS)
 
 review: install ## Offline review of a change: BASE=<git ref> [REVIEW_FILE=review.md]; exit 1 on a protected replacement unless ALLOW_REPLACEMENT=1
-	$(PY) -m tools.review --base "$(BASE)" $(if $(REVIEW_FILE),--output "$(REVIEW_FILE)")
+	$(PY) -m tools.maintainer.review --base "$(BASE)" $(if $(REVIEW_FILE),--output "$(REVIEW_FILE)")
 
 # The assembly that preflight checked is the one deployed: `cdk deploy --app cdk.out` does not synthesize again.
 # --concurrency 2: the system and GPU stacks depend only on the cluster stack and deploy side by side.
@@ -136,7 +136,7 @@ ci-access: install ## Deploy the GitHub OIDC provider and the CI diff/deploy rol
 	$(CDK) deploy $(CI_ACCESS) $(ARGS)
 
 bench: install ## Median cdk synth time against a one-bucket CDK app
-	$(PY) -m tools.synth_bench
+	$(PY) -m tools.maintainer.synth_bench
 
 lookup: install ## Look up AZs and instance facts with AWS credentials; cache them in cdk.context.json
 	$(PY) -m tools.lookup
@@ -145,19 +145,19 @@ preflight: synth ## Check the account and what is deployed against the synthesiz
 	$(PY) -m tools.preflight
 
 vendor-kuberay: install ## Move to another KubeRay release: VERSION=X.Y.Z fetches its CRDs, moves the pin, regenerates imports/ and dist/
-	$(PY) -m tools.vendor_kuberay --version "$(VERSION)"
+	$(PY) -m tools.maintainer.vendor_kuberay --version "$(VERSION)"
 
 vendor-vllm: install ## Regenerate settings/data/ from the image's vLLM wheel: EngineArgs' fields (engine_kwargs are checked against them) and the served architectures
-	$(PY) -m tools.vendor_vllm $(if $(WHEEL),--wheel "$(WHEEL)")
+	$(PY) -m tools.maintainer.vendor_vllm $(if $(WHEEL),--wheel "$(WHEEL)")
 
 imports: install ## Regenerate imports/ from the KubeRay CRD (cdk8s import)
-	$(PY) -m tools.import_crd
+	$(PY) -m tools.maintainer.import_crd
 
 dist: install ## Rewrite dist/ only
-	$(PY) -m tools.write_dist
+	$(PY) -m tools.maintainer.write_dist
 
 docs-tables: install ## Rewrite the generated parts of docs/ from the code (settings, change and preflight tables, the defaults' quota)
-	$(PY) -m tools.docs_tables
+	$(PY) -m tools.maintainer.docs_tables
 
 settings-table: docs-tables ## Alias of docs-tables
 
@@ -167,7 +167,7 @@ $(VENV)/.docs: $(VENV)/.runtime requirements-docs.txt
 
 docs: export NO_MKDOCS_2_WARNING := 1
 docs: $(VENV)/.docs ## Build the documentation site strictly (mkdocs-material): a stale generated table or a broken link fails
-	$(PY) -m tools.docs_tables --check
+	$(PY) -m tools.maintainer.docs_tables --check
 	$(PY) -m mkdocs build --strict --quiet
 
 .checkov-venv/.installed:
@@ -182,13 +182,13 @@ checkov: synth .checkov-venv/.installed ## checkov: every CloudFormation check (
 	.checkov-venv/bin/checkov --skip-download --quiet --compact --framework cloudformation -d cdk.out
 	OBSERVABILITY=on $(CDK) synth --quiet -o cdk.out.observability
 	.checkov-venv/bin/checkov --skip-download --quiet --compact --framework cloudformation -f cdk.out.observability/*-observability.template.json
-	SERVE_EXPOSURE=internal SERVE_CERTIFICATE_ARN=$$($(PY) -m tools.k8s_objects --example-certificate-arn) \
+	SERVE_EXPOSURE=internal SERVE_CERTIFICATE_ARN=$$($(PY) -m tools.maintainer.k8s_objects --example-certificate-arn) \
 	  SERVE_HOSTNAME=llm.example.com SERVE_HOSTED_ZONE_ID=Z0123456789ABCDEFGHIJ SERVE_ACCESS_LOGS=on $(CDK) synth --quiet -o cdk.out.endpoint
 	.checkov-venv/bin/checkov --skip-download --quiet --compact --framework cloudformation -f cdk.out.endpoint/*-system.template.json -f cdk.out.endpoint/*-serving.template.json
 	HF_TOKEN_SECRET_NAME=checkov/hf-token $(CDK) synth --quiet -o cdk.out.hf-token
-	$(PY) -m tools.k8s_objects cdk.out.k8s cdk.out cdk.out.observability cdk.out.hf-token
+	$(PY) -m tools.maintainer.k8s_objects cdk.out.k8s cdk.out cdk.out.observability cdk.out.hf-token
 	.checkov-venv/bin/checkov --skip-download --quiet --compact --framework kubernetes -d cdk.out.k8s -o json > cdk.out.checkov-kubernetes.json || true
-	$(PY) -m tools.accepted_findings checkov-kubernetes cdk.out.checkov-kubernetes.json --objects cdk.out.k8s
+	$(PY) -m tools.maintainer.accepted_findings checkov-kubernetes cdk.out.checkov-kubernetes.json --objects cdk.out.k8s
 
 # After a deploy (kubectl configured with `make kubeconfig`); names follow the settings.
 status: install ## RayService, pods and their nodes, GPU/EFA capacity of the GPU nodes

@@ -2,7 +2,7 @@
 a value of the wrong kind fails here with one line, not when the engine starts on a GPU node 30 minutes later.
 
 The fields and the JSON kinds their annotations admit are vendored from the vLLM wheel by `make vendor-vllm`
-(tools/vendor_vllm.py) into settings/data/; Ray's serve schema does not look inside engine_kwargs.
+(tools/maintainer/vendor_vllm.py) into settings/data/; Ray's serve schema does not look inside engine_kwargs.
 """
 
 from __future__ import annotations

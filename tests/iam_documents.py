@@ -11,7 +11,7 @@ from typing import Any
 
 from parliament import analyze_policy_string
 
-from tools.accepted_findings import Finding
+from tools.maintainer.accepted_findings import Finding
 
 ACCOUNT = "123456789012"
 PARTITION = "aws"

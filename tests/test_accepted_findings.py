@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import Synth
-from tools.accepted_findings import Accepted, Finding, accepted, checkov_findings, main, unaccepted, unused
-from tools.k8s_objects import kuberay_pods, write
+from tools.maintainer.accepted_findings import Accepted, Finding, accepted, checkov_findings, main, unaccepted, unused
+from tools.maintainer.k8s_objects import kuberay_pods, write
 
 
 def test_every_entry_has_a_reason_and_a_known_check() -> None:

@@ -9,8 +9,8 @@ from typing import Any
 from stacks.addons import HELM_ADDONS, chart_pins, enabled_addons
 from stacks.addons.base import PLACEHOLDERS, HelmAddon
 from tests.conftest import ENDPOINT, Synth, settings_for
+from tools.maintainer.write_dist import render
 from tools.preflight import preflight_input
-from tools.write_dist import render
 
 
 def _releases(synth: Synth) -> dict[str, tuple[str, dict[str, object]]]:

@@ -99,7 +99,7 @@ def test_only_the_autoscaler_container_holds_a_kubernetes_token(
     makes from it."""
     import kubernetes_validate
 
-    from tools.k8s_objects import AUTOSCALER_CONTAINER, kuberay_pods
+    from tools.maintainer.k8s_objects import AUTOSCALER_CONTAINER, kuberay_pods
 
     synth: Synth = request.getfixturevalue(synth_name)
     rs = _ray_service(synth)

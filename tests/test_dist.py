@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 
 from tests.conftest import REPO
-from tools.write_dist import default_settings, render
+from tools.maintainer.write_dist import default_settings, render
 
-# The golden manifests are the defaults' (tools/write_dist.py), compared with the pinned base synth.
+# The golden manifests are the defaults' (tools/maintainer/write_dist.py), compared with the pinned base synth.
 pytestmark = pytest.mark.defaults
 
 

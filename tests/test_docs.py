@@ -1,6 +1,6 @@
-"""What people read is written once: the list of pages (tools/docs_tables.py's PAGES) writes the site's navigation,
-the README's table and docs/index.md's; every version of the changelog has an upgrade note, and the newest is
-pyproject.toml's version."""
+"""What people read is written once: the list of pages (tools/maintainer/docs_tables.py's PAGES) writes the site's
+navigation, the README's table and docs/index.md's; every version of the changelog has an upgrade note, and the
+newest is pyproject.toml's version."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import tomllib
 import yaml
 
 from tests.conftest import REPO
-from tools.docs_tables import PAGES, upgrade_notes
+from tools.maintainer.docs_tables import PAGES, upgrade_notes
 
 
 def test_every_page_of_the_docs_is_listed_once() -> None:

@@ -14,7 +14,7 @@ from k8s_constructs.serve_config import EngineKwargs, KvTransferConfig, pd_appli
 from settings.engine_args import ENGINE_ARGS_FILE, check_engine_kwargs, vendored
 from settings.errors import SettingError
 from tests.conftest import run_entry_point, settings_for
-from tools.vendor_vllm import Source, architectures_text, engine_args_document
+from tools.maintainer.vendor_vllm import Source, architectures_text, engine_args_document
 
 
 def _message(phase: str, kwargs: dict[str, object]) -> str:

@@ -18,7 +18,7 @@ import pytest
 from tests import conftest, test_ci_access
 from tests.conftest import REPO, Synth
 from tests.iam_documents import findings_of, identity_policies
-from tools.accepted_findings import Finding, accepted, unaccepted, unused
+from tools.maintainer.accepted_findings import Finding, accepted, unaccepted, unused
 
 ci = test_ci_access.ci  # the CI access stack, synthesized once for this module
 # Every configuration tests/conftest.py synthesizes under a fixture of its own (the ones that reuse another's synth,

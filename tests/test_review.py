@@ -43,7 +43,7 @@ def _review(clone: Path, base: str, *, allow: bool = False) -> subprocess.Comple
     env = {k: v for k, v in os.environ.items() if k not in ("ALLOW_REPLACEMENT", "VPC_CIDR", "MAX_MODEL_LEN")}
     env["ALLOW_REPLACEMENT"] = "1" if allow else ""
     return subprocess.run(
-        [sys.executable, "-m", "tools.review", "--base", base, "--output", "review.md"],
+        [sys.executable, "-m", "tools.maintainer.review", "--base", base, "--output", "review.md"],
         cwd=clone,
         env=env,
         capture_output=True,
@@ -85,7 +85,7 @@ def test_allow_replacement_accepts_what_the_review_flagged(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """The exit code only, on the report the real review above produced: no second pair of synths."""
-    from tools import review
+    from tools.maintainer import review
 
     flagged = ("report\n", ["AWS::EC2::VPC `Vpc8378EB38` is replaced: CidrBlock cannot change in place"])
     monkeypatch.setattr(review, "review", lambda base, workdir: flagged)

@@ -15,7 +15,7 @@ import yaml
 from settings import versions
 from tests.conftest import REPO
 from tests.validators import crd_errors
-from tools import import_crd
+from tools.maintainer import import_crd
 
 # Code that runs in the build, the tests or a make target: none of it may look outside the repository.
 _OUTSIDE = re.compile(r"""\.\./|REPO\.parent|parent\.parent\.parent|/\s*["']shared["']|shared/schemas""")

@@ -16,7 +16,7 @@ from tests.conftest import settings_for
 from tests.iam_documents import findings_of, identity_policies
 from tests.landing import landed, places, synth_templates
 from tests.pinned import PINNED
-from tools.accepted_findings import accepted, unaccepted
+from tools.maintainer.accepted_findings import accepted, unaccepted
 
 FLIPPED = [spec for spec in SPECS if spec.flip is not None]
 

@@ -155,7 +155,7 @@ def test_the_docs_say_what_changing_each_setting_does() -> None:
 @pytest.mark.defaults
 def test_every_generated_part_of_the_docs_is_current() -> None:
     """The settings, change, preflight and chart tables and the defaults' quota, between their markers."""
-    from tools.docs_tables import stale_pages
+    from tools.maintainer.docs_tables import stale_pages
 
     assert stale_pages(write=False) == [], "run `make docs-tables`"
 

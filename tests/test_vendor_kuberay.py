@@ -11,7 +11,7 @@ import pytest
 
 from settings import versions
 from tests.loopback import serving
-from tools import vendor_kuberay
+from tools.maintainer import vendor_kuberay
 
 PIN = versions.KUBERAY_OPERATOR.version
 

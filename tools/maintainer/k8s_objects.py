@@ -3,7 +3,8 @@
 Job of `make bench-serving`, the chart of an exposed endpoint with API keys, and the Pods KubeRay makes from each
 RayService's head and worker templates (checkov does not look inside the CRD).
 
-`python -m tools.k8s_objects OUTDIR ASSEMBLY...` (make checkov: cdk.out and the other configurations' assemblies).
+`python -m tools.maintainer.k8s_objects OUTDIR ASSEMBLY...` (make checkov: cdk.out and the other configurations'
+assemblies).
 """
 
 from __future__ import annotations

@@ -23,7 +23,7 @@ import yaml
 
 from settings import versions
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 VERSIONS_FILE = REPO / "settings" / "versions.py"
 DEFAULT_SOURCE = "https://raw.githubusercontent.com/ray-project/kuberay"
 CRD_PATH = "helm-chart/kuberay-operator/crds"
@@ -98,7 +98,7 @@ def main(argv: list[str] | None = None) -> int:
         import subprocess
 
         # Fresh processes: they import the new pin and the new CRDs.
-        for module in ("tools.import_crd", "tools.write_dist"):
+        for module in ("tools.maintainer.import_crd", "tools.maintainer.write_dist"):
             subprocess.run([sys.executable, "-m", module], cwd=REPO, check=True)
     return 0
 

@@ -32,7 +32,7 @@ from preflight.template_plan import (
     plan,
 )
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 CDK = REPO / "node_modules" / ".bin" / "cdk"
 UNCHANGED = "template unchanged (byte-identical to BASE's)"
 

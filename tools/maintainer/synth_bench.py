@@ -15,7 +15,7 @@ import tempfile
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 CDK = [str(REPO / "node_modules" / ".bin" / "cdk")]
 
 BASELINE_APP = """

@@ -23,7 +23,7 @@ from settings.specs import SPECS, change_table_markdown, settings_table_markdown
 from stacks.addons import chart_table_markdown
 from stacks.addons.managed import managed_table_markdown
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 DOCS = REPO / "docs"
 PINS = REPO / "tests" / "pinned_settings.json"
 

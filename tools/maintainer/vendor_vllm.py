@@ -239,7 +239,7 @@ def download(version: str, into: Path) -> Path:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m tools.vendor_vllm", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m tools.maintainer.vendor_vllm", description=__doc__.split("\n")[0])
     parser.add_argument("--wheel", type=Path, help=f"a vLLM wheel (default: download vllm=={VLLM_VERSION})")
     parser.add_argument("--check", action="store_true", help="fail when the vendored files differ from the wheel's")
     args = parser.parse_args(argv)

@@ -2,7 +2,8 @@
 check of a run's findings against it: a finding not on the list fails, and so does an entry no finding
 matches any more (the list never keeps an exception that is no longer needed).
 
-`python -m tools.accepted_findings checkov-kubernetes REPORT.json` checks a checkov JSON report (make checkov);
+`python -m tools.maintainer.accepted_findings checkov-kubernetes REPORT.json` checks a checkov JSON report
+(make checkov);
 tests/test_parliament.py checks parliament's findings through `unaccepted` / `unused`.
 """
 
@@ -18,7 +19,7 @@ from pathlib import Path
 
 import yaml
 
-ACCEPTED_FILE = Path(__file__).resolve().parent.parent / "accepted-findings.yaml"
+ACCEPTED_FILE = Path(__file__).resolve().parents[2] / "accepted-findings.yaml"
 
 
 @dataclass(frozen=True)
