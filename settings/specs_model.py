@@ -6,6 +6,57 @@ from __future__ import annotations
 from settings.parsers import Choice, Flag, Integer, OptionalInteger, Pattern
 from settings.spec_base import _RECREATE_HOW, IN_PLACE, RECREATE, SettingSpec, flip
 
+
+def _replicas(phase: str) -> SettingSpec:
+    """PREFILL_REPLICAS or DECODE_REPLICAS: the phase's serve config, its worker group and the GPU nodegroup."""
+    return SettingSpec(
+        f"{phase.upper()}_REPLICAS",
+        "1",
+        f"{phase.capitalize()} replicas (one vLLM engine of TENSOR_PARALLEL_SIZE GPUs each)",
+        "",
+        parser=Integer(1, 64),
+        change=(
+            RECREATE,
+            (
+                f"serveConfigV2, the GPU nodegroup (when GPU_NODE_COUNT is empty) and the {phase} worker group's size,"
+                f" which KubeRay 1.7 does not apply to a running cluster: {_RECREATE_HOW}"
+            ),
+        ),
+        lands=(f"serve:{phase}", "stack:gpu", "stack:serving", f"workers:{phase}"),
+        flip=flip("2"),
+    )
+
+
+# What turning autoscaling on changes whichever phase's maximum does it: the autoscaler in the head, both worker
+# groups' bounds, the ingress's replicas, the Cluster Autoscaler (system) and the nodegroup's maximum.
+_AUTOSCALING_LANDS = (
+    "head",
+    "k8s:RayService",
+    "serve:app",
+    "stack:gpu",
+    "stack:serving",
+    "stack:system",
+    "workers:decode",
+    "workers:prefill",
+)
+
+
+def _max_replicas(phase: str, change: str) -> SettingSpec:
+    """PREFILL_MAX_REPLICAS or DECODE_MAX_REPLICAS: the phase's autoscaling bound."""
+    upper = phase.upper()
+    return SettingSpec(
+        f"{upper}_MAX_REPLICAS",
+        "",
+        f"Most {phase} replicas: with a value the {phase} phase autoscales on its own load between {upper}_REPLICAS and"
+        " this (empty = fixed)",
+        f"at least {upper}_REPLICAS; the nodes of both maxima at most 64",
+        parser=OptionalInteger(1, 64),
+        change=(RECREATE, change),
+        lands=(*_AUTOSCALING_LANDS, f"serve:{phase}"),
+        flip=flip("2"),
+    )
+
+
 MODEL_SPECS: tuple[SettingSpec, ...] = (
     SettingSpec(
         "MODEL_ID",
@@ -76,88 +127,18 @@ MODEL_SPECS: tuple[SettingSpec, ...] = (
         lands=("stack:serving",),
         flip=flip("s3://example-models/qwen3.5-9b-next", given={"MODEL_SOURCE": "s3://example-models/qwen3.5-9b"}),
     ),
-    SettingSpec(
-        "PREFILL_REPLICAS",
-        "1",
-        "Prefill replicas (one vLLM engine of TENSOR_PARALLEL_SIZE GPUs each)",
-        "",
-        parser=Integer(1, 64),
-        change=(
-            RECREATE,
-            (
-                "serveConfigV2, the GPU nodegroup (when GPU_NODE_COUNT is empty) and the prefill worker group's size,"
-                f" which KubeRay 1.7 does not apply to a running cluster: {_RECREATE_HOW}"
-            ),
+    _replicas("prefill"),
+    _replicas("decode"),
+    _max_replicas(
+        "prefill",
+        (
+            "the RayCluster's in-tree autoscaler (on or off) and the worker group's maxReplicas, which KubeRay 1.7"
+            f" does not apply to a running cluster: {_RECREATE_HOW}; serveConfigV2 and the GPU nodegroup's maximum"
+            " in place. The preflight refuses a nodegroup scaling change while the node autoscaler holds it above"
+            " its minimum (CloudFormation would reset the desired size)"
         ),
-        lands=("serve:prefill", "stack:gpu", "stack:serving", "workers:prefill"),
-        flip=flip("2"),
     ),
-    SettingSpec(
-        "DECODE_REPLICAS",
-        "1",
-        "Decode replicas (one vLLM engine of TENSOR_PARALLEL_SIZE GPUs each)",
-        "",
-        parser=Integer(1, 64),
-        change=(
-            RECREATE,
-            (
-                "serveConfigV2, the GPU nodegroup (when GPU_NODE_COUNT is empty) and the decode worker group's size,"
-                f" which KubeRay 1.7 does not apply to a running cluster: {_RECREATE_HOW}"
-            ),
-        ),
-        lands=("serve:decode", "stack:gpu", "stack:serving", "workers:decode"),
-        flip=flip("2"),
-    ),
-    SettingSpec(
-        "PREFILL_MAX_REPLICAS",
-        "",
-        "Most prefill replicas: with a value the prefill phase autoscales on its own load between PREFILL_REPLICAS and"
-        " this (empty = fixed)",
-        "at least PREFILL_REPLICAS; the nodes of both maxima at most 64",
-        parser=OptionalInteger(1, 64),
-        change=(
-            RECREATE,
-            (
-                "the RayCluster's in-tree autoscaler (on or off) and the worker group's maxReplicas, which KubeRay 1.7"
-                f" does not apply to a running cluster: {_RECREATE_HOW}; serveConfigV2 and the GPU nodegroup's maximum"
-                " in place. The preflight refuses a nodegroup scaling change while the node autoscaler holds it above"
-                " its minimum (CloudFormation would reset the desired size)"
-            ),
-        ),
-        lands=(
-            "head",
-            "k8s:RayService",
-            "serve:app",
-            "serve:prefill",
-            "stack:gpu",
-            "stack:serving",
-            "stack:system",
-            "workers:decode",
-            "workers:prefill",
-        ),
-        flip=flip("2"),
-    ),
-    SettingSpec(
-        "DECODE_MAX_REPLICAS",
-        "",
-        "Most decode replicas: with a value the decode phase autoscales on its own load between DECODE_REPLICAS and"
-        " this (empty = fixed)",
-        "at least DECODE_REPLICAS; the nodes of both maxima at most 64",
-        parser=OptionalInteger(1, 64),
-        change=(RECREATE, "as PREFILL_MAX_REPLICAS"),
-        lands=(
-            "head",
-            "k8s:RayService",
-            "serve:app",
-            "serve:decode",
-            "stack:gpu",
-            "stack:serving",
-            "stack:system",
-            "workers:decode",
-            "workers:prefill",
-        ),
-        flip=flip("2"),
-    ),
+    _max_replicas("decode", "as PREFILL_MAX_REPLICAS"),
     SettingSpec(
         "TENSOR_PARALLEL_SIZE",
         "1",
