@@ -8,6 +8,7 @@ from preflight.context import OPTED_IN, Context, home_region
 from preflight.principals import check_admin_principals
 from preflight.reachability import check_api_endpoint
 from preflight.results import CheckResult, fail, ok
+from settings.ci_access import CDK_TOOLKIT_STACK
 
 
 def stack_status_usable(status: str) -> bool:
@@ -54,7 +55,7 @@ def check_region(ctx: Context) -> CheckResult:
 def check_bootstrap(ctx: Context) -> CheckResult:
     inp = ctx.inp
     stack_name = inp.bootstrap_stack_name
-    toolkit_flag = "" if stack_name == "CDKToolkit" else f"--toolkit-stack-name {stack_name} "
+    toolkit_flag = "" if stack_name == CDK_TOOLKIT_STACK else f"--toolkit-stack-name {stack_name} "
     bootstrap = f"`npx cdk bootstrap {toolkit_flag}aws://{ctx.account}/{inp.region}`"
     try:
         stacks = ctx.client("cloudformation").describe_stacks(StackName=stack_name)["Stacks"]

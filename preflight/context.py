@@ -18,6 +18,7 @@ from botocore.exceptions import ClientError, EndpointConnectionError, NoCredenti
 from preflight.deployed import Deployed, read_deployed
 from preflight.redeploy import Redeploy
 from preflight.results import CheckResult, fail
+from settings.ci_access import CDK_TOOLKIT_STACK
 from settings.instance_types import on_demand_quota_of
 from settings.versions import HelmChartPin
 
@@ -103,7 +104,7 @@ class PreflightInput:
     system_vcpus: int = setting("system_node.vcpus")
     system_node_count: int = setting("system_node_count")
     cluster_name: str = setting("cluster_name")  # the nodes this cluster already runs count as held
-    bootstrap_stack_name: str = derived("the CDK bootstrap stack the project deploys with", "CDKToolkit")
+    bootstrap_stack_name: str = derived("the CDK bootstrap stack the project deploys with", CDK_TOOLKIT_STACK)
     # Extra nodes a rolling update of each nodegroup launches before it drains the old ones.
     gpu_update_surge_nodes: int = setting(
         "gpu_update_surge_nodes", 0, switched_on=2, on={"GPU_UPDATE_STRATEGY": "default"}

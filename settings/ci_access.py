@@ -20,6 +20,7 @@ from settings.parsers import Integer, region_name
 from settings.specs import SPECS, SettingSpec
 
 DEFAULT_CDK_QUALIFIER = "hnb659fds"  # `cdk bootstrap`'s default qualifier
+CDK_TOOLKIT_STACK = "CDKToolkit"  # `cdk bootstrap`'s default stack name: the bootstrap stack `make preflight` reads
 # The context key the CDK's DefaultStackSynthesizer reads its qualifier from (cdk.json).
 BOOTSTRAP_QUALIFIER_CONTEXT_KEY = "@aws-cdk/core:bootstrapQualifier"
 GITHUB_OIDC_HOST = "token.actions.githubusercontent.com"

@@ -11,18 +11,15 @@ import difflib
 import json
 from collections.abc import Mapping
 from functools import cache
-from pathlib import Path
 from typing import Any, Final
 
 from settings.errors import SettingError
-from settings.versions import VLLM_VERSION
+from settings.versions import VLLM_VERSION, vllm_data_file
 
-ENGINE_ARGS_FILE: Final = (
-    Path(__file__).resolve().parent / "data" / f"vllm_{'_'.join(VLLM_VERSION.split('.')[:2])}_engine_args.json"
-)
+ENGINE_ARGS_FILE: Final = vllm_data_file("engine_args.json")
 ANY: Final = "any"
-# Nested dicts whose keys are checked too: the config class vLLM builds from them.
-NESTED: Final = {"kv_transfer_config": "kv_transfer_config"}
+# Nested dicts whose keys are checked too: their table in the vendored file, and the config class vLLM builds from them.
+NESTED: Final = {"kv_transfer_config": ("kv_transfer_config", "KVTransferConfig")}
 
 
 @cache
@@ -63,8 +60,9 @@ def check_engine_kwargs(phase: str, engine_kwargs: Mapping[str, Any]) -> None:
         problem = _problem(key, value, tables["engine_args"], "EngineArgs")
         where = f"serveConfigV2 {phase} engine_kwargs.{key}"
         if problem is None and key in NESTED and isinstance(value, Mapping):
+            table, owner = NESTED[key]
             for inner, inner_value in value.items():
-                inner_problem = _problem(inner, inner_value, tables[NESTED[key]], "KVTransferConfig")
+                inner_problem = _problem(inner, inner_value, tables[table], owner)
                 if inner_problem:
                     raise SettingError(f"{where}.{inner}", inner_value, inner_problem)
         if problem:

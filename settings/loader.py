@@ -240,7 +240,8 @@ def _check_model(settings: Settings, raw: Mapping[str, str]) -> None:
         raise SettingError(
             "MODEL_SOURCE",
             settings.model_source,
-            f"a model whose architecture vLLM 0.26 serves ({', '.join(facts.architectures)} is not in its registry)",
+            f"a model whose architecture vLLM {versions.VLLM_MINOR} serves"
+            f" ({', '.join(facts.architectures)} is not in its registry)",
         )
     if settings.max_model_len > facts.native_context:
         raise SettingError(

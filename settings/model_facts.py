@@ -11,10 +11,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, replace
 from functools import cache
-from pathlib import Path
 from typing import Any
 
-VLLM_ARCHITECTURES_FILE = Path(__file__).resolve().parent / "data" / "vllm_0_26_architectures.txt"
+from settings.versions import vllm_data_file
+
+VLLM_ARCHITECTURES_FILE = vllm_data_file("architectures.txt")
 DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4}
 ENGINE_DTYPE_BYTES = 2  # the serve config's dtype: bfloat16
 

@@ -37,7 +37,7 @@ SPECS: tuple[SettingSpec, ...] = (
         "Ray LLM container image of the head and workers (${REGION} is replaced)",
         "an image reference with a tag or digest",
         change=(RECREATE, _RECREATE_HOW),
-        lands=("head", "k8s:DaemonSet", "stack:serving", "workers:decode", "workers:prefill"),
+        lands=("head", "k8s:DaemonSet/ray-image-prepull", "stack:serving", "workers:decode", "workers:prefill"),
         flip=flip("123456789012.dkr.ecr.sa-east-1.amazonaws.com/ray:custom"),
     ),
     SettingSpec(
@@ -70,7 +70,7 @@ SPECS: tuple[SettingSpec, ...] = (
                 " stack, with it; the GPU nodes stay), then deploy"
             ),
         ),
-        lands=("k8s:NetworkPolicy", "stack:system"),
+        lands=("k8s:NetworkPolicy/kuberay-operator-to-head", "stack:system"),
         flip=flip("kuberay"),
     ),
     SettingSpec(
@@ -109,7 +109,7 @@ SPECS: tuple[SettingSpec, ...] = (
         "",
         parser=DnsLabel(),
         change=(IN_PLACE, "the NetworkPolicy of the metrics port"),
-        lands=("k8s:NetworkPolicy",),
+        lands=("k8s:NetworkPolicy/metrics-collector",),
         flip=flip("metrics"),
     ),
     SettingSpec(
@@ -130,7 +130,7 @@ SPECS: tuple[SettingSpec, ...] = (
             ),
         ),
         lands=(
-            "k8s:NetworkPolicy",
+            "k8s:NetworkPolicy/metrics-collector",
             "stack:network",
             "stack:observability",
             "stack:serving",
@@ -156,10 +156,10 @@ SPECS: tuple[SettingSpec, ...] = (
         ),
         lands=(
             "head",
-            "k8s:ConfigMap",
+            "k8s:ConfigMap/gcs-store-ca",
             "k8s:RayService",
-            "k8s:SecretProviderClass",
-            "k8s:ServiceAccount",
+            "k8s:SecretProviderClass/gcs-store",
+            "k8s:ServiceAccount/{RAY_SERVICE_NAME}-head",
             "stack:serving",
             "stack:system",
         ),
@@ -196,7 +196,13 @@ SPECS: tuple[SettingSpec, ...] = (
                 f" {_RECREATE_HOW}"
             ),
         ),
-        lands=("k8s:SecretProviderClass", "k8s:ServiceAccount", "stack:serving", "workers:decode", "workers:prefill"),
+        lands=(
+            "k8s:SecretProviderClass/hf-token",
+            "k8s:ServiceAccount/{RAY_SERVICE_NAME}-worker",
+            "stack:serving",
+            "workers:decode",
+            "workers:prefill",
+        ),
         flip=flip("prod/hf-token"),
     ),
 )

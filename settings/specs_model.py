@@ -3,6 +3,7 @@ Part of settings/specs.py's SPECS, in this order."""
 
 from __future__ import annotations
 
+from settings import versions
 from settings.parsers import Choice, Flag, Integer, OptionalInteger, Pattern
 from settings.spec_base import _RECREATE_HOW, IN_PLACE, RECREATE, SettingSpec, flip
 
@@ -74,7 +75,8 @@ MODEL_SPECS: tuple[SettingSpec, ...] = (
         "Qwen/Qwen3.5-9B",
         "Where the weights come from: a Hugging Face repository, or an S3 prefix holding a copy (`make mirror-model`)"
         " that the GPU workers read with their own EKS Pod Identity",
-        "ORG/NAME, or s3://BUCKET/PREFIX (a bucket in REGION; no wildcard); an architecture vLLM 0.26 serves, fitting"
+        "ORG/NAME, or s3://BUCKET/PREFIX (a bucket in REGION; no wildcard); an architecture vLLM"
+        f" {versions.VLLM_MINOR} serves, fitting"
         " the GPUs (checked at synth when its facts are known: built in, or `make lookup`)",
         change=(
             RECREATE,
@@ -88,7 +90,7 @@ MODEL_SPECS: tuple[SettingSpec, ...] = (
             ),
         ),
         lands=(
-            "k8s:ServiceAccount",
+            "k8s:ServiceAccount/{RAY_SERVICE_NAME}-worker",
             "serve:decode",
             "serve:prefill",
             "stack:serving",

@@ -34,6 +34,13 @@ DLC_PUBLIC_IMAGE: Final = "public.ecr.aws/deep-learning-containers/ray:serve-llm
 RAY_VERSION: Final = "2.58.0"
 # The vLLM inside the image: settings/data/ holds what the synth checks against it (`make vendor-vllm`).
 VLLM_VERSION: Final = "0.26.0"
+VLLM_MINOR: Final = ".".join(VLLM_VERSION.split(".")[:2])
+
+
+def vllm_data_file(name: str) -> Path:
+    """settings/data/vllm_MAJOR_MINOR_<name>: what `make vendor-vllm` writes from the wheel of VLLM_VERSION."""
+    return Path(__file__).resolve().parent / "data" / f"vllm_{VLLM_MINOR.replace('.', '_')}_{name}"
+
 
 # The kubectl Lambda layer (kubectl 1.35 and Helm) of the CDK kubectl provider. kubectl supports one
 # minor version of skew either way, so this layer serves clusters at 1.34, 1.35 and 1.36; the

@@ -21,14 +21,13 @@ from aws_cdk import aws_iam as iam
 from constructs import Construct
 
 from preflight.registry import read_only_actions
-from settings.ci_access import GITHUB_OIDC_HOST, CiAccessSettings
+from settings.ci_access import CDK_TOOLKIT_STACK, GITHUB_OIDC_HOST, CiAccessSettings
 from stacks import nag
 from stacks.app_base import PROJECT_TAG
 
 STS_AUDIENCE = "sts.amazonaws.com"
 # The CDK bootstrap roles a `cdk deploy` / `cdk destroy` assumes (bootstrap template names).
 CDK_DEPLOY_ROLE_KINDS = ("deploy", "file-publishing", "image-publishing", "lookup")
-CDK_TOOLKIT_STACK = "CDKToolkit"  # the bootstrap stack that `make preflight` reads
 
 # Read by `make preflight` and the destroy leftovers check with the caller's own credentials: every call
 # preflight/registry.py declares. Those scoped to this cluster's resources get statements of their own below;

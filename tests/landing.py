@@ -1,10 +1,11 @@
 """Where a setting lands: the synthesized output cut into places, and the places two synths differ in.
 
 The places: each stack's template ("stack:PART", the Kubernetes objects it applies left out); each Kubernetes object
-it applies ("k8s:KIND/NAME"), the RayService cut further into its serve config's phases ("serve:prefill",
-"serve:decode"), the rest of its serve application ("serve:app"), its worker groups ("workers:prefill",
-"workers:decode"), its head group ("head") and the rest of it ("k8s:RayService/NAME"). Names are the object's kind and
-the setting-free part of its name, so that a renamed object is the same place."""
+it applies ("k8s:KIND/NAME": "k8s:NetworkPolicy/{RAY_SERVICE_NAME}-serve-clients"), the RayService cut further into
+its serve config's phases ("serve:prefill", "serve:decode"), the rest of its serve application ("serve:app"), its
+worker groups ("workers:prefill", "workers:decode"), its head group ("head") and the rest of it ("k8s:RayService").
+In a NAME, the values of the naming settings (CLUSTER_NAME, RAY_SERVICE_NAME) are replaced by their names, so that an
+object a setting renames is the same place."""
 
 from __future__ import annotations
 
@@ -54,6 +55,13 @@ def _ray_service_places(obj: dict[str, Any]) -> dict[str, Any]:
     return found
 
 
+def _setting_free(settings: Settings, name: str) -> str:
+    # The cluster's name first: the default RayService name is a prefix of it.
+    for value, setting in ((settings.cluster_name, "CLUSTER_NAME"), (settings.ray_service_name, "RAY_SERVICE_NAME")):
+        name = name.replace(value, "{" + setting + "}")
+    return name
+
+
 def places(settings: Settings, templates: dict[str, dict[str, Any]]) -> dict[str, Any]:
     resolver = Resolver({settings.stack_names[p]: t for p, t in templates.items()}, settings.region)
     found: dict[str, Any] = {}
@@ -67,7 +75,7 @@ def places(settings: Settings, templates: dict[str, dict[str, Any]]) -> dict[str
                 if obj["kind"] == "RayService":
                     found |= _ray_service_places(obj)
                 else:
-                    found.setdefault(f"k8s:{obj['kind']}", []).append(obj)
+                    found[f"k8s:{obj['kind']}/{_setting_free(settings, obj['metadata']['name'])}"] = obj
         found[f"stack:{part}"] = template
     return found
 

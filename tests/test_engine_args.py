@@ -100,11 +100,14 @@ class EngineArgs:
     dtype: ModelDType = "auto"
     runner: RunnerOption = "auto"
     compilation_config: CompilationConfig = None
-    backend: "Optional[str]" = None
+    loader: "Optional[str]" = None
     executor: str | type[object] | None = None
     mode: str | Literal["x"] = "x"
     _private: int = 0
     overrides: dict[str, Any] = None
+    backend: AttentionBackend = None
+    level: Literal[-1, 0, 1] = 0
+    lora_dtype: str | torch.dtype | None = None
 
 @dataclass
 class AsyncEngineArgs(EngineArgs):
@@ -130,13 +133,20 @@ _OTHER = {"NotServed": ()}
 """
 
 
-def _wheel(tmp_path: Path) -> Path:
+def _wheel(tmp_path: Path, extra: dict[str, str] | None = None) -> Path:
     wheel = tmp_path / "vllm-0.26.0-cp38-abi3-manylinux_2_28_x86_64.whl"
     with zipfile.ZipFile(wheel, "w") as archive:
         archive.writestr("vllm/engine/arg_utils.py", ARG_UTILS)
         archive.writestr("vllm/config/model.py", MODEL)
         archive.writestr("vllm/config/kv_transfer.py", KV)
         archive.writestr("vllm/config/compilation.py", "class CompilationConfig:\n    level: int = 0\n")
+        archive.writestr(
+            "vllm/backends.py",
+            "from enum import Enum\nclass _Backend(str, Enum):\n    pass\n"
+            "class AttentionBackend(_Backend):\n    A = 'a'\n",
+        )
+        for name, text in (extra or {}).items():
+            archive.writestr(name, text)
         archive.writestr("vllm/model_executor/models/registry.py", REGISTRY)
         archive.writestr("vllm/_version.py", "__version__ = version = '0.26.0'\n__commit_id__ = commit_id = 'gabc'\n")
     return wheel
@@ -146,7 +156,10 @@ def test_the_vendoring_tool_resolves_vllms_aliases_and_unions(tmp_path: Path) ->
     document = engine_args_document(Source(_wheel(tmp_path)))
     fields = {name: (entry["kinds"], entry.get("values")) for name, entry in document["engine_args"].items()}
     assert fields == {
-        "backend": (["null", "str"], None),
+        "backend": (["str"], None),  # an Enum through a base of its own: its values
+        "level": (["int"], [-1, 0, 1]),
+        "loader": (["null", "str"], None),
+        "lora_dtype": (["any"], None),  # torch.dtype: another package's type, not guessed
         "compilation_config": (["dict"], None),
         "dtype": (["str"], ["auto", "bfloat16"]),
         "enable_log_requests": (["bool"], None),
@@ -179,3 +192,22 @@ def test_the_vendored_file_names_its_wheel() -> None:
     # What the serve config sets and the check relies on, as the wheel declares it.
     assert document["engine_args"]["max_num_seqs"]["annotation"] == "int | None"
     assert document["engine_args"]["language_model_only"]["kinds"] == ["bool"]
+
+
+def test_the_vendoring_tool_refuses_a_name_with_two_meanings(tmp_path: Path) -> None:
+    wheel = _wheel(tmp_path, {"vllm/other.py": 'from typing import Literal\nModelDType = Literal["fp8"]\n'})
+    with pytest.raises(SystemExit, match="ModelDType is defined differently"):
+        engine_args_document(Source(wheel))
+
+
+def test_the_gpu_requirements_pin_the_images_versions() -> None:
+    # The one-host check's stack (requirements-gpu.txt) is the image's: the versions settings/versions.py pins.
+    from settings import versions
+
+    pins = dict(
+        line.split("==", 1)
+        for line in (Path(__file__).resolve().parent.parent / "requirements-gpu.txt").read_text().splitlines()
+        if "==" in line and not line.startswith("#")
+    )
+    assert pins["vllm"] == versions.VLLM_VERSION
+    assert pins["ray[serve,llm]"] == versions.RAY_VERSION

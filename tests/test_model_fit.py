@@ -10,9 +10,15 @@ import yaml
 
 from settings import SettingError
 from settings.instance_types import BUILT_IN
-from settings.model_facts import BUILT_IN_MODELS, ModelFacts, model_facts_context_key, vllm_architectures
+from settings.model_facts import (
+    BUILT_IN_MODELS,
+    VLLM_ARCHITECTURES_FILE,
+    ModelFacts,
+    model_facts_context_key,
+    vllm_architectures,
+)
 from settings.model_fit import GIB, fit, gpu_budget, misfit
-from tests.conftest import REPO, run_entry_point, settings_for
+from tests.conftest import run_entry_point, settings_for
 
 QWEN35 = BUILT_IN_MODELS["Qwen/Qwen3.5-9B"]
 LLAMA70 = BUILT_IN_MODELS["meta-llama/Llama-3.3-70B-Instruct"]
@@ -103,8 +109,8 @@ def test_an_architecture_vllm_026_does_not_serve_is_refused() -> None:
 
 
 def test_the_registry_data_is_vllm_026s() -> None:
-    text = (REPO / "settings" / "data" / "vllm_0_26_architectures.txt").read_text()
-    assert "vLLM 0.26.0" in text.splitlines()[0]
+    text = VLLM_ARCHITECTURES_FILE.read_text()
+    assert VLLM_ARCHITECTURES_FILE.name == "vllm_0_26_architectures.txt" and "vLLM 0.26.0" in text.splitlines()[0]
     assert {"Qwen3_5ForConditionalGeneration", "Qwen3ForCausalLM", "LlamaForCausalLM"} <= vllm_architectures()
     assert len(vllm_architectures()) > 200
     assert all(set(m.architectures) <= vllm_architectures() for m in BUILT_IN_MODELS.values())

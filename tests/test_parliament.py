@@ -28,6 +28,7 @@ SYNTHS = tuple(
     for name, fixture in vars(conftest).items()
     if name.endswith("_synth") and "synthesize(" in inspect.getsource(getattr(fixture, "__wrapped__", fixture))
 )
+assert {"default_synth", "endpoint_synth", "features_synth"} <= set(SYNTHS), SYNTHS  # the finding itself can fail
 DOCUMENTED = sorted(p.name for p in (REPO / "docs").glob("cfn-execution-policy*.json"))
 
 

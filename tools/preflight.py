@@ -23,9 +23,9 @@ from preflight.redeploy import Redeploy
 from preflight.runner import PreflightInput
 from preflight.runner import main as run_preflight
 from settings import SettingError, Settings
+from settings.ci_access import CDK_TOOLKIT_STACK
 from settings.context_files import REPO
 from stacks.addons import chart_pins
-from stacks.ci_access_stack import CDK_TOOLKIT_STACK
 from tools.entry import project_settings
 
 ASSEMBLY = REPO / "cdk.out"

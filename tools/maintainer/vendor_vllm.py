@@ -7,8 +7,8 @@ Writes, from the wheel's source read as text (no import: vLLM needs torch and a 
 - settings/data/vllm_0_26_architectures.txt: the model architectures vLLM serves (the keys of
   _TEXT_GENERATION_MODELS and _MULTIMODAL_MODELS in vllm/model_executor/models/registry.py).
 
-The wheel is `pip download vllm==VERSION --no-deps` (or --wheel PATH). Run it when the image moves to another vLLM,
-and rename the files with the version (settings/engine_args.py and settings/model_facts.py name them).
+The wheel is `pip download vllm==VLLM_VERSION --no-deps` (or --wheel PATH). Run it when the image moves to another
+vLLM (VLLM_VERSION in settings/versions.py, which also names both files: delete the old version's).
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ import tempfile
 import zipfile
 from collections.abc import Iterable
 from pathlib import Path
+from typing import Any
 
 from settings.engine_args import ENGINE_ARGS_FILE
 from settings.model_facts import VLLM_ARCHITECTURES_FILE
@@ -62,17 +63,38 @@ class Source:
                 for name in archive.namelist()
                 if name.startswith("vllm/") and name.endswith(".py")
             }
-        self.aliases: dict[str, ast.expr] = {}
-        self.classes: dict[str, ast.ClassDef] = {}
+        # Every module-level alias and class of the package by name; a name an annotation uses must have one meaning
+        # (resolve() refuses one defined differently in two modules, rather than guess which the annotation imports).
+        self.aliases: dict[str, list[ast.expr]] = {}
+        self.classes: dict[str, list[ast.ClassDef]] = {}
         for text in self.files.values():
             for node in ast.parse(text).body:
                 if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
-                    self.aliases.setdefault(node.targets[0].id, node.value)
+                    self.aliases.setdefault(node.targets[0].id, []).append(node.value)
                 elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name) and node.value is not None:
                     if ast.unparse(node.annotation).endswith("TypeAlias"):
-                        self.aliases.setdefault(node.target.id, node.value)
+                        self.aliases.setdefault(node.target.id, []).append(node.value)
                 elif isinstance(node, ast.ClassDef):
-                    self.classes.setdefault(node.name, node)
+                    self.classes.setdefault(node.name, []).append(node)
+
+    def _one(self, name: str, found: list[Any]) -> Any:
+        if len({ast.dump(node) for node in found}) > 1:
+            raise SystemExit(f"{name} is defined differently in several modules of {self.wheel.name}: resolve it here")
+        return found[0]
+
+    def _enum_kinds(self, name: str, seen: frozenset[str] = frozenset()) -> set[str] | None:
+        """The JSON kind of an Enum's values, following its bases through the package (None: not an Enum)."""
+        for base in self._one(name, self.classes[name]).bases:
+            base_name = ast.unparse(base).rsplit(".", 1)[-1]
+            if base_name == "IntEnum":
+                return {"int"}
+            if base_name in ("Enum", "StrEnum", "str"):
+                return {"str"}
+            if base_name in self.classes and base_name not in seen:
+                found = self._enum_kinds(base_name, seen | {name})
+                if found is not None:
+                    return found
+        return None
 
     def module(self, path: str) -> ast.Module:
         return ast.parse(self.files[path])
@@ -85,24 +107,32 @@ class Source:
         match = re.search(r"__commit_id__ = commit_id = '([^']+)'", self.files["vllm/_version.py"])
         return match.group(1) if match else "unknown"
 
-    def kinds(self, expr: ast.expr, seen: frozenset[str] = frozenset()) -> tuple[set[str], list[object]]:
+    def kinds(
+        self, expr: ast.expr, seen: frozenset[str] = frozenset(), *, literal: bool = False
+    ) -> tuple[set[str], list[object]]:
         """The JSON kinds an annotation admits, and the values of a Literal (empty: any value of those kinds)."""
         if isinstance(expr, ast.Constant):
             if expr.value is None:
                 return {"null"}, []
+            if literal:  # an item of a Literal: the value itself
+                return {_kind_of(expr.value)}, [expr.value]
             if isinstance(expr.value, str):  # a forward reference
                 return self.kinds(ast.parse(expr.value, mode="eval").body, seen)
             return {ANY}, []
+        if isinstance(expr, ast.UnaryOp) and isinstance(expr.op, ast.USub) and isinstance(expr.operand, ast.Constant):
+            value = expr.operand.value
+            if isinstance(value, (int, float)) and not isinstance(value, bool):
+                return {_kind_of(value)}, [-value]  # Literal[-1]
+            return {ANY}, []
+        if isinstance(expr, ast.Attribute):
+            return {ANY}, []  # another package's type (torch.dtype): not for this reader to guess
         if isinstance(expr, ast.BinOp) and isinstance(expr.op, ast.BitOr):
             return _union([self.kinds(expr.left, seen), self.kinds(expr.right, seen)])
         if isinstance(expr, ast.Subscript):
             head = ast.unparse(expr.value).rsplit(".", 1)[-1]
             items = expr.slice.elts if isinstance(expr.slice, ast.Tuple) else [expr.slice]
             if head == "Literal":  # its items: constants, or names of other Literals (Literal["auto", RunnerType])
-                parts: list[tuple[set[str], list[object]]] = [
-                    ({_kind_of(item.value)}, [item.value]) if isinstance(item, ast.Constant) else self.kinds(item, seen)
-                    for item in items
-                ]
+                parts = [self.kinds(item, seen, literal=True) for item in items]
                 if any(not values for _, values in parts):
                     return {ANY}, []
                 return _union(parts)
@@ -123,11 +153,11 @@ class Source:
         if name == "Any":
             return {ANY}, []
         if name in self.aliases and name not in seen:
-            return self.kinds(self.aliases[name], seen | {name})
+            return self.kinds(self._one(name, self.aliases[name]), seen | {name}, literal=literal)
         if name in self.classes:
-            bases = {ast.unparse(base).rsplit(".", 1)[-1] for base in self.classes[name].bases}
-            if bases & {"Enum", "StrEnum", "IntEnum", "str"}:
-                return {"str", "int"} if "IntEnum" in bases else {"str"}, []
+            enum = self._enum_kinds(name)
+            if enum is not None:
+                return enum, []  # a member by its value
             return {"dict"}, []  # vLLM's config classes take their fields as a dict (as kv_transfer_config does)
         return {ANY}, []
 
@@ -246,7 +276,7 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory() as scratch:
         source = Source(args.wheel or download(VLLM_VERSION, Path(scratch)))
         if source.version() != VLLM_VERSION:
-            raise SystemExit(f"the wheel is vLLM {source.version()}; settings/engine_args.py pins {VLLM_VERSION}")
+            raise SystemExit(f"the wheel is vLLM {source.version()}; settings/versions.py pins {VLLM_VERSION}")
         outputs = {
             ENGINE_ARGS_FILE: json.dumps(engine_args_document(source), indent=1, sort_keys=False) + "\n",
             VLLM_ARCHITECTURES_FILE: architectures_text(source, source.architectures()),
