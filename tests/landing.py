@@ -11,8 +11,6 @@ from __future__ import annotations
 
 import copy
 import json
-import tempfile
-from pathlib import Path
 from typing import Any
 
 import yaml
@@ -21,20 +19,6 @@ from settings import Settings
 from tests.iam_documents import Resolver
 
 KUBERNETES_RESOURCE = "Custom::AWSCDK-EKS-KubernetesResource"
-
-
-def synth_templates(settings: Settings) -> dict[str, dict[str, Any]]:
-    """The templates of one synth, by part, without cdk-nag (the places are what it changes, not its findings)."""
-    from stacks.application import build_stacks, new_app
-
-    with tempfile.TemporaryDirectory() as outdir:
-        app = new_app(outdir)
-        build_stacks(app, settings)
-        app.synth()
-        return {
-            part: json.loads(Path(outdir, f"{name}.template.json").read_text())
-            for part, name in settings.stack_names.items()
-        }
 
 
 def _ray_service_places(obj: dict[str, Any]) -> dict[str, Any]:

@@ -4,7 +4,6 @@ wired to the wrong phase, to nothing, or to more than it says fails here without
 
 from __future__ import annotations
 
-from functools import cache
 from typing import Any
 
 import pytest
@@ -13,18 +12,18 @@ from settings import SettingError, Settings
 from settings.spec_base import PREFLIGHT_ONLY, SettingSpec
 from settings.specs import SPECS
 from tests.conftest import settings_for
+from tests.day2_helpers import synth
 from tests.iam_documents import findings_of, identity_policies
-from tests.landing import landed, places, synth_templates
+from tests.landing import landed, places
 from tests.pinned import PINNED
 from tools.maintainer.accepted_findings import accepted, unaccepted
 
 FLIPPED = [spec for spec in SPECS if spec.flip is not None]
 
 
-@cache
 def _synth(environ: tuple[tuple[str, str], ...]) -> tuple[Settings, dict[str, dict[str, Any]]]:
-    settings = settings_for(dict(environ))
-    return settings, synth_templates(settings)
+    # day 2's synth: cached in this process, no cdk-nag, no asset staged (the same templates).
+    return synth(**dict(environ))
 
 
 def _places(environ: tuple[tuple[str, str], ...]) -> dict[str, Any]:
