@@ -8,6 +8,10 @@ from settings.instance_types import BUILT_IN_GPU_TYPES
 from settings.parsers import Choice, DnsLabel, Integer
 from settings.spec_base import _RECREATE_HOW, IN_PLACE, NEW, RECREATE, REFUSED, REPLACEMENT, ROLLING, SettingSpec, flip
 
+# The NetworkPolicies of the default configuration, which the cluster's name (a label) and the namespace reach.
+_POLICY_NAMES = ("default-deny-ingress", "kuberay-operator-to-head", "metrics-collector", "ray-cluster-internal")
+_NETWORK_POLICIES = tuple(f"k8s:NetworkPolicy/{name}" for name in (*_POLICY_NAMES, "serve-clients"))
+
 INFRA_SPECS: tuple[SettingSpec, ...] = (
     SettingSpec(
         "CLUSTER_NAME",
@@ -26,11 +30,7 @@ INFRA_SPECS: tuple[SettingSpec, ...] = (
         lands=(
             "k8s:DaemonSet/ray-image-prepull",
             "k8s:Namespace/inference",
-            "k8s:NetworkPolicy/default-deny-ingress",
-            "k8s:NetworkPolicy/kuberay-operator-to-head",
-            "k8s:NetworkPolicy/metrics-collector",
-            "k8s:NetworkPolicy/ray-cluster-internal",
-            "k8s:NetworkPolicy/serve-clients",
+            *_NETWORK_POLICIES,
             "k8s:RayService",
             "stack:cluster",
             "stack:gpu",
@@ -88,11 +88,7 @@ INFRA_SPECS: tuple[SettingSpec, ...] = (
         lands=(
             "k8s:Namespace/inference",
             "k8s:Namespace/serving",
-            "k8s:NetworkPolicy/default-deny-ingress",
-            "k8s:NetworkPolicy/kuberay-operator-to-head",
-            "k8s:NetworkPolicy/metrics-collector",
-            "k8s:NetworkPolicy/ray-cluster-internal",
-            "k8s:NetworkPolicy/serve-clients",
+            *_NETWORK_POLICIES,
             "k8s:RayService",
             "stack:serving",
         ),
