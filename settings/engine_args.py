@@ -17,9 +17,14 @@ from settings.errors import SettingError
 from settings.versions import VLLM_VERSION, vllm_data_file
 
 ENGINE_ARGS_FILE: Final = vllm_data_file("engine_args.json")
-ANY: Final = "any"
-# Nested dicts whose keys are checked too: their table in the vendored file, and the config class vLLM builds from them.
+# The vendored file's tables: EngineArgs' fields, and the nested dicts whose keys are checked too (their table, and
+# the config class vLLM builds from them). tools/maintainer/vendor_vllm.py writes them under these names.
+ENGINE_TABLE: Final = "engine_args"
 NESTED: Final = {"kv_transfer_config": ("kv_transfer_config", "KVTransferConfig")}
+# What a value in a serve config can be, and the kind of an annotation that admits any (or one the vendoring tool
+# could not resolve: then the key alone is checked).
+JSON_KINDS: Final = ("null", "bool", "int", "float", "str", "dict", "list")
+ANY: Final = "any"
 
 
 @cache
@@ -57,7 +62,7 @@ def check_engine_kwargs(phase: str, engine_kwargs: Mapping[str, Any]) -> None:
     """Raise SettingError, naming the phase, the key and the value, for the first key vLLM would refuse."""
     tables = vendored()
     for key, value in engine_kwargs.items():
-        problem = _problem(key, value, tables["engine_args"], "EngineArgs")
+        problem = _problem(key, value, tables[ENGINE_TABLE], "EngineArgs")
         where = f"serveConfigV2 {phase} engine_kwargs.{key}"
         if problem is None and key in NESTED and isinstance(value, Mapping):
             table, owner = NESTED[key]

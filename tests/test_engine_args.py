@@ -203,11 +203,8 @@ def test_the_vendoring_tool_refuses_a_name_with_two_meanings(tmp_path: Path) -> 
 def test_the_gpu_requirements_pin_the_images_versions() -> None:
     # The one-host check's stack (requirements-gpu.txt) is the image's: the versions settings/versions.py pins.
     from settings import versions
+    from tools.local_check.plan import image_versions
 
-    pins = dict(
-        line.split("==", 1)
-        for line in (Path(__file__).resolve().parent.parent / "requirements-gpu.txt").read_text().splitlines()
-        if "==" in line and not line.startswith("#")
-    )
+    pins = image_versions()
     assert pins["vllm"] == versions.VLLM_VERSION
-    assert pins["ray[serve,llm]"] == versions.RAY_VERSION
+    assert pins["ray"] == versions.RAY_VERSION

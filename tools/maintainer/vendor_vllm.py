@@ -25,12 +25,13 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from settings.engine_args import ENGINE_ARGS_FILE
+from settings.engine_args import ANY, ENGINE_ARGS_FILE, ENGINE_TABLE, JSON_KINDS, NESTED, json_kind
 from settings.model_facts import VLLM_ARCHITECTURES_FILE
 from settings.versions import VLLM_VERSION
 
 ARG_UTILS = "vllm/engine/arg_utils.py"
-KV_TRANSFER = "vllm/config/kv_transfer.py"
+KV_TRANSFER = "vllm/config/kv_transfer.py"  # where the nested kv_transfer_config's class is declared
+NESTED_TABLE, NESTED_OWNER = NESTED["kv_transfer_config"]
 REGISTRY = "vllm/model_executor/models/registry.py"
 ENGINE_CLASSES = ("EngineArgs", "AsyncEngineArgs")
 ARCHITECTURE_TABLES = ("_TEXT_GENERATION_MODELS", "_MULTIMODAL_MODELS")
@@ -49,7 +50,6 @@ BUILTIN_KINDS = {
     "tuple": ["list"],
     "Sequence": ["list"],
 }
-ANY = "any"  # an annotation the serve config cannot express or this reader cannot resolve: the key alone is checked
 
 
 class Source:
@@ -64,18 +64,17 @@ class Source:
                 if name.startswith("vllm/") and name.endswith(".py")
             }
         # Every module-level alias and class of the package by name; a name an annotation uses must have one meaning
-        # (resolve() refuses one defined differently in two modules, rather than guess which the annotation imports).
+        # (_one() refuses one defined differently in two modules, rather than guess which the annotation imports).
         self.aliases: dict[str, list[ast.expr]] = {}
         self.classes: dict[str, list[ast.ClassDef]] = {}
         for text in self.files.values():
             for node in ast.parse(text).body:
-                if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
-                    self.aliases.setdefault(node.targets[0].id, []).append(node.value)
-                elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name) and node.value is not None:
-                    if ast.unparse(node.annotation).endswith("TypeAlias"):
-                        self.aliases.setdefault(node.target.id, []).append(node.value)
-                elif isinstance(node, ast.ClassDef):
+                if isinstance(node, ast.ClassDef):
                     self.classes.setdefault(node.name, []).append(node)
+                elif (assigned := _assigned(node)) and (
+                    not isinstance(node, ast.AnnAssign) or ast.unparse(node.annotation).endswith("TypeAlias")
+                ):
+                    self.aliases.setdefault(assigned[0], []).append(assigned[1])
 
     def _one(self, name: str, found: list[Any]) -> Any:
         if len({ast.dump(node) for node in found}) > 1:
@@ -187,23 +186,24 @@ class Source:
     def architectures(self) -> list[str]:
         names: set[str] = set()
         for node in self.module(REGISTRY).body:
-            target: ast.expr
-            value: ast.expr | None
-            if isinstance(node, ast.AnnAssign):
-                target, value = node.target, node.value
-            elif isinstance(node, ast.Assign) and len(node.targets) == 1:
-                target, value = node.targets[0], node.value
-            else:
-                continue
-            if isinstance(target, ast.Name) and target.id in ARCHITECTURE_TABLES and isinstance(value, ast.Dict):
-                names.update(str(key.value) for key in value.keys if isinstance(key, ast.Constant))
+            assigned = _assigned(node)
+            if assigned and assigned[0] in ARCHITECTURE_TABLES and isinstance(assigned[1], ast.Dict):
+                names.update(str(key.value) for key in assigned[1].keys if isinstance(key, ast.Constant))
         return sorted(names)
 
 
+def _assigned(node: ast.stmt) -> tuple[str, ast.expr] | None:
+    """The name and value of a module-level `NAME = value` or `NAME: T = value`."""
+    if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
+        return node.targets[0].id, node.value
+    if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name) and node.value is not None:
+        return node.target.id, node.value
+    return None
+
+
 def _kind_of(value: object) -> str:
-    if value is None:
-        return "null"
-    return {bool: "bool", int: "int", float: "float", str: "str"}.get(type(value), ANY)
+    kind = json_kind(value)
+    return kind if kind in JSON_KINDS else ANY
 
 
 def _union(parts: list[tuple[set[str], list[object]]]) -> tuple[set[str], list[object]]:
@@ -225,11 +225,11 @@ def engine_args_document(source: Source) -> dict[str, object]:
     return {
         "source": (
             f"{source.wheel.name} (vLLM {source.version()}, commit {source.commit()}): {ARG_UTILS} "
-            f"{' and '.join(ENGINE_CLASSES)}, {KV_TRANSFER} KVTransferConfig; written by `make vendor-vllm`"
+            f"{' and '.join(ENGINE_CLASSES)}, {KV_TRANSFER} {NESTED_OWNER}; written by `make vendor-vllm`"
         ),
         "license": "Apache-2.0 (vLLM); field names and annotations only",
-        "engine_args": source.fields(ARG_UTILS, ENGINE_CLASSES),
-        "kv_transfer_config": source.fields(KV_TRANSFER, ("KVTransferConfig",)),
+        ENGINE_TABLE: source.fields(ARG_UTILS, ENGINE_CLASSES),
+        NESTED_TABLE: source.fields(KV_TRANSFER, (NESTED_OWNER,)),
     }
 
 
