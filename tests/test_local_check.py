@@ -19,12 +19,12 @@ import yaml
 from tests.conftest import settings_for
 from tests.local_check_standin import VOCAB, StandInEngine
 from tests.loopback import free_port
-from tools.local_check import client, engines
+from tools.local_check import checkpoint, client, engines
 from tools.local_check.client import nixl_lines, run_bench
 from tools.local_check.plan import BASE_URL, TOKENIZER, bench_entry, build_plan, image_versions
 from tools.local_check.results import ParityRow, compare_memory, memory_report, parity_lengths
 from tools.local_check.runner import main as run_main
-from tools.local_check.tokenizer import tokenizer_files, vocab_size
+from tools.local_check.tokenizer import tokenizer_files, vocab_size, write_tokenizer
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -103,6 +103,25 @@ def test_stand_in_tokenizer_covers_the_vocabulary_exactly() -> None:
     for left, right in model["merges"]:
         assert left in model["vocab"] and right in model["vocab"] and left + right in model["vocab"]
     assert vocab_size({"text_config": {"vocab_size": 248320}}) == 248320
+
+
+def test_a_reused_checkpoint_gets_the_tokenizer_generated_after_it(tmp_path: Path) -> None:
+    """The checkpoint written ahead (`python -m tools.local_check.checkpoint`), the stand-in tokenizer generated
+    by the run afterwards: the reused checkpoint must get it, or vLLM serves it without one (on the H100 run of
+    2026-12-06 the routes answered 400 and Llama's engine did not start)."""
+    model, target = tmp_path / "model", tmp_path / "ckpt"
+    model.mkdir()
+    (model / "config.json").write_text('{"vocab_size": 1024}')
+    target.mkdir()
+    (target / "model-00001-of-00001.safetensors").write_bytes(b"")
+    (target / checkpoint.INDEX_FILE).write_text(json.dumps({"weight_map": {"w": "model-00001-of-00001.safetensors"}}))
+    marker = {"recipe": checkpoint.RECIPE, "config_sha256": checkpoint._config_digest(model), "tensors": 1}
+    (target / checkpoint.MARKER).write_text(json.dumps(marker))
+    write_tokenizer(model, 1024)
+    written = checkpoint.write_random_checkpoint(model, target)  # reused: returns before torch is imported
+    assert written["reused"] is True
+    assert (target / "tokenizer.json").read_bytes() == (model / "tokenizer.json").read_bytes()
+    assert (target / "config.json").is_file()
 
 
 def test_nixl_lines_are_read_as_make_verify_reads_them(tmp_path: Path) -> None:

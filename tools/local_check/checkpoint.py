@@ -127,24 +127,31 @@ def is_complete(target: Path, model_dir: Path) -> bool:
     )
 
 
+def copy_model_files(model_dir: Path, target: Path) -> None:
+    """The model directory's files other than weights (config, tokenizer) beside the checkpoint, on every run: a
+    tokenizer generated after the checkpoint was written (the checkpoint written ahead, then reused) must reach it,
+    or vLLM serves the checkpoint without one."""
+    for item in model_dir.iterdir():
+        if item.is_file() and not item.name.endswith(_WEIGHT_SUFFIXES) and item.name != INDEX_FILE:
+            shutil.copy2(item, target / item.name)
+
+
 def write_random_checkpoint(model_dir: Path, target: Path, *, device: str = "cuda") -> dict[str, Any]:
     """Write the random checkpoint of model_dir's config.json into target (reused when already complete); the
     model directory's other files (config, tokenizer) are copied beside it. Returns the marker's facts."""
+    target.mkdir(parents=True, exist_ok=True)
+    copy_model_files(model_dir, target)
+    if is_complete(target, model_dir):
+        marker: dict[str, Any] = json.loads((target / MARKER).read_text())
+        return {**marker, "reused": True}
     import time
 
     import torch
     from safetensors.torch import save_file
 
-    if is_complete(target, model_dir):
-        marker: dict[str, Any] = json.loads((target / MARKER).read_text())
-        return {**marker, "reused": True}
     started = time.monotonic()
-    target.mkdir(parents=True, exist_ok=True)
     for stale in target.glob("*.safetensors"):
         stale.unlink()
-    for item in model_dir.iterdir():
-        if item.is_file() and not item.name.endswith(_WEIGHT_SUFFIXES) and item.name != INDEX_FILE:
-            shutil.copy2(item, target / item.name)
     config = json.loads((model_dir / "config.json").read_text())
     dtype_name = config.get("torch_dtype") or config.get("dtype") or "bfloat16"
     dtype = getattr(torch, str(dtype_name))
