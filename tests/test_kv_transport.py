@@ -11,11 +11,12 @@ from typing import Any
 import pytest
 import yaml
 
+from k8s_constructs.kv_path import kv_path
 from settings import SettingError
 from tests.conftest import run_entry_point, settings_for
 from tools.local_check.plan import rayservice_manifest
 from tools.local_check.shape import GIB, Host, Target, patch_serve_config, serve_config
-from tools.verify_steps import check_nixl
+from tools.verify_steps import check_kv_path, check_nixl
 
 UCX = {"KV_TRANSPORT": "ucx"}
 
@@ -50,6 +51,8 @@ def test_libfabric_by_default_and_ucx_when_asked_in_both_phases_and_the_workers(
         assert ("vpc.amazonaws.com/efa" in worker["resources"]["limits"]) is efa
         assert ("vpc.amazonaws.com/efa" in worker["resources"]["requests"]) is efa
         assert (env.get("FI_PROVIDER") == "efa") is efa
+        # The log levels that make libfabric and NIXL name the KV path at start (make verify's kv-path step).
+        assert (env.get("FI_LOG_LEVEL") == "warn" and env.get("NIXL_LOG_LEVEL") == "INFO") is efa
         assert worker["resources"]["limits"]["nvidia.com/gpu"] == "1"
     # Nothing else of the RayService differs but those (the serve config's backends, the EFA request, FI_PROVIDER).
     strip = yaml.safe_dump(default).replace("LIBFABRIC", "UCX")
@@ -75,6 +78,19 @@ def test_make_verify_expects_the_configured_backend() -> None:
     assert not check_nixl(libfabric, {"prefill-0": "LIBFABRIC", "decode-0": "UCX"}).ok
     assert check_nixl(ucx, {"prefill-0": "UCX", "decode-0": "UCX"}).ok
     assert not check_nixl(ucx, {"prefill-0": "LIBFABRIC", "decode-0": "UCX"}).ok
+
+
+def test_make_verify_reads_the_kv_path_of_either_transport() -> None:
+    """With ucx the kv-path step says UCX and still fails on vLLM's failed transfer, naming libfabric as the other
+    path; with libfabric a path of TCP fails."""
+    libfabric, ucx = settings_for(), settings_for(UCX)
+    failed = "ERROR 12-06 01:47:11 [base_worker.py:832] NIXL transfer failure: transfer_failed."
+    assert check_kv_path(ucx, {"decode-0": kv_path("")}).ok
+    assert "decode-0: UCX (KV_TRANSPORT=ucx)" in check_kv_path(ucx, {"decode-0": kv_path("")}).detail
+    refused = check_kv_path(ucx, {"decode-0": kv_path(failed)})
+    assert not refused.ok and "try KV_TRANSPORT=libfabric" in refused.look_closer
+    assert not check_kv_path(libfabric, {"decode-0": kv_path("Discovered 1 tcp devices (TCP fallback)")}).ok
+    assert not check_kv_path(libfabric, {}).ok
 
 
 def test_the_one_host_check_runs_ucx_as_it_is() -> None:

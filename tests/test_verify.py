@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from k8s_constructs import kv_path
 from tests.conftest import settings_for
 from tools import verify as gate
 
@@ -63,6 +64,23 @@ PODS = {
     ]
 }
 LIBFABRIC = "Backend LIBFABRIC was instantiated\n"
+# libfabric's and NIXL's lines, rendered from their format strings at the image's versions with each one's own prefix
+# (k8s_constructs/kv_path.py names the sources): not recorded on an EFA node, where none has been run yet.
+NO_GPUDIRECT = (
+    "libfabric:812:1765000000::efa:core:efa_hmem_info_check_p2p_support_cuda():179<warn> Failed to register CUDA"
+    " buffer with the EFA device, FI_HMEM transfers that require peer to peer support will fail.\n"
+)
+HMEM_RAIL = "I1206 01:41:07.379550   16794 libfabric_rail.cpp:461] Using provider with FI_HMEM support for rail 0\n"
+TCP_RAILS = "I1206 01:41:07.379550   16794 libfabric_topology.cpp:136] Discovered 1 tcp devices (TCP fallback)\n"
+FI_READ_FAILED = (
+    "E1206 01:42:11.102934   16990 libfabric_rail.cpp:1277] fi_read failed on rail 0: Resource temporarily"
+    " unavailable\n"
+)
+VLLM_FAILURE = (
+    "(Worker pid=4882) ERROR 12-06 01:47:11 [base_worker.py:832] NIXL transfer failure: transfer_failed. Marking"
+    " blocks as invalid | Context: {'request_id': 'cmpl-1'}\n"
+)
+BOUNCED = LIBFABRIC + NO_GPUDIRECT + HMEM_RAIL
 ANSWER = {"choices": [{"message": {"role": "assistant", "content": "Hello there, how are you?"}}]}
 
 
@@ -126,7 +144,7 @@ def _run(**kwargs: Any) -> gate.Result:
 
 def test_a_working_deploy_passes_and_reports_its_phases() -> None:
     result = _run()
-    assert result.ok and [s.name for s in result.steps] == ["rayservice", "gpu-nodes", "nixl", "completion"]
+    assert result.ok and [s.name for s in result.steps] == ["rayservice", "gpu-nodes", "nixl", "completion", "kv-path"]
     assert result.phases == {
         "cloudformation_done": 1200.0,
         "ray_pods_scheduled": 1280.0,
@@ -165,6 +183,14 @@ def test_a_working_deploy_passes_and_reports_its_phases() -> None:
             {"nixl"},
             "decode-0: LIBFABRIC, GPU memory registration failed (Unable to register MR)",
         ),
+        # The KV path: TCP, or a failed or stalled transfer after the completion, fails kv-path and names ucx.
+        ({"logs": {"prefill-0": LIBFABRIC + TCP_RAILS, "decode-0": BOUNCED}}, {"kv-path"}, "prefill-0: TCP"),
+        (
+            {"logs": {"prefill-0": BOUNCED, "decode-0": BOUNCED + FI_READ_FAILED}},
+            {"kv-path"},
+            "decode-0: E1206 01:42:11.102934   16990 libfabric_rail.cpp:1277] fi_read failed on rail 0",
+        ),
+        ({"logs": {"prefill-0": BOUNCED, "decode-0": BOUNCED + VLLM_FAILURE}}, {"kv-path"}, "NIXL transfer failure"),
         ({"answer": None}, {"completion"}, "HTTP Error 503"),
         ({"answer": {"choices": [{"message": {"content": "  "}}]}}, {"completion"}, "no answer"),
     ],
@@ -177,6 +203,18 @@ def test_each_failure_names_its_step_and_the_command_to_look_closer(
     assert {s.name for s in result.steps if not s.ok} == failed
     assert any(fragment in s.detail for s in result.steps)
     assert all(s.look_closer for s in result.steps if not s.ok)
+    if failed & {"kv-path", "completion"}:  # a stalled or failed transfer: the other transport, and what to collect
+        advice = next(s.look_closer for s in result.steps if s.name in failed & {"kv-path", "completion"})
+        assert "try KV_TRANSPORT=ucx" in advice and "for a bug report collect `kubectl logs" in advice
+
+
+def test_the_kv_path_is_said_bounce_buffers_where_there_is_no_gpudirect() -> None:
+    """g6/g6e: libfabric's CUDA probe warns, NIXL's rail has FI_HMEM: bounce buffers, said and not failed; with the
+    probe silent (FI_LOG_LEVEL=warn set), GPU memory; with no line at all, unknown, said."""
+    result = _run(logs={"prefill-0": BOUNCED, "decode-0": LIBFABRIC + HMEM_RAIL})
+    assert result.ok
+    assert result.kv_path == {"prefill-0": kv_path.BOUNCE_BUFFERS, "decode-0": kv_path.DEVICE_MEMORY}
+    assert _run().kv_path == {"prefill-0": kv_path.UNKNOWN, "decode-0": kv_path.UNKNOWN}
 
 
 OBSERVED = settings_for({"OBSERVABILITY": "on"})
@@ -328,6 +366,23 @@ def test_the_docs_show_the_query_verify_asks() -> None:
 
     query = gate.engine_series_query(OBSERVED).replace(OBSERVED.cluster_name, "CLUSTER_NAME")
     assert f"`{query}`" in (REPO / "docs" / "verify.md").read_text()
+
+
+def test_the_worker_log_search_finds_the_kv_path_and_a_failed_transfer(tmp_path: Path) -> None:
+    """The kv-path search `make verify` runs in each worker, by a real `sh` and `grep -F` over Ray-style logs."""
+    from tools.cluster import worker_kv_paths
+
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    (logs / "worker-1.err").write_text(NO_GPUDIRECT + "some other line\n" + HMEM_RAIL)
+    (logs / "worker-2.err").write_text(FI_READ_FAILED)
+
+    def kubectl(args: list[str], stdin: str | None = None) -> subprocess.CompletedProcess[str]:
+        script = args[-1].replace("/tmp/ray/session_latest/logs/", f"{logs}/")
+        return subprocess.run(["sh", "-c", script], capture_output=True, text=True, check=False)
+
+    ((path, failures),) = worker_kv_paths(settings_for(), kubectl, ["decode-0"]).values()
+    assert path == kv_path.BOUNCE_BUFFERS and failures == [FI_READ_FAILED.strip()]
 
 
 def test_the_worker_log_search_finds_the_backend_and_a_failed_registration(tmp_path: Path) -> None:

@@ -6,7 +6,11 @@ In order, each with a visible wait where it waits:
 3. nixl         every Ray worker's NIXL backend is KV_TRANSPORT's (LIBFABRIC by default: UCX, or no backend line,
                  fails)
 4. completion   one chat completion through Serve, from inside the cluster, with a non-empty answer (with
-                SERVE_API_KEYS=on, the head pod's own key)
+                SERVE_API_KEYS=on, the head pod's own key), within 300 s; if it times out, the KV transfer may be
+                stalled: it names KV_TRANSPORT's other value and what to collect
+   kv-path      each worker's KV path as libfabric and NIXL log it at start (GPU memory, or bounce buffers where the
+                type has no GPUDirect RDMA), and no failed transfer in the workers' logs; TCP or GPU memory
+                registered as host memory fails (k8s_constructs/kv_path.py)
    endpoint     with SERVE_EXPOSURE beyond the cluster: through the load balancer (HTTPS), 401 without a key and a
                 completion with one (run it from where the load balancer is reachable: inside the VPC for internal)
 5. metrics      with OBSERVABILITY=on: the managed Prometheus collector of the Ray pods is ACTIVE, and
@@ -39,7 +43,7 @@ from preflight.cluster_access import ClusterUnreachable, Kubectl, cluster_kubect
 from settings import Settings
 from settings.context_files import REPO
 from settings.scheduling import GPU_NODE_LABELS
-from tools.cluster import duration_seconds, ray_service_verdict, worker_backends
+from tools.cluster import duration_seconds, ray_service_verdict, worker_backends, worker_kv_paths
 from tools.endpoint import Probe, base_url, load_balancer_host, probe, read_key, tls_context
 from tools.entry import one_line_errors, project_settings
 from tools.verify_steps import (
@@ -50,6 +54,7 @@ from tools.verify_steps import (
     check_engine_series,
     check_gcs_store,
     check_gpu_nodes,
+    check_kv_path,
     check_metrics_collector,
     check_nixl,
     engine_series_query,
@@ -65,6 +70,7 @@ METRICS_WAIT_S = 180  # a few 30 s scrapes and CloudWatch's ingestion
 class Result:
     steps: list[Step] = field(default_factory=list)
     phases: dict[str, float | None] = field(default_factory=dict)  # seconds since the deploy started
+    kv_path: dict[str, str] = field(default_factory=dict)  # each worker's, as libfabric and NIXL say it
 
     @property
     def ok(self) -> bool:
@@ -286,6 +292,10 @@ def verify(
     answer, error = _completion(settings, kubectl) if ready else (None, "skipped: the RayService is not ready")
     first_token = clock() if answer else None
     result.steps.append(check_completion(settings, answer, error))
+    # After the completion, whose KV cache moved (or stalled): the path each worker's logs name, and any failure.
+    paths = worker_kv_paths(settings, kubectl, workers)
+    result.kv_path = {pod: path for pod, (path, _) in paths.items()}
+    result.steps.append(check_kv_path(settings, paths))
     if settings.serve_endpoint.exposed:
         got = (
             (endpoint_probe or (lambda: _probe_endpoint(settings, kubectl)))()
@@ -355,7 +365,13 @@ def main(argv: list[str] | None = None) -> int:
     print(table(result))
     args.result.write_text(
         json.dumps(
-            {"ok": result.ok, "steps": [asdict(s) for s in result.steps], "phases_seconds": result.phases}, indent=2
+            {
+                "ok": result.ok,
+                "steps": [asdict(s) for s in result.steps],
+                "phases_seconds": result.phases,
+                "kv_path": result.kv_path,
+            },
+            indent=2,
         )
         + "\n"
     )

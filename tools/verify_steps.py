@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from typing import Any, get_args
 
 from k8s_constructs.endpoint import ingress_name
+from k8s_constructs.kv_path import wrong_path
 from k8s_constructs.ray_facts import (
     ENGINE_REQUESTS_RUNNING,
     HEAD_CONTAINER,
@@ -63,6 +64,35 @@ def check_nixl(settings: Settings, backends: dict[str, str]) -> Step:
     return Step("nixl", ok, detail, "" if ok else look)
 
 
+def check_kv_path(settings: Settings, paths: dict[str, tuple[str, list[str]]]) -> Step:
+    """After the completion: each worker's KV path (libfabric's and NIXL's start-up lines) and no transfer failure.
+    Fails on a path the KV cache cannot take right (TCP, GPU memory registered as host memory) and on a failed or
+    stalled transfer; bounce buffers (g6, g6e: no GPUDirect RDMA) and an unknown path are said, not failed."""
+    failing = {pod: failures for pod, (_, failures) in paths.items() if failures}
+    wrong = {pod: path for pod, (path, _) in paths.items() if wrong_path(path)}
+    if settings.kv_over_efa:
+        said = [f"{pod}: {path}" for pod, (path, _) in sorted(paths.items())]
+    else:
+        said = [f"{pod}: UCX (KV_TRANSPORT=ucx)" for pod in sorted(paths)]
+    said += [f"{pod}: {failures[0]}" for pod, failures in sorted(failing.items())]
+    ok = bool(paths) and not failing and not wrong
+    return Step("kv-path", ok, "; ".join(said) or "no Ray worker pods", "" if ok else kv_path_advice(settings))
+
+
+def kv_path_advice(settings: Settings) -> str:
+    """What to try when the KV cache does not move, and what to collect for a bug report."""
+    logs = f"kubectl logs -n {settings.namespace} -l {selector(NODE_TYPE_LABEL, 'worker')} -c {WORKER_CONTAINER}"
+    other = (
+        "KV_TRANSPORT=ucx (NIXL over UCX, no EFA: TCP between the nodes) to try the other path"
+        if settings.kv_over_efa
+        else "KV_TRANSPORT=libfabric to try EFA"
+    )
+    return (
+        f"try {other}; for a bug report collect `{logs}` and the Ray logs of each worker"
+        " (/tmp/ray/session_latest/logs; NIXL_LOG_LEVEL=DEBUG adds NIXL's EAGAIN retries) with `make status`"
+    )
+
+
 GCS_STORAGE_LINE = "GCS storage type is"  # gcs_server.cc logs it at start: StorageType::REDIS_PERSIST with a store
 
 
@@ -91,12 +121,13 @@ def check_completion(settings: Settings, answer: dict[str, Any] | None, error: s
         text = ""
     ok = bool(text)
     detail = f"{settings.model_id} answered {text[:60]!r}" if ok else f"no answer: {error or json.dumps(answer)[:200]}"
-    return Step(
-        "completion",
-        ok,
-        detail,
-        "" if ok else f"kubectl describe rayservice -n {settings.namespace} {settings.ray_service_name}",
+    # A completion that timed out with the engines up is where a stalled KV transfer shows (NIXL retries an EAGAIN
+    # forever): the kv-path step after it reads the workers' transfer failures.
+    look = (
+        f"kubectl describe rayservice -n {settings.namespace} {settings.ray_service_name}; if it timed out,"
+        f" {kv_path_advice(settings)}"
     )
+    return Step("completion", ok, detail, "" if ok else look)
 
 
 def check_metrics_collector(settings: Settings, scrapers: list[dict[str, Any]] | None, error: str = "") -> Step:
