@@ -54,9 +54,17 @@ def test_libfabric_by_default_and_ucx_when_asked_in_both_phases_and_the_workers(
         # The log levels that make libfabric and NIXL name the KV path at start (make verify's kv-path step).
         assert (env.get("FI_LOG_LEVEL") == "warn" and env.get("NIXL_LOG_LEVEL") == "INFO") is efa
         assert worker["resources"]["limits"]["nvidia.com/gpu"] == "1"
-    # Nothing else of the RayService differs but those (the serve config's backends, the EFA request, FI_PROVIDER).
-    strip = yaml.safe_dump(default).replace("LIBFABRIC", "UCX")
-    assert strip != yaml.safe_dump(ucx)
+    # Nothing else of the RayService differs but those: the serve config's backends, the EFA request, and the
+    # libfabric environment (FI_PROVIDER and the log levels of make verify's kv-path step).
+    stripped = yaml.safe_load(yaml.safe_dump(default).replace("LIBFABRIC", "UCX"))
+    for group in stripped["spec"]["rayClusterConfig"]["workerGroupSpecs"]:
+        (container,) = group["template"]["spec"]["containers"]
+        container["env"] = [
+            e for e in container["env"] if e["name"] not in {"FI_PROVIDER", "FI_LOG_LEVEL", "NIXL_LOG_LEVEL"}
+        ]
+        for amounts in container["resources"].values():
+            amounts.pop("vpc.amazonaws.com/efa")
+    assert stripped == ucx
 
 
 def test_a_transport_change_is_a_ray_cluster_change() -> None:
@@ -81,16 +89,18 @@ def test_make_verify_expects_the_configured_backend() -> None:
 
 
 def test_make_verify_reads_the_kv_path_of_either_transport() -> None:
-    """With ucx the kv-path step says UCX and still fails on vLLM's failed transfer, naming libfabric as the other
-    path; with libfabric a path of TCP fails."""
+    """With ucx the kv-path step says UCX and still fails on vLLM's failed transfer during the completion, naming
+    libfabric as the other path; with libfabric a path of TCP fails, and no worker at all fails."""
     libfabric, ucx = settings_for(), settings_for(UCX)
     failed = "ERROR 12-06 01:47:11 [base_worker.py:832] NIXL transfer failure: transfer_failed."
-    assert check_kv_path(ucx, {"decode-0": kv_path("")}).ok
-    assert "decode-0: UCX (KV_TRANSPORT=ucx)" in check_kv_path(ucx, {"decode-0": kv_path("")}).detail
-    refused = check_kv_path(ucx, {"decode-0": kv_path(failed)})
+    quiet = {"decode-0": kv_path("", over_efa=False)}
+    assert check_kv_path(ucx, quiet, quiet).ok
+    assert "decode-0: UCX (KV_TRANSPORT=ucx)" in check_kv_path(ucx, quiet, quiet).detail
+    refused = check_kv_path(ucx, quiet, {"decode-0": kv_path(failed, over_efa=False)})
     assert not refused.ok and "try KV_TRANSPORT=libfabric" in refused.look_closer
-    assert not check_kv_path(libfabric, {"decode-0": kv_path("Discovered 1 tcp devices (TCP fallback)")}).ok
-    assert not check_kv_path(libfabric, {}).ok
+    tcp = {"decode-0": kv_path("Discovered 1 tcp devices (TCP fallback)")}
+    assert not check_kv_path(libfabric, tcp, tcp).ok
+    assert not check_kv_path(libfabric, {}, {}).ok
 
 
 def test_the_one_host_check_runs_ucx_as_it_is() -> None:

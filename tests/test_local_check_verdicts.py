@@ -32,6 +32,7 @@ RUNS = Path(__file__).resolve().parent.parent / "docs" / "local-check-runs"
 QWEN = "2026-12-05-h100-qwen3.5-9b.json"
 LLAMA = "2026-12-05-h100-llama-3.1-8b.json"
 QWEN_NOW = "2026-12-06-h200-qwen3.5-9b.json"  # the current runner (2fba6a0's tree), default parity prompts
+MARGINS = {QWEN: 4, LLAMA: 4, QWEN_NOW: 2}
 LLAMA_ENV = {"MODEL_SOURCE": "meta-llama/Llama-3.1-8B-Instruct", "MODEL_ID": "llama-3.1-8b"}
 
 
@@ -53,9 +54,9 @@ def test_the_recorded_matched_prompt_is_exact_and_its_context_is_seen(name: str)
     for row in rows:
         assert row["first_token_shift"] == 0.0 and row["equal"]
         assert context_sees(row["context_shift"], MATCHED_TOLERANCE)
-        # The context shifts measured there (0.25 and 0.35 on 12-05; 0.126-0.189 on 12-06) against what the control
-        # asks (CONTEXT_FACTOR x tolerance, 0.05): a margin of more than twice.
-        assert row["context_shift"] > 2 * CONTEXT_FACTOR * MATCHED_TOLERANCE
+        # The context shifts measured there against what the control asks (CONTEXT_FACTOR x tolerance, 0.05): 0.25
+        # and 0.35 on 12-05 (a margin of 4), 0.126-0.189 on 12-06 (2).
+        assert row["context_shift"] > MARGINS[name] * CONTEXT_FACTOR * MATCHED_TOLERANCE
 
 
 def test_the_current_runners_recorded_run_passes_every_step() -> None:

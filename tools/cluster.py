@@ -20,7 +20,7 @@ from typing import Any
 
 import yaml
 
-from k8s_constructs.kv_path import KV_PATH_MARKERS, kv_path
+from k8s_constructs.kv_path import KV_PATH_MARKERS, KvPath, kv_path
 from k8s_constructs.ray_facts import (
     NIXL_LOG_PATTERN,
     NODE_TYPE_LABEL,
@@ -118,13 +118,14 @@ def worker_backends(settings: Settings, kubectl: Kubectl, workers: list[str]) ->
     }
 
 
-def worker_kv_paths(settings: Settings, kubectl: Kubectl, workers: list[str]) -> dict[str, tuple[str, list[str]]]:
-    """Each Ray worker pod's KV path and transfer failures, from libfabric's and NIXL's lines in its Ray logs."""
+def worker_kv_paths(settings: Settings, kubectl: Kubectl, workers: list[str]) -> dict[str, KvPath]:
+    """Each Ray worker pod's KV path and transfer-failure lines, from libfabric's and NIXL's lines in its Ray logs."""
     patterns = " ".join(f"-e {shlex.quote(marker)}" for marker in KV_PATH_MARKERS)
     grep = f"grep -rhF {patterns} {RAY_LOG_DIR}/ || true"
     return {
         pod: kv_path(
-            kubectl(["exec", "-n", settings.namespace, pod, "-c", WORKER_CONTAINER, "--", "sh", "-c", grep]).stdout
+            kubectl(["exec", "-n", settings.namespace, pod, "-c", WORKER_CONTAINER, "--", "sh", "-c", grep]).stdout,
+            over_efa=settings.kv_over_efa,
         )
         for pod in workers
     }

@@ -6,11 +6,11 @@ In order, each with a visible wait where it waits:
 3. nixl         every Ray worker's NIXL backend is KV_TRANSPORT's (LIBFABRIC by default: UCX, or no backend line,
                  fails)
 4. completion   one chat completion through Serve, from inside the cluster, with a non-empty answer (with
-                SERVE_API_KEYS=on, the head pod's own key), within 300 s; if it times out, the KV transfer may be
-                stalled: it names KV_TRANSPORT's other value and what to collect
-   kv-path      each worker's KV path as libfabric and NIXL log it at start (GPU memory, or bounce buffers where the
-                type has no GPUDirect RDMA), and no failed transfer in the workers' logs; TCP or GPU memory
-                registered as host memory fails (k8s_constructs/kv_path.py)
+                SERVE_API_KEYS=on, the head pod's own key), within COMPLETION_TIMEOUT_S; if it times out, the KV
+                transfer may be stalled: it names KV_TRANSPORT's other value and what to collect
+   kv-path      each worker's KV path as libfabric and NIXL log it at start (bounce buffers where the type has no
+                GPUDirect RDMA), and no transfer failure logged during the completion; TCP or GPU memory registered
+                as host memory fails (k8s_constructs/kv_path.py)
    endpoint     with SERVE_EXPOSURE beyond the cluster: through the load balancer (HTTPS), 401 without a key and a
                 completion with one (run it from where the load balancer is reachable: inside the VPC for internal)
 5. metrics      with OBSERVABILITY=on: the managed Prometheus collector of the Ray pods is ACTIVE, and
@@ -64,6 +64,7 @@ DEPLOY_STARTED = REPO / ".deploy-started"
 CLOUDFORMATION_DONE = REPO / ".deploy-finished"
 PROMPT = "Say hello in five words."
 METRICS_WAIT_S = 180  # a few 30 s scrapes and CloudWatch's ingestion
+COMPLETION_TIMEOUT_S = 300  # the completion's own limit: a stalled KV transfer fails the gate after it
 
 
 @dataclass
@@ -186,7 +187,7 @@ def _completion(settings: Settings, kubectl: Kubectl) -> tuple[dict[str, Any] | 
         + auth
         + f"req = urllib.request.Request('http://127.0.0.1:{SERVE_PORT}/v1/chat/completions',"
         " data=sys.argv[1].encode(), headers=headers); print(urllib.request.urlopen(req,"
-        " timeout=300).read().decode())"
+        f" timeout={COMPLETION_TIMEOUT_S}).read().decode())"
     )
     got = kubectl(
         [
@@ -289,13 +290,21 @@ def verify(
             line = logs.stdout.strip()
         result.steps.append(check_gcs_store(settings, heads[0] if heads else None, line))
 
+    # The KV path before and after the completion: a transfer failure logged in between is this completion's.
+    before = worker_kv_paths(settings, kubectl, workers) if ready else {}
     answer, error = _completion(settings, kubectl) if ready else (None, "skipped: the RayService is not ready")
     first_token = clock() if answer else None
     result.steps.append(check_completion(settings, answer, error))
-    # After the completion, whose KV cache moved (or stalled): the path each worker's logs name, and any failure.
-    paths = worker_kv_paths(settings, kubectl, workers)
-    result.kv_path = {pod: path for pod, (path, _) in paths.items()}
-    result.steps.append(check_kv_path(settings, paths))
+    if ready:
+        after = worker_kv_paths(settings, kubectl, workers)
+        result.kv_path = {pod: got.path for pod, got in after.items()}
+        result.steps.append(check_kv_path(settings, before, after))
+    else:
+        result.steps.append(
+            Step(
+                "kv-path", False, "skipped: the RayService is not ready", f"kubectl describe rayservice -n {ns} {name}"
+            )
+        )
     if settings.serve_endpoint.exposed:
         got = (
             (endpoint_probe or (lambda: _probe_endpoint(settings, kubectl)))()

@@ -8,13 +8,14 @@ from dataclasses import dataclass
 from typing import Any, get_args
 
 from k8s_constructs.endpoint import ingress_name
-from k8s_constructs.kv_path import wrong_path
+from k8s_constructs.kv_path import KvPath
 from k8s_constructs.ray_facts import (
     ENGINE_REQUESTS_RUNNING,
     HEAD_CONTAINER,
     METRICS_CLUSTER_LABEL,
     METRICS_PHASE_LABEL,
     NODE_TYPE_LABEL,
+    RAY_LOG_DIR,
     WORKER_CONTAINER,
     selector,
 )
@@ -57,39 +58,46 @@ def check_nixl(settings: Settings, backends: dict[str, str]) -> Step:
     bad = {pod: b for pod, b in backends.items() if b != settings.nixl_backend}
     detail = ", ".join(f"{pod}: {b}" for pod, b in sorted(backends.items())) or "no Ray worker pods"
     ok = bool(backends) and not bad
-    look = (
-        f"kubectl logs -n {settings.namespace} -l {selector(NODE_TYPE_LABEL, 'worker')} -c {WORKER_CONTAINER} | grep -i"
-        " nixl"
-    )
+    look = f"{worker_logs(settings)} | grep -i nixl"
     return Step("nixl", ok, detail, "" if ok else look)
 
 
-def check_kv_path(settings: Settings, paths: dict[str, tuple[str, list[str]]]) -> Step:
-    """After the completion: each worker's KV path (libfabric's and NIXL's start-up lines) and no transfer failure.
-    Fails on a path the KV cache cannot take right (TCP, GPU memory registered as host memory) and on a failed or
-    stalled transfer; bounce buffers (g6, g6e: no GPUDirect RDMA) and an unknown path are said, not failed."""
-    failing = {pod: failures for pod, (_, failures) in paths.items() if failures}
-    wrong = {pod: path for pod, (path, _) in paths.items() if wrong_path(path)}
-    if settings.kv_over_efa:
-        said = [f"{pod}: {path}" for pod, (path, _) in sorted(paths.items())]
-    else:
-        said = [f"{pod}: UCX (KV_TRANSPORT=ucx)" for pod in sorted(paths)]
-    said += [f"{pod}: {failures[0]}" for pod, failures in sorted(failing.items())]
-    ok = bool(paths) and not failing and not wrong
+def check_kv_path(settings: Settings, before: dict[str, KvPath], after: dict[str, KvPath]) -> Step:
+    """Each worker's KV path (libfabric's and NIXL's start-up lines), and no transfer failure logged since before the
+    completion (an earlier one is said, not failed: the logs cover the whole Ray session). Fails on a path the KV
+    cache cannot take right (TCP, GPU memory registered as host memory); bounce buffers (g6, g6e: no GPUDirect RDMA)
+    and an unknown path are said, not failed."""
+    said, failed = [], False
+    for pod, now in sorted(after.items()):
+        earlier = before.get(pod, KvPath(now.path))
+        new = [line for line in now.failures if line not in earlier.failures]
+        said.append(f"{pod}: {now.path}")
+        said += [f"{pod}: {line}" for line in new[:2]]
+        if len(now.failures) > len(new):
+            said.append(f"{pod}: {len(now.failures) - len(new)} failure line(s) from before this completion")
+        if now.retries:
+            said.append(f"{pod}: {now.retries} EAGAIN retry line(s) (NIXL_LOG_LEVEL=DEBUG)")
+        failed = failed or bool(new) or now.wrong
+    ok = bool(after) and not failed
     return Step("kv-path", ok, "; ".join(said) or "no Ray worker pods", "" if ok else kv_path_advice(settings))
+
+
+def worker_logs(settings: Settings) -> str:
+    """The command that prints the Ray workers' container logs."""
+    return f"kubectl logs -n {settings.namespace} -l {selector(NODE_TYPE_LABEL, 'worker')} -c {WORKER_CONTAINER}"
 
 
 def kv_path_advice(settings: Settings) -> str:
     """What to try when the KV cache does not move, and what to collect for a bug report."""
-    logs = f"kubectl logs -n {settings.namespace} -l {selector(NODE_TYPE_LABEL, 'worker')} -c {WORKER_CONTAINER}"
     other = (
         "KV_TRANSPORT=ucx (NIXL over UCX, no EFA: TCP between the nodes) to try the other path"
         if settings.kv_over_efa
         else "KV_TRANSPORT=libfabric to try EFA"
     )
+    ray_logs = f"kubectl exec -n {settings.namespace} POD -c {WORKER_CONTAINER} -- tar czf - -C {RAY_LOG_DIR} ."
     return (
-        f"try {other}; for a bug report collect `{logs}` and the Ray logs of each worker"
-        " (/tmp/ray/session_latest/logs; NIXL_LOG_LEVEL=DEBUG adds NIXL's EAGAIN retries) with `make status`"
+        f"try {other}; for a bug report collect `{worker_logs(settings)}` and each worker's Ray logs (`{ray_logs}`;"
+        " NIXL_LOG_LEVEL=DEBUG in the workers' environment adds NIXL's EAGAIN retries)"
     )
 
 

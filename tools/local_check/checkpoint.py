@@ -132,7 +132,7 @@ def copy_model_files(model_dir: Path, target: Path) -> None:
     tokenizer generated after the checkpoint was written (the checkpoint written ahead, then reused) must reach it,
     or vLLM serves the checkpoint without one."""
     for item in model_dir.iterdir():
-        if item.is_file() and not item.name.endswith(_WEIGHT_SUFFIXES) and item.name != INDEX_FILE:
+        if item.is_file() and not item.name.endswith(_WEIGHT_SUFFIXES) and item.name not in (INDEX_FILE, MARKER):
             shutil.copy2(item, target / item.name)
 
 
