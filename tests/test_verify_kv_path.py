@@ -1,0 +1,103 @@
+"""`make verify`'s kv-path step (k8s_constructs/kv_path.py): the path each worker's logs name, and a transfer failure
+logged while the completion runs, on the fake cluster of tests/test_verify.py and by a real `sh` and `grep`."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from k8s_constructs import kv_path
+from settings.context_files import REPO
+from tests.conftest import settings_for
+from tests.test_verify import (
+    ANSWER,
+    BOUNCED,
+    FI_READ_FAILED,
+    HMEM_RAIL,
+    LIBFABRIC,
+    NO_GPUDIRECT,
+    SETTINGS,
+    T0,
+    TCP_RAILS,
+    Cluster,
+    _node,
+    _ray_service,
+    _run,
+)
+from tools import verify as gate
+
+
+def test_the_kv_path_is_said_bounce_buffers_where_there_is_no_gpudirect() -> None:
+    """g6/g6e: libfabric's CUDA probe warns, NIXL's rail has FI_HMEM: bounce buffers, said and not failed; with the
+    probe silent, GPU memory by the FI_HMEM rail, unconfirmed; with no line at all, unknown, said."""
+    result = _run(logs={"prefill-0": BOUNCED, "decode-0": LIBFABRIC + HMEM_RAIL})
+    assert result.ok
+    assert result.kv_path == {"prefill-0": kv_path.BOUNCE_BUFFERS, "decode-0": kv_path.HMEM_UNCONFIRMED}
+    assert _run().kv_path == {"prefill-0": kv_path.UNKNOWN, "decode-0": kv_path.UNKNOWN}
+
+
+class Failing(Cluster):
+    """A cluster whose decode worker logs a failure line while the completion runs (the second grep of its logs)."""
+
+    def __init__(self, earlier: str, during: str) -> None:
+        super().__init__(
+            ray_service=_ray_service(True), nodes=[_node("a", 1, 1), _node("b", 1, 1)], logs={}, answer=ANSWER
+        )
+        self.earlier, self.during, self.greps = earlier, during, 0
+
+    def __call__(self, args: list[str], stdin: str | None = None) -> subprocess.CompletedProcess[str]:
+        if args[0] == "exec" and "ray-worker" in args and "-rhF" in args[-1]:
+            self.greps += args[3] == "decode-0"
+            text = BOUNCED + self.earlier + (self.during if self.greps > 1 and args[3] == "decode-0" else "")
+            return subprocess.CompletedProcess(args, 0, text, "")
+        if args[0] == "exec" and "ray-worker" in args:
+            return subprocess.CompletedProcess(args, 0, LIBFABRIC, "")
+        return super().__call__(args, stdin)
+
+
+@pytest.mark.parametrize("marker", kv_path.TRANSFER_FAILURES)
+def test_a_failure_logged_during_the_completion_fails_and_an_earlier_one_is_said(marker: str) -> None:
+    """Every failure line fails kv-path when it appears during the completion; the same line logged before it (the
+    logs cover the whole Ray session) is said, not failed. An EAGAIN retry is counted, never failed."""
+    line = f"E1206 01:42:11.102934   16990 x.cpp:1] {marker} (rendered)\n"
+    start = gate._time(T0)
+    run = lambda cluster: gate.verify(  # noqa: E731
+        SETTINGS, cluster, timeout_s=0, start=start, cloudformation_done=None, clock=lambda: start, sleep=lambda s: None
+    )
+    during = run(Failing("", line))
+    assert {s.name for s in during.steps if not s.ok} == {"kv-path"}
+    assert f"decode-0: {line.strip()}" in during.steps[-1].detail
+    earlier = run(Failing(line, ""))
+    assert earlier.ok and "1 failure line(s) from before this completion" in earlier.steps[-1].detail
+    retrying = run(Failing("", f"I1206 x.cpp:1] {kv_path.STALL_SIGN} 0 after 100 attempts\n"))
+    assert retrying.ok and "1 EAGAIN retry line(s)" in retrying.steps[-1].detail
+
+
+@pytest.mark.parametrize(("marker", "path"), list(kv_path.WRONG_PATHS.items()))
+def test_each_wrong_path_fails(marker: str, path: str) -> None:
+    result = _run(logs={"prefill-0": BOUNCED, "decode-0": f"{LIBFABRIC}I1206 x.cpp:1] Discovered 1 tcp {marker}\n"})
+    assert {s.name for s in result.steps if not s.ok} == {"kv-path"} and f"decode-0: {path}" in result.steps[-1].detail
+
+
+def test_the_docs_name_every_line_the_kv_path_step_reads() -> None:
+    text = " ".join((REPO / "docs" / "verify.md").read_text().split())  # as rendered: a line break is a space
+    assert [m for m in kv_path.KV_PATH_MARKERS if m not in text] == []
+
+
+def test_the_worker_log_search_finds_the_kv_path_and_a_failed_transfer(tmp_path: Path) -> None:
+    """The kv-path search `make verify` runs in each worker, by a real `sh` and `grep -F` over Ray-style logs."""
+    from tools.cluster import worker_kv_paths
+
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    (logs / "worker-1.err").write_text(NO_GPUDIRECT + "some other line\n" + HMEM_RAIL + TCP_RAILS)
+    (logs / "worker-2.err").write_text(FI_READ_FAILED)
+
+    def kubectl(args: list[str], stdin: str | None = None) -> subprocess.CompletedProcess[str]:
+        script = args[-1].replace("/tmp/ray/session_latest/logs/", f"{logs}/")
+        return subprocess.run(["sh", "-c", script], capture_output=True, text=True, check=False)
+
+    (found,) = worker_kv_paths(settings_for(), kubectl, ["decode-0"]).values()
+    assert found == kv_path.KvPath(kv_path.TCP, (FI_READ_FAILED.strip(),))  # the marker with parentheses found too
