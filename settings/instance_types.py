@@ -52,6 +52,7 @@ class InstanceFacts:
     efa_supported: bool = False
     local_nvme_gb: int = 0  # total instance store; 0 = none
     architecture: str = "x86_64"
+    network_gbps: float = 0.0  # EC2's NetworkPerformance ("4x 100 Gigabit": 400); 0 = not known
 
     @property
     def family(self) -> str:
@@ -95,7 +96,17 @@ class InstanceFacts:
                 int(storage.get("TotalSizeInGB", 0)) if storage.get("NvmeSupport") in ("required", "supported") else 0
             ),
             architecture="x86_64" if "x86_64" in archs else str(archs[0]),
+            network_gbps=network_gbps(str(network.get("NetworkPerformance", ""))),
         )
+
+
+_NETWORK_PERFORMANCE = re.compile(r"(?:(\d+)x\s*)?(\d+(?:\.\d+)?)\s*Gigabit")
+
+
+def network_gbps(performance: str) -> float:
+    """EC2's NetworkPerformance in Gbps: "25 Gigabit", "Up to 25 Gigabit" (its peak), "4x 100 Gigabit"; 0 if not."""
+    found = _NETWORK_PERFORMANCE.search(performance)
+    return int(found.group(1) or 1) * float(found.group(2)) if found else 0.0
 
 
 def instance_type_context_key(name: str) -> str:
@@ -104,7 +115,7 @@ def instance_type_context_key(name: str) -> str:
 
 
 def _gpu(
-    name: str, vcpus: int, memory_gib: int, gpus: int, model: str, gpu_mib: int, cards: int, nvme_gb: int
+    name: str, vcpus: int, memory_gib: int, gpus: int, model: str, gpu_mib: int, cards: int, nvme_gb: int, gbps: int
 ) -> InstanceFacts:
     return InstanceFacts(
         name=name,
@@ -116,32 +127,33 @@ def _gpu(
         network_cards=cards,
         efa_supported=True,
         local_nvme_gb=nvme_gb,
+        network_gbps=float(gbps),
     )
 
 
 # EFA-capable NVIDIA GPU types, in the figures of EC2's DescribeInstanceTypes (what `make lookup` caches for other
 # types, so a built-in type and a looked-up one read alike): a GPU's memory as EC2 reports it (an L4's "24 GB" is
 # 22,888 MiB there), the instance store's total. tests/test_instance_facts.py holds each row against moto's copy of
-# that data.
+# that data. The last column is the network's Gbps (the KV transfer's link, beside `make verify`'s figure).
 _L4, _A10G, _L40S, _A100, _H100 = 22888, 22888, 45776, 40960, 81920
 _GPU_TYPES: tuple[InstanceFacts, ...] = (
-    _gpu("g5.8xlarge", 32, 128, 1, "A10G", _A10G, 1, 900),
-    _gpu("g5.12xlarge", 48, 192, 4, "A10G", _A10G, 1, 3800),
-    _gpu("g5.16xlarge", 64, 256, 1, "A10G", _A10G, 1, 1900),
-    _gpu("g5.24xlarge", 96, 384, 4, "A10G", _A10G, 1, 3800),
-    _gpu("g5.48xlarge", 192, 768, 8, "A10G", _A10G, 1, 7600),
-    _gpu("g6.8xlarge", 32, 128, 1, "L4", _L4, 1, 900),
-    _gpu("g6.12xlarge", 48, 192, 4, "L4", _L4, 1, 3760),
-    _gpu("g6.16xlarge", 64, 256, 1, "L4", _L4, 1, 1880),
-    _gpu("g6.24xlarge", 96, 384, 4, "L4", _L4, 1, 3760),
-    _gpu("g6.48xlarge", 192, 768, 8, "L4", _L4, 1, 7520),
-    _gpu("g6e.8xlarge", 32, 256, 1, "L40S", _L40S, 1, 900),
-    _gpu("g6e.12xlarge", 48, 384, 4, "L40S", _L40S, 1, 3800),
-    _gpu("g6e.16xlarge", 64, 512, 1, "L40S", _L40S, 1, 1900),
-    _gpu("g6e.24xlarge", 96, 768, 4, "L40S", _L40S, 2, 3800),
-    _gpu("g6e.48xlarge", 192, 1536, 8, "L40S", _L40S, 4, 7600),
-    _gpu("p4d.24xlarge", 96, 1152, 8, "A100", _A100, 4, 8000),
-    _gpu("p5.48xlarge", 192, 2048, 8, "H100", _H100, 32, 30400),
+    _gpu("g5.8xlarge", 32, 128, 1, "A10G", _A10G, 1, 900, 25),
+    _gpu("g5.12xlarge", 48, 192, 4, "A10G", _A10G, 1, 3800, 40),
+    _gpu("g5.16xlarge", 64, 256, 1, "A10G", _A10G, 1, 1900, 25),
+    _gpu("g5.24xlarge", 96, 384, 4, "A10G", _A10G, 1, 3800, 50),
+    _gpu("g5.48xlarge", 192, 768, 8, "A10G", _A10G, 1, 7600, 100),
+    _gpu("g6.8xlarge", 32, 128, 1, "L4", _L4, 1, 900, 25),
+    _gpu("g6.12xlarge", 48, 192, 4, "L4", _L4, 1, 3760, 40),
+    _gpu("g6.16xlarge", 64, 256, 1, "L4", _L4, 1, 1880, 25),
+    _gpu("g6.24xlarge", 96, 384, 4, "L4", _L4, 1, 3760, 50),
+    _gpu("g6.48xlarge", 192, 768, 8, "L4", _L4, 1, 7520, 100),
+    _gpu("g6e.8xlarge", 32, 256, 1, "L40S", _L40S, 1, 900, 25),
+    _gpu("g6e.12xlarge", 48, 384, 4, "L40S", _L40S, 1, 3800, 100),
+    _gpu("g6e.16xlarge", 64, 512, 1, "L40S", _L40S, 1, 1900, 35),
+    _gpu("g6e.24xlarge", 96, 768, 4, "L40S", _L40S, 2, 3800, 200),
+    _gpu("g6e.48xlarge", 192, 1536, 8, "L40S", _L40S, 4, 7600, 400),
+    _gpu("p4d.24xlarge", 96, 1152, 8, "A100", _A100, 4, 8000, 400),
+    _gpu("p5.48xlarge", 192, 2048, 8, "H100", _H100, 32, 30400, 3200),
 )
 
 # General-purpose, compute and memory x86 families for the system nodes: vCPUs follow the size and

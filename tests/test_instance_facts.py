@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import gzip
 import json
+import math
+import re
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -39,6 +41,8 @@ def aws_facts(name: str) -> dict[str, Any]:
         "efa_supported": network.get("EfaSupported", False),
         "local_nvme_gb": (entry.get("InstanceStorageInfo") or {}).get("TotalSizeInGB", 0),
         "architecture": "x86_64" if "x86_64" in entry["ProcessorInfo"]["SupportedArchitectures"] else "other",
+        # "25 Gigabit", "Up to 12.5 Gigabit", "4x 100 Gigabit": the figures multiplied
+        "network_gbps": math.prod(float(n) for n in re.findall(r"[0-9.]+", network["NetworkPerformance"])),
     }
 
 
@@ -47,7 +51,10 @@ def ours(facts: InstanceFacts, fields: tuple[str, ...]) -> dict[str, Any]:
 
 
 CPU_FIELDS = ("vcpus", "memory_mib", "architecture")
-GPU_FIELDS = (*CPU_FIELDS, "gpus", "gpu_model", "gpu_memory_mib", "network_cards", "efa_supported", "local_nvme_gb")
+GPU_FIELDS = (
+    *CPU_FIELDS, "gpus", "gpu_model", "gpu_memory_mib", "network_cards", "efa_supported", "local_nvme_gb",
+    "network_gbps",
+)  # fmt: skip
 
 
 def test_every_built_in_type_exists() -> None:

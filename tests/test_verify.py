@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from settings.context_files import REPO
 from tests.conftest import settings_for
 from tools import verify as gate
 
@@ -29,7 +30,10 @@ def _pod(name: str, kind: str, scheduled: str, started: str | None) -> dict[str,
         "state": {"running": {"startedAt": started}} if started else {"waiting": {"reason": "ContainerCreating"}},
     }
     return {
-        "metadata": {"name": name, "labels": {"ray.io/is-ray-node": "yes", "ray.io/node-type": kind}},
+        "metadata": {
+            "name": name,
+            "labels": {"ray.io/is-ray-node": "yes", "ray.io/node-type": kind, "ray.io/group": name.split("-")[0]},
+        },
         "status": {
             "conditions": [{"type": "PodScheduled", "status": "True", "lastTransitionTime": scheduled}],
             "containerStatuses": [container],
@@ -77,6 +81,8 @@ FI_READ_FAILED = (
 )
 BOUNCED = LIBFABRIC + NO_GPUDIRECT + HMEM_RAIL
 ANSWER = {"choices": [{"message": {"role": "assistant", "content": "Hello there, how are you?"}}]}
+# Ray 2.58's metrics agent after two NIXL transfers (tests/data/ray_nixl_metrics_recorder.py recorded it).
+RECORDED_METRICS = (REPO / "tests" / "data" / "ray-2.58-nixl-metrics.txt").read_text()
 
 
 class Cluster:
@@ -89,8 +95,10 @@ class Cluster:
         nodes: list[dict[str, Any]],
         logs: dict[str, str],
         answer: dict[str, Any] | None,
+        metrics: tuple[str, ...] = ("", RECORDED_METRICS),
     ) -> None:
         self.ray_service, self.nodes, self.logs, self.answer = ray_service, nodes, logs, answer
+        self.metrics, self.metric_reads = metrics, 0  # the decode worker's metrics: before, then after, the completion
 
     def __call__(self, args: list[str], stdin: str | None = None) -> subprocess.CompletedProcess[str]:
         def out(value: Any) -> subprocess.CompletedProcess[str]:
@@ -104,6 +112,10 @@ class Cluster:
             return out("head")
         if args[:2] == ["get", "pods"]:
             return out(PODS)
+        if args[0] == "exec" and "ray-worker" in args and args[-2:-1] == ["-c"] and "/metrics" in args[-1]:
+            assert args[3] == "decode-0", args  # the decode group's pods only
+            self.metric_reads += 1
+            return out(self.metrics[min(self.metric_reads, len(self.metrics)) - 1])
         if args[0] == "exec" and "ray-worker" in args:
             return out(self.logs[args[3]])
         if args[0] == "exec" and "ray-head" in args:
@@ -139,7 +151,8 @@ def _run(**kwargs: Any) -> gate.Result:
 
 def test_a_working_deploy_passes_and_reports_its_phases() -> None:
     result = _run()
-    assert result.ok and [s.name for s in result.steps] == ["rayservice", "gpu-nodes", "nixl", "completion", "kv-path"]
+    names = ["rayservice", "gpu-nodes", "nixl", "completion", "kv-path", "transfer"]
+    assert result.ok and [s.name for s in result.steps] == names
     assert result.phases == {
         "cloudformation_done": 1200.0,
         "ray_pods_scheduled": 1280.0,
@@ -155,7 +168,7 @@ def test_a_working_deploy_passes_and_reports_its_phases() -> None:
     [
         (
             {"ray_service": _ray_service(False)},
-            {"rayservice", "completion", "kv-path"},
+            {"rayservice", "completion", "kv-path", "transfer"},
             "Ready=False (Initializing); qwen DEPLOYING",
         ),
         ({"nodes": [_node("a", 1, 1), _node("b", 1, None)]}, {"gpu-nodes"}, "b has 1 GPU / 0 EFA"),

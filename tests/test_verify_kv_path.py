@@ -1,5 +1,6 @@
-"""`make verify`'s kv-path step (k8s_constructs/kv_path.py): the path each worker's logs name, and a transfer failure
-logged while the completion runs, on the fake cluster of tests/test_verify.py and by a real `sh` and `grep`."""
+"""`make verify`'s kv-path and transfer steps: the path each worker's logs name (k8s_constructs/kv_path.py), a transfer
+failure logged while the completion runs, and the decode engines' statistics of its transfer (tools/kv_transfer.py),
+on the fake cluster of tests/test_verify.py, by a real `sh` and `grep`, and on Ray 2.58's recorded exposition."""
 
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ from tests.test_verify import (
     HMEM_RAIL,
     LIBFABRIC,
     NO_GPUDIRECT,
+    RECORDED_METRICS,
     SETTINGS,
     T0,
     TCP_RAILS,
@@ -27,6 +29,7 @@ from tests.test_verify import (
     _run,
 )
 from tools import verify as gate
+from tools.kv_transfer import TRANSFER_WAIT_S, Measured, check_transfer, measure
 
 
 def test_the_kv_path_is_said_bounce_buffers_where_there_is_no_gpudirect() -> None:
@@ -34,8 +37,13 @@ def test_the_kv_path_is_said_bounce_buffers_where_there_is_no_gpudirect() -> Non
     probe silent, GPU memory by the FI_HMEM rail, unconfirmed; with no line at all, unknown, said."""
     result = _run(logs={"prefill-0": BOUNCED, "decode-0": LIBFABRIC + HMEM_RAIL})
     assert result.ok
-    assert result.kv_path == {"prefill-0": kv_path.BOUNCE_BUFFERS, "decode-0": kv_path.HMEM_UNCONFIRMED}
-    assert _run().kv_path == {"prefill-0": kv_path.UNKNOWN, "decode-0": kv_path.UNKNOWN}
+    assert result.kv["kv_path"] == {"prefill-0": kv_path.BOUNCE_BUFFERS, "decode-0": kv_path.HMEM_UNCONFIRMED}
+    assert _run().kv["kv_path"] == {"prefill-0": kv_path.UNKNOWN, "decode-0": kv_path.UNKNOWN}
+
+
+def _kv(result: gate.Result) -> gate.Step:
+    (step,) = [s for s in result.steps if s.name == "kv-path"]
+    return step
 
 
 class Failing(Cluster):
@@ -48,6 +56,8 @@ class Failing(Cluster):
         self.earlier, self.during, self.greps = earlier, during, 0
 
     def __call__(self, args: list[str], stdin: str | None = None) -> subprocess.CompletedProcess[str]:
+        if args[0] == "exec" and "/metrics" in args[-1]:
+            return super().__call__(args, stdin)
         if args[0] == "exec" and "ray-worker" in args and "-rhF" in args[-1]:
             self.greps += args[3] == "decode-0"
             text = BOUNCED + self.earlier + (self.during if self.greps > 1 and args[3] == "decode-0" else "")
@@ -68,17 +78,17 @@ def test_a_failure_logged_during_the_completion_fails_and_an_earlier_one_is_said
     )
     during = run(Failing("", line))
     assert {s.name for s in during.steps if not s.ok} == {"kv-path"}
-    assert f"decode-0: {line.strip()}" in during.steps[-1].detail
+    assert f"decode-0: {line.strip()}" in _kv(during).detail
     earlier = run(Failing(line, ""))
-    assert earlier.ok and "1 failure line(s) from before this completion" in earlier.steps[-1].detail
+    assert earlier.ok and "1 failure line(s) from before this completion" in _kv(earlier).detail
     retrying = run(Failing("", f"I1206 x.cpp:1] {kv_path.STALL_SIGN} 0 after 100 attempts\n"))
-    assert retrying.ok and "1 EAGAIN retry line(s)" in retrying.steps[-1].detail
+    assert retrying.ok and "1 EAGAIN retry line(s)" in _kv(retrying).detail
 
 
 @pytest.mark.parametrize(("marker", "path"), list(kv_path.WRONG_PATHS.items()))
 def test_each_wrong_path_fails(marker: str, path: str) -> None:
     result = _run(logs={"prefill-0": BOUNCED, "decode-0": f"{LIBFABRIC}I1206 x.cpp:1] Discovered 1 tcp {marker}\n"})
-    assert {s.name for s in result.steps if not s.ok} == {"kv-path"} and f"decode-0: {path}" in result.steps[-1].detail
+    assert {s.name for s in result.steps if not s.ok} == {"kv-path"} and f"decode-0: {path}" in _kv(result).detail
 
 
 def test_the_docs_name_every_line_the_kv_path_step_reads() -> None:
@@ -101,3 +111,47 @@ def test_the_worker_log_search_finds_the_kv_path_and_a_failed_transfer(tmp_path:
 
     (found,) = worker_kv_paths(settings_for(), kubectl, ["decode-0"]).values()
     assert found == kv_path.KvPath(kv_path.TCP, (FI_READ_FAILED.strip(),))  # the marker with parentheses found too
+
+
+def test_the_recorded_statistics_bound_what_was_observed() -> None:
+    """On Ray 2.58's own exposition of two transfers (68,812,800 B in 0.15 s, 189,857,792 B in 0.62 s): the count is
+    exact, and each range holds the true total where the _sum (bucket midpoints) does not."""
+    measured = measure("", RECORDED_METRICS)
+    assert (measured.transfers, measured.failed) == (2, 0)
+    assert measured.bytes == (2**25 + 2**27, 2**27 + 2**29) and measured.bytes[0] < 258_670_592 < measured.bytes[1]
+    assert measured.seconds == pytest.approx((0.6, 0.95)) and measured.seconds[0] < 0.77 < measured.seconds[1]
+    assert "ray_vllm_nixl_bytes_transferred_sum{" in RECORDED_METRICS and "4.194304e+08" in RECORDED_METRICS
+    assert measure(RECORDED_METRICS, RECORDED_METRICS) == Measured(0, 0, (0, 0), (0, 0))
+
+
+def test_the_completions_transfer_is_measured_beside_the_links_rate() -> None:
+    result = _run()
+    (step,) = [s for s in result.steps if s.name == "transfer"]
+    assert step.ok
+    assert step.detail.startswith("2 transfer(s), 160.0-640.0 MiB in 600-950 ms: 177-1,118 MB/s (the link: 25 Gbps")
+    assert result.kv["transfer"]["transfers"] == 2 and result.kv["transfer"]["rate_mb_s"][1] > 1e9
+
+
+def test_no_transfer_within_the_wait_or_a_failed_one_fails_naming_the_other_transport() -> None:
+    """A decode engine that recomputed the prompt (nothing recorded) fails after a bounded wait; so does a failure."""
+    sleeps: list[float] = []
+    start = gate._time(T0)
+    cluster = Cluster(
+        ray_service=_ray_service(True),
+        nodes=[_node("a", 1, 1), _node("b", 1, 1)],
+        logs={},
+        answer=ANSWER,
+        metrics=("",),
+    )
+    cluster.logs = {"prefill-0": BOUNCED, "decode-0": BOUNCED}
+    result = gate.verify(
+        SETTINGS, cluster, timeout_s=0, start=start, cloudformation_done=None, clock=lambda: start, sleep=sleeps.append
+    )
+    (step,) = [s for s in result.steps if s.name == "transfer"]
+    assert not step.ok and "no KV transfer recorded" in step.detail and "try KV_TRANSPORT=ucx" in step.look_closer
+    assert sum(sleeps) == TRANSFER_WAIT_S
+    # A failed transfer beside a finished one (the counter as Ray's exporter names counters: _total).
+    failed = RECORDED_METRICS + 'ray_vllm_nixl_num_failed_transfers_total{engine="0"} 1.0\n'
+    assert measure("", failed).failed == 1
+    assert not check_transfer(SETTINGS, measure("", failed)).ok
+    assert check_transfer(SETTINGS, measure("", RECORDED_METRICS)).ok

@@ -11,6 +11,8 @@ In order, each with a visible wait where it waits:
    kv-path      each worker's KV path as libfabric and NIXL log it at start (bounce buffers where the type has no
                 GPUDirect RDMA), and no transfer failure logged during the completion; TCP or GPU memory registered
                 as host memory fails (k8s_constructs/kv_path.py)
+   transfer     the decode engines recorded the completion's KV transfer, none failed: the bytes and time (ranges,
+                vLLM's histogram buckets) as MB/s beside the GPU type's network rate (tools/kv_transfer.py)
    endpoint     with SERVE_EXPOSURE beyond the cluster: through the load balancer (HTTPS), 401 without a key and a
                 completion with one (run it from where the load balancer is reachable: inside the VPC for internal)
 5. metrics      with OBSERVABILITY=on: the managed Prometheus collector of the Ray pods is ACTIVE, and
@@ -43,9 +45,10 @@ from preflight.cluster_access import ClusterUnreachable, Kubectl, cluster_kubect
 from settings import Settings
 from settings.context_files import REPO
 from settings.scheduling import GPU_NODE_LABELS
-from tools.cluster import duration_seconds, ray_service_verdict, worker_backends, worker_kv_paths
+from tools.cluster import duration_seconds, ray_service_verdict, worker_backends
 from tools.endpoint import Probe, base_url, load_balancer_host, probe, read_key, tls_context
 from tools.entry import one_line_errors, project_settings
+from tools.kv_transfer import KvWatch
 from tools.verify_steps import (
     GCS_STORAGE_LINE,
     Step,
@@ -54,7 +57,6 @@ from tools.verify_steps import (
     check_engine_series,
     check_gcs_store,
     check_gpu_nodes,
-    check_kv_path,
     check_metrics_collector,
     check_nixl,
     engine_series_query,
@@ -71,7 +73,7 @@ COMPLETION_TIMEOUT_S = 300  # the completion's own limit: a stalled KV transfer 
 class Result:
     steps: list[Step] = field(default_factory=list)
     phases: dict[str, float | None] = field(default_factory=dict)  # seconds since the deploy started
-    kv_path: dict[str, str] = field(default_factory=dict)  # each worker's, as libfabric and NIXL say it
+    kv: dict[str, Any] = field(default_factory=dict)  # each worker's KV path, the completion's transfers
 
     @property
     def ok(self) -> bool:
@@ -290,21 +292,13 @@ def verify(
             line = logs.stdout.strip()
         result.steps.append(check_gcs_store(settings, heads[0] if heads else None, line))
 
-    # The KV path before and after the completion: a transfer failure logged in between is this completion's.
-    before = worker_kv_paths(settings, kubectl, workers) if ready else {}
+    # The KV path and the decode engines' transfers, read before and after the completion: what changed is its own.
+    watch = KvWatch(settings, kubectl, pods, workers, ready=ready)
     answer, error = _completion(settings, kubectl) if ready else (None, "skipped: the RayService is not ready")
     first_token = clock() if answer else None
     result.steps.append(check_completion(settings, answer, error))
-    if ready:
-        after = worker_kv_paths(settings, kubectl, workers)
-        result.kv_path = {pod: got.path for pod, got in after.items()}
-        result.steps.append(check_kv_path(settings, before, after))
-    else:
-        result.steps.append(
-            Step(
-                "kv-path", False, "skipped: the RayService is not ready", f"kubectl describe rayservice -n {ns} {name}"
-            )
-        )
+    result.steps += watch.steps(sleep=sleep)
+    result.kv = watch.report
     if settings.serve_endpoint.exposed:
         got = (
             (endpoint_probe or (lambda: _probe_endpoint(settings, kubectl)))()
@@ -378,7 +372,7 @@ def main(argv: list[str] | None = None) -> int:
                 "ok": result.ok,
                 "steps": [asdict(s) for s in result.steps],
                 "phases_seconds": result.phases,
-                "kv_path": result.kv_path,
+                **result.kv,
             },
             indent=2,
         )
