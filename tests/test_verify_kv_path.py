@@ -4,6 +4,8 @@ on the fake cluster of tests/test_verify.py, by a real `sh` and `grep`, and on R
 
 from __future__ import annotations
 
+import math
+import re
 import subprocess
 from pathlib import Path
 
@@ -29,7 +31,7 @@ from tests.test_verify import (
     _run,
 )
 from tools import verify as gate
-from tools.kv_transfer import TRANSFER_WAIT_S, Measured, check_transfer, measure
+from tools.kv_transfer import TRANSFER_WAIT_S, Measured, check_transfer, measure, series
 
 
 def test_the_kv_path_is_said_bounce_buffers_where_there_is_no_gpudirect() -> None:
@@ -129,7 +131,9 @@ def test_the_completions_transfer_is_measured_beside_the_links_rate() -> None:
     (step,) = [s for s in result.steps if s.name == "transfer"]
     assert step.ok
     assert step.detail.startswith("2 transfer(s), 160.0-640.0 MiB in 600-950 ms: 177-1,118 MB/s (the link: 25 Gbps")
-    assert result.kv["transfer"]["transfers"] == 2 and result.kv["transfer"]["rate_mb_s"][1] > 1e9
+    assert result.kv["transfer"]["transfers"] == 2 and result.kv["transfer"]["rate_mb_s"] == pytest.approx(
+        [176.6, 1118.5], abs=0.1
+    )
 
 
 def test_no_transfer_within_the_wait_or_a_failed_one_fails_naming_the_other_transport() -> None:
@@ -153,5 +157,34 @@ def test_no_transfer_within_the_wait_or_a_failed_one_fails_naming_the_other_tran
     # A failed transfer beside a finished one (the counter as Ray's exporter names counters: _total).
     failed = RECORDED_METRICS + 'ray_vllm_nixl_num_failed_transfers_total{engine="0"} 1.0\n'
     assert measure("", failed).failed == 1
-    assert not check_transfer(SETTINGS, measure("", failed)).ok
-    assert check_transfer(SETTINGS, measure("", RECORDED_METRICS)).ok
+    assert not check_transfer(SETTINGS, measure("", failed), []).ok
+    assert check_transfer(SETTINGS, measure("", RECORDED_METRICS), []).ok
+
+
+def _pod(text: str, worker: str) -> str:
+    """The recorded exposition as another engine's (its WorkerId), the way two decode pods' agents differ."""
+    return re.sub(r'WorkerId="[^"]*"', f'WorkerId="{worker}"', text)
+
+
+def test_series_are_taken_one_by_one_a_vanished_one_left_out_and_a_restarted_one_counted_from_zero() -> None:
+    """Two decode engines: one gone by the later reading (its pod replaced) must not subtract its transfers, one that
+    restarted (its counts went down) counts all it has since; the +Inf bucket leaves the upper bounds open."""
+    one, two = _pod(RECORDED_METRICS, "x"), _pod(RECORDED_METRICS, "y")
+    assert measure(one + two, two).transfers == 0  # the vanished engine is left out, not -2
+    assert len(series(one + two)) == 2 * len(series(two))  # two engines' series apart
+    restarted = two.replace(" 2.0\n", " 1.0\n")  # a new process: its counts below the earlier reading's
+    assert measure(two, restarted).transfers == 1
+    assert measure(one, one + two) == measure("", two)
+    slow = (
+        'ray_vllm_nixl_xfer_time_seconds_bucket{le="5.0"} 0.0\nray_vllm_nixl_xfer_time_seconds_bucket{le="+Inf"} 1.0\n'
+    )
+    timed = measure("", slow + 'ray_vllm_nixl_bytes_transferred_bucket{le="2048.0"} 1.0\n')
+    assert timed.seconds == (5.0, math.inf) and timed.rate_mb_s[0] is None
+    assert timed.to_json()["seconds"] == [5.0, None] and "?" in timed.describe(25)
+
+
+def test_statistics_that_cannot_be_read_are_said_with_the_pod_not_blamed_on_the_transport() -> None:
+    unread = ["decode-0: error: unable to upgrade connection: container not found"]
+    step = check_transfer(SETTINGS, measure("", ""), unread)
+    assert not step.ok and "decode-0: error: unable to upgrade connection" in step.detail
+    assert "KV_TRANSPORT" not in step.look_closer and "curl -s 127.0.0.1:8080/metrics" in step.look_closer

@@ -13,49 +13,80 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Any
 
 from k8s_constructs.ray_facts import GROUP_LABEL, METRICS_PORT, WORKER_CONTAINER
+from k8s_constructs.serve_config import Phase
 from preflight.cluster_access import Kubectl
 from settings import Settings
 from tools.cluster import worker_kv_paths
-from tools.local_check.transfer import BYTES, FAILED, METRIC_PREFIX, SECONDS, prometheus_totals
-from tools.verify_steps import Step, check_kv_path, kv_path_advice
+from tools.local_check.transfer import BYTES, FAILED, METRIC_PREFIX, SECONDS
+from tools.verify_steps import NOT_READY, Step, check_kv_path, kv_path_advice
 
-_BUCKET = re.compile(r'^(\w+)_bucket\{.*\ble="([^"]+)".*\}\s+(\S+)\s*$')
-MB = 1e6  # MB/s, the unit of a link's Gbps / 8 * 1000
+_SAMPLE = re.compile(r"^(\w+)(?:\{(.*)\})?\s+(\S+)\s*$")
+_LABEL = re.compile(r'(\w+)="((?:[^"\\]|\\.)*)"')
+MB = 1e6  # bytes in the MB of MB/s
+Series = tuple[str, frozenset[tuple[str, str]]]  # a metric's base name and its labels but `le`
 
 
-def buckets(text: str, name: str) -> dict[float, float]:
-    """A histogram's cumulative bucket counts by upper bound (+Inf as inf), summed over its series."""
-    found: dict[float, float] = {}
+def series(text: str) -> dict[Series, dict[str, float]]:
+    """Each series of the text (a pod's, an engine's): a histogram's cumulative bucket counts by `le` and its
+    `count`, a counter's `value`. The `_sum` lines are left out: bucket midpoints under Ray 2.58."""
+    found: dict[Series, dict[str, float]] = {}
     for line in text.splitlines():
-        match = _BUCKET.match(line.strip())
-        if match and match.group(1) == name:
-            bound = math.inf if match.group(2) == "+Inf" else float(match.group(2))
-            found[bound] = found.get(bound, 0.0) + float(match.group(3))
+        match = _SAMPLE.match(line.strip())
+        if match is None or line.startswith("#"):
+            continue
+        name, labels, value = match.group(1), dict(_LABEL.findall(match.group(2) or "")), float(match.group(3))
+        le = labels.pop("le", None)
+        if name.endswith("_bucket") and le is not None:
+            base, kind = name.removesuffix("_bucket"), le
+        elif name.endswith("_count"):
+            base, kind = name.removesuffix("_count"), "count"
+        elif name.endswith("_sum"):
+            continue
+        else:
+            base, kind = name.removesuffix("_total"), "value"
+        found.setdefault((base, frozenset(labels.items())), {})[kind] = value
     return found
 
 
-def _range(before: str, after: str, name: str) -> tuple[float, float]:
-    """The total of what was observed between the two readings, bounded by the buckets its observations fell in."""
-    was, now = buckets(before, name), buckets(after, name)
-    low = high = 0.0
-    below, counted = 0.0, 0.0
-    for bound in sorted(now):
-        cumulative = now[bound] - was.get(bound, 0.0)
-        n = cumulative - counted
-        if n:
-            low, high = low + n * below, high + n * bound
+def _since(before: dict[str, float], after: dict[str, float]) -> dict[str, float]:
+    """One series' growth between two readings; a series that went down was restarted (its engine or pod): all of
+    its later reading is new."""
+    total = "count" if "count" in after else "value"
+    if after.get(total, 0.0) < before.get(total, 0.0):
+        before = {}
+    return {kind: value - before.get(kind, 0.0) for kind, value in after.items()}
+
+
+def _bounds(grown: dict[str, float]) -> tuple[float, float]:
+    """The total of a histogram's new observations, bounded by the buckets they fell in."""
+    edges = sorted(
+        (math.inf if le == "+Inf" else float(le), n) for le, n in grown.items() if le not in ("count", "value")
+    )
+    low = high = below = counted = 0.0
+    for bound, cumulative in edges:
+        if cumulative > counted:
+            low, high = low + (cumulative - counted) * below, high + (cumulative - counted) * bound
         below, counted = bound, cumulative
     return low, high
+
+
+def _finite(value: float) -> float | None:
+    return value if math.isfinite(value) else None
+
+
+def _shown(value: float | None, scale: float = 1.0, decimals: int = 0) -> str:
+    """A bound as text: "?" where it is not finite."""
+    return "?" if value is None or not math.isfinite(value) else f"{value / scale:,.{decimals}f}"
 
 
 @dataclass(frozen=True)
 class Measured:
     """The transfers between two readings of the decode engines' statistics: count and failures exact, the bytes and
-    seconds as (low, high)."""
+    seconds as (low, high), high infinite where an observation fell in the +Inf bucket."""
 
     transfers: float
     failed: float
@@ -63,61 +94,84 @@ class Measured:
     seconds: tuple[float, float]
 
     @property
-    def rate_mb_s(self) -> tuple[float, float]:
+    def rate_mb_s(self) -> tuple[float | None, float | None]:
+        """(low, high) MB/s; None where a bound is not finite (a time in the first bucket has no lower bound)."""
         (b_low, b_high), (s_low, s_high) = self.bytes, self.seconds
-        return (b_low / s_high if s_high else 0.0, b_high / s_low if s_low else math.inf)
+        low = b_low / s_high / MB if s_high and math.isfinite(s_high) else None
+        high = b_high / s_low / MB if s_low and math.isfinite(b_high) else None
+        return low, high
+
+    def to_json(self) -> dict[str, Any]:
+        """For verify-result.json: an unbounded figure is null (JSON has no Infinity)."""
+        return {
+            "transfers": self.transfers,
+            "failed": self.failed,
+            "bytes": [_finite(v) for v in self.bytes],
+            "seconds": [_finite(v) for v in self.seconds],
+            "rate_mb_s": list(self.rate_mb_s),
+        }
 
     def describe(self, link_gbps: float) -> str:
         (b_low, b_high), (s_low, s_high), (r_low, r_high) = self.bytes, self.seconds, self.rate_mb_s
-        link = f"the link: {link_gbps:g} Gbps = {link_gbps * 125:,.0f} MB/s" if link_gbps else "the link's rate unknown"
+        link = f"the link: {link_gbps:g} Gbps = {link_gbps * 1e9 / 8 / MB:,.0f} MB/s" if link_gbps else "link unknown"
         return (
-            f"{self.transfers:.0f} transfer(s), {b_low / 2**20:,.1f}-{b_high / 2**20:,.1f} MiB in"
-            f" {s_low * 1000:,.0f}-{s_high * 1000:,.0f} ms: {r_low / MB:,.0f}-{r_high / MB:,.0f} MB/s ({link};"
+            f"{self.transfers:.0f} transfer(s), {_shown(b_low, 2**20, 1)}-{_shown(b_high, 2**20, 1)} MiB in"
+            f" {_shown(s_low, 1e-3)}-{_shown(s_high, 1e-3)} ms: {_shown(r_low)}-{_shown(r_high)} MB/s ({link};"
             " each figure bounded by vLLM's histogram buckets)"
         )
 
 
 def measure(before: str, after: str) -> Measured:
-    """What the decode engines' metrics say moved between the two readings (their `ray_vllm_nixl_` lines)."""
-    was, now = prometheus_totals(before), prometheus_totals(after)
-    failed = sum(v for k, v in now.items() if k.startswith(FAILED)) - sum(
-        v for k, v in was.items() if k.startswith(FAILED)
-    )
+    """What the decode engines' statistics say moved between the two readings (their `ray_vllm_nixl_` lines), series
+    by series: a series gone from the later reading is left out, one restarted counts from zero."""
+    was = series(before)
+    grown = {key: _since(was.get(key, {}), now) for key, now in series(after).items()}
+
+    def of(base: str) -> list[dict[str, float]]:
+        return [g for (name, _), g in grown.items() if name == base]
+
+    byte_bounds, time_bounds = [_bounds(g) for g in of(BYTES)], [_bounds(g) for g in of(SECONDS)]
     return Measured(
-        now.get(f"{BYTES}_count", 0.0) - was.get(f"{BYTES}_count", 0.0),
-        failed,
-        _range(before, after, BYTES),
-        _range(before, after, SECONDS),
+        sum(g.get("count", 0.0) for g in of(BYTES)),
+        sum(g.get("value", 0.0) for g in of(FAILED)),
+        (sum(b[0] for b in byte_bounds), sum(b[1] for b in byte_bounds)),
+        (sum(t[0] for t in time_bounds), sum(t[1] for t in time_bounds)),
     )
 
 
-TRANSFER_WAIT_S = 30  # Ray's metrics agents take the engines' statistics every 10 s (metrics_report_interval_ms)
+TRANSFER_WAIT_S = 30  # Ray pushes the engines' statistics to its metrics agents every 10 s (metrics_report_interval_ms)
 POLL_S = 5
-DECODE_GROUP = "decode"  # the decode engines' worker group (k8s_constructs/ray_cluster_groups.py)
+DECODE: Phase = "decode"  # the decode engines' worker group
 
 
-def decode_metrics(settings: Settings, kubectl: Kubectl, pods: dict[str, Any]) -> str:
-    """The `ray_vllm_nixl_` lines of every decode worker's node metrics agent, read inside each pod."""
+def decode_metrics(settings: Settings, kubectl: Kubectl, pods: dict[str, Any]) -> tuple[str, list[str]]:
+    """The `ray_vllm_nixl_` lines of every decode worker's node metrics agent, read inside each pod, and the pods
+    whose agent could not be read (with kubectl's last words)."""
     script = (
         f"import urllib.request; text = urllib.request.urlopen('http://127.0.0.1:{METRICS_PORT}/metrics', timeout=10)"
-        ".read().decode(); print(''.join(line + chr(10) for line in text.splitlines()"
-        f" if line.startswith('{METRIC_PREFIX}')))"
+        f".read().decode(); print('\\n'.join(line for line in text.splitlines() if line.startswith('{METRIC_PREFIX}')))"
     )
     names = [
         p["metadata"]["name"]
         for p in pods.get("items", [])
-        if p["metadata"].get("labels", {}).get(GROUP_LABEL) == DECODE_GROUP
+        if p["metadata"].get("labels", {}).get(GROUP_LABEL) == DECODE
     ]
-    return "".join(
-        kubectl(["exec", "-n", settings.namespace, pod, "-c", WORKER_CONTAINER, "--", "python", "-c", script]).stdout
-        for pod in names
-    )
+    text, unread = "", []
+    for pod in names:
+        got = kubectl(["exec", "-n", settings.namespace, pod, "-c", WORKER_CONTAINER, "--", "python", "-c", script])
+        if got.returncode == 0:
+            text += got.stdout + "\n"
+        else:
+            unread.append(f"{pod}: {got.stderr.strip()[-160:] or f'exit {got.returncode}'}")
+    return text, unread
 
 
-def check_transfer(settings: Settings, measured: Measured | None) -> Step:
+def check_transfer(settings: Settings, measured: Measured, unread: list[str]) -> Step:
     """The completion's KV cache moved: at least one transfer recorded by the decode engines, none failed."""
-    if measured is None:
-        return Step("transfer", False, "skipped: the RayService is not ready", "")
+    if unread:
+        agent = f"127.0.0.1:{METRICS_PORT}/metrics"
+        look = f"kubectl exec -n {settings.namespace} POD -c {WORKER_CONTAINER} -- curl -s {agent}"
+        return Step("transfer", False, f"the decode engines' statistics could not be read: {'; '.join(unread)}", look)
     ok = measured.transfers >= 1 and not measured.failed
     if measured.transfers < 1:
         detail = (
@@ -139,23 +193,20 @@ class KvWatch:
     ) -> None:
         self.settings, self.kubectl, self.pods, self.workers, self.ready = settings, kubectl, pods, workers, ready
         self.paths = worker_kv_paths(settings, kubectl, workers) if ready else {}
-        self.metrics = decode_metrics(settings, kubectl, pods) if ready else ""
+        self.metrics = decode_metrics(settings, kubectl, pods)[0] if ready else ""
         self.report: dict[str, Any] = {}
 
     def steps(self, *, sleep: Callable[[float], None]) -> list[Step]:
         if not self.ready:
-            skipped = "skipped: the RayService is not ready"
             look = f"kubectl describe rayservice -n {self.settings.namespace} {self.settings.ray_service_name}"
-            return [Step("kv-path", False, skipped, look), Step("transfer", False, skipped, look)]
+            return [Step("kv-path", False, NOT_READY, look), Step("transfer", False, NOT_READY, look)]
         after = worker_kv_paths(self.settings, self.kubectl, self.workers)
         for attempt in range(TRANSFER_WAIT_S // POLL_S + 1):
             if attempt:
                 sleep(POLL_S)
-            measured = measure(self.metrics, decode_metrics(self.settings, self.kubectl, self.pods))
-            if measured.transfers >= 1:
+            text, unread = decode_metrics(self.settings, self.kubectl, self.pods)
+            measured = measure(self.metrics, text)
+            if measured.transfers >= 1 or unread:
                 break
-        self.report = {
-            "kv_path": {pod: got.path for pod, got in after.items()},
-            "transfer": asdict(measured) | {"rate_mb_s": measured.rate_mb_s},
-        }
-        return [check_kv_path(self.settings, self.paths, after), check_transfer(self.settings, measured)]
+        self.report = {"kv_path": {pod: got.path for pod, got in after.items()}, "transfer": measured.to_json()}
+        return [check_kv_path(self.settings, self.paths, after), check_transfer(self.settings, measured, unread)]

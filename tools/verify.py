@@ -51,6 +51,7 @@ from tools.entry import one_line_errors, project_settings
 from tools.kv_transfer import KvWatch
 from tools.verify_steps import (
     GCS_STORAGE_LINE,
+    NOT_READY,
     Step,
     check_completion,
     check_endpoint,
@@ -294,16 +295,14 @@ def verify(
 
     # The KV path and the decode engines' transfers, read before and after the completion: what changed is its own.
     watch = KvWatch(settings, kubectl, pods, workers, ready=ready)
-    answer, error = _completion(settings, kubectl) if ready else (None, "skipped: the RayService is not ready")
+    answer, error = _completion(settings, kubectl) if ready else (None, NOT_READY)
     first_token = clock() if answer else None
     result.steps.append(check_completion(settings, answer, error))
     result.steps += watch.steps(sleep=sleep)
     result.kv = watch.report
     if settings.serve_endpoint.exposed:
         got = (
-            (endpoint_probe or (lambda: _probe_endpoint(settings, kubectl)))()
-            if ready
-            else Probe(0, 0, "", "skipped: the RayService is not ready")
+            (endpoint_probe or (lambda: _probe_endpoint(settings, kubectl)))() if ready else Probe(0, 0, "", NOT_READY)
         )
         result.steps.append(check_endpoint(settings, got))
     if settings.observability:

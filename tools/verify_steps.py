@@ -101,6 +101,7 @@ def kv_path_advice(settings: Settings) -> str:
     )
 
 
+NOT_READY = "skipped: the RayService is not ready"
 GCS_STORAGE_LINE = "GCS storage type is"  # gcs_server.cc logs it at start: StorageType::REDIS_PERSIST with a store
 
 

@@ -1,7 +1,7 @@
-"""How tests/data/ray-2.58-nixl-metrics.txt was recorded (`python tests/data/ray_nixl_metrics_recorder.py > FILE`,
-Ray 2.58.0 of .venv, 2026-12-06): histograms of vLLM 0.26's NIXL statistics (`kv_connector/v1/nixl/stats.py`: the
-same names, tags and boundaries) observed with known values through ray.util.metrics, as vLLM's
-RayPrometheusStatLogger does, then read from the node's metrics agent."""
+"""How tests/data/ray-2.58-nixl-metrics.txt was recorded (`python tests/data/ray_nixl_metrics_recorder.py`,
+Ray 2.58.0 of .venv, 2026-12-06; its output below three comment lines written by hand): histograms of vLLM 0.26's
+NIXL statistics (`kv_connector/v1/nixl/stats.py`: the same names, tags and boundaries) observed with known values
+through ray.util.metrics, as vLLM's RayPrometheusStatLogger does, then read from the node's metrics agent."""
 
 from __future__ import annotations
 
