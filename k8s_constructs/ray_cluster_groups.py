@@ -196,10 +196,10 @@ def worker_group_spec(
     if s.kv_over_efa:
         amounts["vpc.amazonaws.com/efa"] = efa
     env = [
-        *([("FI_PROVIDER", "efa")] if s.kv_over_efa else []),
-        # The start-up lines that say whether the KV cache moves from GPU memory or through host bounce buffers, and
-        # a transfer's failures, for `make verify` (k8s_constructs/kv_path.py): libfabric logs nothing without it.
-        *(KV_PATH_LOG_ENV if s.kv_over_efa else ()),
+        # libfabric's provider, and the start-up lines that say whether the KV cache moves from GPU memory or through
+        # host bounce buffers, and a transfer's failures, for `make verify` (k8s_constructs/kv_path.py): libfabric
+        # logs nothing without FI_LOG_LEVEL.
+        *((("FI_PROVIDER", "efa"), *KV_PATH_LOG_ENV) if s.kv_over_efa else ()),
         ("HF_HOME", MODEL_CACHE_MOUNT),
         # The kernels Triton and torch.compile build at an engine's first start (Qwen3.5's Gated DeltaNet kernels:
         # 233 s of a 250 s engine start on a cold cache, 17 s warm, measured by `make local-check`) kept on the

@@ -204,8 +204,9 @@ def fit_table_markdown(models: Iterable[ModelFacts]) -> str:
     """The largest MAX_MODEL_LEN that fits (capped at the model's native context), per model, GPU type and
     tensor-parallel size, text only: the docs' table (docs/models.md)."""
     rows = ["| Model | GPU type | TP 1 | TP 2 | TP 4 | TP 8 |", "|---|---|---|---|---|---|"]
+    gpu_types = table_gpu_types()
     for model in models:
-        for name in table_gpu_types():
+        for name in gpu_types:
             gpu = BUILT_IN[name]
             cells = []
             for tp in TENSOR_PARALLEL_SIZES:

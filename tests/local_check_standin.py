@@ -289,11 +289,10 @@ class StandInEngine:
     def random_checkpoint(self, model_dir: Any, target: Any) -> dict[str, Any]:
         """The stand-in's model is next_token, which has no weights: the config beside what the check's report reads of
         a checkpoint (one tensor, the vocabulary's embedding)."""
-        import shutil
+        from tools.local_check.checkpoint import copy_model_files
 
         target.mkdir(parents=True, exist_ok=True)
-        for item in model_dir.iterdir():
-            shutil.copy2(item, target / item.name)
+        copy_model_files(model_dir, target)
         return {"tensors": 1, "parameters": VOCAB, "shards": 1, "seconds": 0.0, "reused": False}
 
     def app_import_path(self, deployed: str) -> str:

@@ -127,25 +127,25 @@ class Cluster:
         raise AssertionError(args)
 
 
-def _run(**kwargs: Any) -> gate.Result:
-    cluster = Cluster(
-        **{
-            "ray_service": _ray_service(True),
-            "nodes": [_node("a", 1, 1), _node("b", 1, 1)],
-            "logs": {"prefill-0": LIBFABRIC, "decode-0": LIBFABRIC},
-            "answer": ANSWER,
-            **kwargs,
-        }
-    )
+# A working deploy's cluster: each test changes what it is about.
+WORKING: dict[str, Any] = {
+    "ray_service": _ray_service(True),
+    "nodes": [_node("a", 1, 1), _node("b", 1, 1)],
+    "logs": {"prefill-0": LIBFABRIC, "decode-0": LIBFABRIC},
+    "answer": ANSWER,
+}
+
+
+def _run(cluster: Cluster | None = None, sleep: Any = lambda s: None, **kwargs: Any) -> gate.Result:
     start = gate._time(T0)
     return gate.verify(
         SETTINGS,
-        cluster,
+        cluster or Cluster(**{**WORKING, **kwargs}),
         timeout_s=0,
         start=start,
         cloudformation_done=gate._time("2026-11-29T10:20:00Z"),
         clock=lambda: start + 27 * 60,
-        sleep=lambda s: None,
+        sleep=sleep,
     )
 
 

@@ -15,7 +15,6 @@ from k8s_constructs import kv_path
 from settings.context_files import REPO
 from tests.conftest import settings_for
 from tests.test_verify import (
-    ANSWER,
     BOUNCED,
     FI_READ_FAILED,
     HMEM_RAIL,
@@ -23,11 +22,9 @@ from tests.test_verify import (
     NO_GPUDIRECT,
     RECORDED_METRICS,
     SETTINGS,
-    T0,
     TCP_RAILS,
+    WORKING,
     Cluster,
-    _node,
-    _ray_service,
     _run,
 )
 from tools import verify as gate
@@ -52,9 +49,7 @@ class Failing(Cluster):
     """A cluster whose decode worker logs a failure line while the completion runs (the second grep of its logs)."""
 
     def __init__(self, earlier: str, during: str) -> None:
-        super().__init__(
-            ray_service=_ray_service(True), nodes=[_node("a", 1, 1), _node("b", 1, 1)], logs={}, answer=ANSWER
-        )
+        super().__init__(**WORKING)
         self.earlier, self.during, self.greps = earlier, during, 0
 
     def __call__(self, args: list[str], stdin: str | None = None) -> subprocess.CompletedProcess[str]:
@@ -74,16 +69,12 @@ def test_a_failure_logged_during_the_completion_fails_and_an_earlier_one_is_said
     """Every failure line fails kv-path when it appears during the completion; the same line logged before it (the
     logs cover the whole Ray session) is said, not failed. An EAGAIN retry is counted, never failed."""
     line = f"E1206 01:42:11.102934   16990 x.cpp:1] {marker} (rendered)\n"
-    start = gate._time(T0)
-    run = lambda cluster: gate.verify(  # noqa: E731
-        SETTINGS, cluster, timeout_s=0, start=start, cloudformation_done=None, clock=lambda: start, sleep=lambda s: None
-    )
-    during = run(Failing("", line))
+    during = _run(Failing("", line))
     assert {s.name for s in during.steps if not s.ok} == {"kv-path"}
     assert f"decode-0: {line.strip()}" in _kv(during).detail
-    earlier = run(Failing(line, ""))
+    earlier = _run(Failing(line, ""))
     assert earlier.ok and "1 failure line(s) from before this completion" in _kv(earlier).detail
-    retrying = run(Failing("", f"I1206 x.cpp:1] {kv_path.STALL_SIGN} 0 after 100 attempts\n"))
+    retrying = _run(Failing("", f"I1206 x.cpp:1] {kv_path.STALL_SIGN} 0 after 100 attempts\n"))
     assert retrying.ok and "1 EAGAIN retry line(s)" in _kv(retrying).detail
 
 
@@ -139,18 +130,7 @@ def test_the_completions_transfer_is_measured_beside_the_links_rate() -> None:
 def test_no_transfer_within_the_wait_or_a_failed_one_fails_naming_the_other_transport() -> None:
     """A decode engine that recomputed the prompt (nothing recorded) fails after a bounded wait; so does a failure."""
     sleeps: list[float] = []
-    start = gate._time(T0)
-    cluster = Cluster(
-        ray_service=_ray_service(True),
-        nodes=[_node("a", 1, 1), _node("b", 1, 1)],
-        logs={},
-        answer=ANSWER,
-        metrics=("",),
-    )
-    cluster.logs = {"prefill-0": BOUNCED, "decode-0": BOUNCED}
-    result = gate.verify(
-        SETTINGS, cluster, timeout_s=0, start=start, cloudformation_done=None, clock=lambda: start, sleep=sleeps.append
-    )
+    result = _run(logs={"prefill-0": BOUNCED, "decode-0": BOUNCED}, metrics=("",), sleep=sleeps.append)
     (step,) = [s for s in result.steps if s.name == "transfer"]
     assert not step.ok and "no KV transfer recorded" in step.detail and "try KV_TRANSPORT=ucx" in step.look_closer
     assert sum(sleeps) == TRANSFER_WAIT_S

@@ -107,27 +107,26 @@ def wait_ready(
         sleep(15)
 
 
+def worker_exec(settings: Settings, kubectl: Kubectl, pod: str, *command: str) -> subprocess.CompletedProcess[str]:
+    """A command in a Ray worker pod's container."""
+    return kubectl(["exec", "-n", settings.namespace, pod, "-c", WORKER_CONTAINER, "--", *command])
+
+
+def _grep_ray_logs(settings: Settings, kubectl: Kubectl, pod: str, options: str) -> str:
+    """The lines of a pod's Ray logs that `grep -rh<options>` finds (none is not an error)."""
+    return worker_exec(settings, kubectl, pod, "sh", "-c", f"grep -rh{options} {RAY_LOG_DIR}/ || true").stdout
+
+
 def worker_backends(settings: Settings, kubectl: Kubectl, workers: list[str]) -> dict[str, str]:
     """Each Ray worker pod's NIXL backend, from the Ray logs in its container."""
-    grep = f"grep -rhE '{NIXL_LOG_PATTERN}' {RAY_LOG_DIR}/ || true"
-    return {
-        pod: backend_of(
-            kubectl(["exec", "-n", settings.namespace, pod, "-c", WORKER_CONTAINER, "--", "sh", "-c", grep]).stdout
-        )
-        for pod in workers
-    }
+    return {pod: backend_of(_grep_ray_logs(settings, kubectl, pod, f"E '{NIXL_LOG_PATTERN}'")) for pod in workers}
 
 
 def worker_kv_paths(settings: Settings, kubectl: Kubectl, workers: list[str]) -> dict[str, KvPath]:
     """Each Ray worker pod's KV path and transfer-failure lines, from libfabric's and NIXL's lines in its Ray logs."""
-    patterns = " ".join(f"-e {shlex.quote(marker)}" for marker in KV_PATH_MARKERS)
-    grep = f"grep -rhF {patterns} {RAY_LOG_DIR}/ || true"
+    patterns = "F " + " ".join(f"-e {shlex.quote(marker)}" for marker in KV_PATH_MARKERS)
     return {
-        pod: kv_path(
-            kubectl(["exec", "-n", settings.namespace, pod, "-c", WORKER_CONTAINER, "--", "sh", "-c", grep]).stdout,
-            over_efa=settings.kv_over_efa,
-        )
-        for pod in workers
+        pod: kv_path(_grep_ray_logs(settings, kubectl, pod, patterns), over_efa=settings.kv_over_efa) for pod in workers
     }
 
 

@@ -11,7 +11,6 @@ transfer lies between its bucket's bounds. vLLM's byte buckets are a factor 4 ap
 from __future__ import annotations
 
 import math
-import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -20,12 +19,10 @@ from k8s_constructs.ray_facts import GROUP_LABEL, METRICS_PORT, WORKER_CONTAINER
 from k8s_constructs.serve_config import Phase
 from preflight.cluster_access import Kubectl
 from settings import Settings
-from tools.cluster import worker_kv_paths
-from tools.local_check.transfer import BYTES, FAILED, METRIC_PREFIX, SECONDS
-from tools.verify_steps import NOT_READY, Step, check_kv_path, kv_path_advice
+from tools.cluster import worker_exec, worker_kv_paths
+from tools.local_check.transfer import BYTES, FAILED, METRIC_PREFIX, SECONDS, samples
+from tools.verify_steps import NOT_READY, Step, check_kv_path, describe_rayservice, kv_path_advice
 
-_SAMPLE = re.compile(r"^(\w+)(?:\{(.*)\})?\s+(\S+)\s*$")
-_LABEL = re.compile(r'(\w+)="((?:[^"\\]|\\.)*)"')
 MB = 1e6  # bytes in the MB of MB/s
 Series = tuple[str, frozenset[tuple[str, str]]]  # a metric's base name and its labels but `le`
 
@@ -34,11 +31,7 @@ def series(text: str) -> dict[Series, dict[str, float]]:
     """Each series of the text (a pod's, an engine's): a histogram's cumulative bucket counts by `le` and its
     `count`, a counter's `value`. The `_sum` lines are left out: bucket midpoints under Ray 2.58."""
     found: dict[Series, dict[str, float]] = {}
-    for line in text.splitlines():
-        match = _SAMPLE.match(line.strip())
-        if match is None or line.startswith("#"):
-            continue
-        name, labels, value = match.group(1), dict(_LABEL.findall(match.group(2) or "")), float(match.group(3))
+    for name, labels, value in samples(text):
         le = labels.pop("le", None)
         if name.endswith("_bucket") and le is not None:
             base, kind = name.removesuffix("_bucket"), le
@@ -141,6 +134,7 @@ def measure(before: str, after: str) -> Measured:
 
 TRANSFER_WAIT_S = 30  # Ray pushes the engines' statistics to its metrics agents every 10 s (metrics_report_interval_ms)
 POLL_S = 5
+AGENT = f"127.0.0.1:{METRICS_PORT}/metrics"  # the pod's Ray metrics agent, read from inside the pod
 DECODE: Phase = "decode"  # the decode engines' worker group
 
 
@@ -148,7 +142,7 @@ def decode_metrics(settings: Settings, kubectl: Kubectl, pods: dict[str, Any]) -
     """The `ray_vllm_nixl_` lines of every decode worker's node metrics agent, read inside each pod, and the pods
     whose agent could not be read (with kubectl's last words)."""
     script = (
-        f"import urllib.request; text = urllib.request.urlopen('http://127.0.0.1:{METRICS_PORT}/metrics', timeout=10)"
+        f"import urllib.request; text = urllib.request.urlopen('http://{AGENT}', timeout=10)"
         f".read().decode(); print('\\n'.join(line for line in text.splitlines() if line.startswith('{METRIC_PREFIX}')))"
     )
     names = [
@@ -158,7 +152,7 @@ def decode_metrics(settings: Settings, kubectl: Kubectl, pods: dict[str, Any]) -
     ]
     text, unread = "", []
     for pod in names:
-        got = kubectl(["exec", "-n", settings.namespace, pod, "-c", WORKER_CONTAINER, "--", "python", "-c", script])
+        got = worker_exec(settings, kubectl, pod, "python", "-c", script)
         if got.returncode == 0:
             text += got.stdout + "\n"
         else:
@@ -169,8 +163,7 @@ def decode_metrics(settings: Settings, kubectl: Kubectl, pods: dict[str, Any]) -
 def check_transfer(settings: Settings, measured: Measured, unread: list[str]) -> Step:
     """The completion's KV cache moved: at least one transfer recorded by the decode engines, none failed."""
     if unread:
-        agent = f"127.0.0.1:{METRICS_PORT}/metrics"
-        look = f"kubectl exec -n {settings.namespace} POD -c {WORKER_CONTAINER} -- curl -s {agent}"
+        look = f"kubectl exec -n {settings.namespace} POD -c {WORKER_CONTAINER} -- curl -s {AGENT}"
         return Step("transfer", False, f"the decode engines' statistics could not be read: {'; '.join(unread)}", look)
     ok = measured.transfers >= 1 and not measured.failed
     if measured.transfers < 1:
@@ -198,7 +191,7 @@ class KvWatch:
 
     def steps(self, *, sleep: Callable[[float], None]) -> list[Step]:
         if not self.ready:
-            look = f"kubectl describe rayservice -n {self.settings.namespace} {self.settings.ray_service_name}"
+            look = describe_rayservice(self.settings)
             return [Step("kv-path", False, NOT_READY, look), Step("transfer", False, NOT_READY, look)]
         after = worker_kv_paths(self.settings, self.kubectl, self.workers)
         for attempt in range(TRANSFER_WAIT_S // POLL_S + 1):

@@ -60,6 +60,7 @@ from tools.verify_steps import (
     check_gpu_nodes,
     check_metrics_collector,
     check_nixl,
+    describe_rayservice,
     engine_series_query,
 )
 
@@ -258,7 +259,7 @@ def verify(
         if ready or waited >= timeout_s:
             break
         sleep(15)
-    result.steps.append(Step("rayservice", ready, said, "" if ready else f"kubectl describe rayservice -n {ns} {name}"))
+    result.steps.append(Step("rayservice", ready, said, "" if ready else describe_rayservice(settings)))
 
     nodes = _json(kubectl, ["get", "nodes", "-l", f"role={GPU_NODE_LABELS['role']}"]) or {}
     result.steps.append(check_gpu_nodes(settings, nodes))

@@ -82,6 +82,11 @@ def check_kv_path(settings: Settings, before: dict[str, KvPath], after: dict[str
     return Step("kv-path", ok, "; ".join(said) or "no Ray worker pods", "" if ok else kv_path_advice(settings))
 
 
+def describe_rayservice(settings: Settings) -> str:
+    """The command that shows the RayService's status and events."""
+    return f"kubectl describe rayservice -n {settings.namespace} {settings.ray_service_name}"
+
+
 def worker_logs(settings: Settings) -> str:
     """The command that prints the Ray workers' container logs."""
     return f"kubectl logs -n {settings.namespace} -l {selector(NODE_TYPE_LABEL, 'worker')} -c {WORKER_CONTAINER}"
@@ -132,10 +137,7 @@ def check_completion(settings: Settings, answer: dict[str, Any] | None, error: s
     detail = f"{settings.model_id} answered {text[:60]!r}" if ok else f"no answer: {error or json.dumps(answer)[:200]}"
     # A completion that timed out with the engines up is where a stalled KV transfer shows (NIXL retries an EAGAIN
     # forever): the kv-path step after it reads the workers' transfer failures.
-    look = (
-        f"kubectl describe rayservice -n {settings.namespace} {settings.ray_service_name}; if it timed out,"
-        f" {kv_path_advice(settings)}"
-    )
+    look = f"{describe_rayservice(settings)}; if it timed out, {kv_path_advice(settings)}"
     return Step("completion", ok, detail, "" if ok else look)
 
 

@@ -25,7 +25,7 @@ import math
 import re
 import time
 import urllib.request
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -53,20 +53,27 @@ BLOCK_SIZE_PATTERN = r"Setting attention block size to (\d+) tokens"
 # (2026-12-05) NIXL moved exactly the prediction for every prompt of Qwen3.5-9B and Llama-3.1-8B.
 TOLERANCE_BLOCKS = 0.5
 TOLERANCE_SHARE = 0.02
-_SAMPLE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{[^}]*\})?\s+([-+0-9.eEinfINFNa]+)\s*$")
+_SAMPLE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(.*)\})?\s+([-+0-9.eEinfINFNa]+)\s*$")
+_LABEL = re.compile(r'(\w+)="((?:[^"\\]|\\.)*)"')
+
+
+def samples(text: str, prefix: str = "") -> Iterator[tuple[str, dict[str, str], float]]:
+    """Each sample of a Prometheus text exposition under `prefix`: its name, its labels and its value."""
+    for line in text.splitlines():
+        if not line.startswith(prefix) or line.startswith("#"):
+            continue
+        match = _SAMPLE.match(line.strip())
+        if match is not None:
+            yield match.group(1), dict(_LABEL.findall(match.group(2) or "")), float(match.group(3))
 
 
 def prometheus_totals(text: str, prefix: str = METRIC_PREFIX) -> dict[str, float]:
     """Each sample name under `prefix` summed over its series (workers, engines, nodes): histograms give
     `<name>_sum` and `<name>_count`, counters `<name>` or `<name>_total`."""
     totals: dict[str, float] = {}
-    for line in text.splitlines():
-        if not line.startswith(prefix):
-            continue
-        match = _SAMPLE.match(line.strip())
-        if match is None or match.group(1).endswith("_bucket"):
-            continue
-        totals[match.group(1)] = totals.get(match.group(1), 0.0) + float(match.group(2))
+    for name, _, value in samples(text, prefix):
+        if not name.endswith("_bucket"):
+            totals[name] = totals.get(name, 0.0) + value
     return totals
 
 

@@ -19,7 +19,9 @@ from pathlib import Path
 
 import yaml
 
-ACCEPTED_FILE = Path(__file__).resolve().parents[2] / "accepted-findings.yaml"
+from settings.context_files import REPO
+
+ACCEPTED_FILE = REPO / "accepted-findings.yaml"
 
 
 @dataclass(frozen=True)

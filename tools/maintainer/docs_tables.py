@@ -17,13 +17,13 @@ from pathlib import Path
 from preflight.registry import table_markdown as preflight_table_markdown
 from settings import load_settings
 from settings.ci_access import ci_settings_table_markdown
+from settings.context_files import REPO
 from settings.model_facts import BUILT_IN_MODELS
 from settings.model_fit import fit_table_markdown
 from settings.specs import SPECS, change_table_markdown, settings_table_markdown
 from stacks.addons import chart_table_markdown
 from stacks.addons.managed import managed_table_markdown
 
-REPO = Path(__file__).resolve().parents[2]
 DOCS = REPO / "docs"
 PINS = REPO / "tests" / "pinned_settings.json"
 

@@ -16,9 +16,9 @@ from pathlib import Path
 
 import yaml
 
+from settings.context_files import REPO
 from settings.versions import KUBERAY_CRD_DIR
 
-REPO = Path(__file__).resolve().parents[2]
 CRD = KUBERAY_CRD_DIR / "ray.io_rayservices.yaml"
 API_VERSION = "v1"
 # What imports/ was generated from and what it then held: the test regenerates only when the inputs move.

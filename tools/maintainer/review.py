@@ -31,8 +31,8 @@ from preflight.template_plan import (
     counts,
     plan,
 )
+from settings.context_files import REPO
 
-REPO = Path(__file__).resolve().parents[2]
 CDK = REPO / "node_modules" / ".bin" / "cdk"
 UNCHANGED = "template unchanged (byte-identical to BASE's)"
 
@@ -58,25 +58,18 @@ def _environment() -> dict[str, str]:
     return env
 
 
+def _cdk(args: list[str], *, cwd: Path) -> subprocess.CompletedProcess[str]:
+    """The pinned CDK CLI, without notices, in the review's environment."""
+    return subprocess.run(
+        [str(CDK), *args, "--no-notices"], cwd=cwd, env=_environment(), capture_output=True, text=True, check=False
+    )
+
+
 def synthesize(source: Path, outdir: Path, label: str) -> list[str]:
     """`cdk synth` of the app in ``source`` into ``outdir``; returns its stack names in deploy order."""
-    result = subprocess.run(
-        [
-            str(CDK),
-            "synth",
-            "--quiet",
-            "--app",
-            f"{sys.executable} app.py",
-            "--output",
-            str(outdir),
-            "--no-notices",
-            "--no-version-reporting",
-        ],
+    result = _cdk(
+        ["synth", "--quiet", "--app", f"{sys.executable} app.py", "--output", str(outdir), "--no-version-reporting"],
         cwd=source,
-        env=_environment(),
-        capture_output=True,
-        text=True,
-        check=False,
     )
     if result.returncode != 0:
         lines = [
@@ -96,24 +89,9 @@ def synthesize(source: Path, outdir: Path, label: str) -> list[str]:
 
 
 def cdk_diff(stack: str, head_out: Path, base_template: Path) -> str:
-    result = subprocess.run(
-        [
-            str(CDK),
-            "diff",
-            stack,
-            "--exclusively",
-            "--app",
-            str(head_out),
-            "--template",
-            str(base_template),
-            "--no-color",
-            "--no-notices",
-        ],
+    result = _cdk(
+        ["diff", stack, "--exclusively", "--app", str(head_out), "--template", str(base_template), "--no-color"],
         cwd=REPO,
-        env=_environment(),
-        capture_output=True,
-        text=True,
-        check=False,
     )
     return (result.stdout + result.stderr).strip()
 

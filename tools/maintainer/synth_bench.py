@@ -15,7 +15,8 @@ import tempfile
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[2]
+from settings.context_files import REPO
+
 CDK = [str(REPO / "node_modules" / ".bin" / "cdk")]
 
 BASELINE_APP = """

@@ -22,8 +22,8 @@ from pathlib import Path
 import yaml
 
 from settings import versions
+from settings.context_files import REPO
 
-REPO = Path(__file__).resolve().parents[2]
 VERSIONS_FILE = REPO / "settings" / "versions.py"
 DEFAULT_SOURCE = "https://raw.githubusercontent.com/ray-project/kuberay"
 CRD_PATH = "helm-chart/kuberay-operator/crds"

@@ -67,8 +67,9 @@ class Source:
         # (_one() refuses one defined differently in two modules, rather than guess which the annotation imports).
         self.aliases: dict[str, list[ast.expr]] = {}
         self.classes: dict[str, list[ast.ClassDef]] = {}
-        for text in self.files.values():
-            for node in ast.parse(text).body:
+        self.trees = {path: ast.parse(text) for path, text in self.files.items()}  # parsed once, read by module()
+        for tree in self.trees.values():
+            for node in tree.body:
                 if isinstance(node, ast.ClassDef):
                     self.classes.setdefault(node.name, []).append(node)
                 elif (assigned := _assigned(node)) and (
@@ -96,7 +97,7 @@ class Source:
         return None
 
     def module(self, path: str) -> ast.Module:
-        return ast.parse(self.files[path])
+        return self.trees[path]
 
     def version(self) -> str:
         match = re.search(r"__version__ = version = '([^']+)'", self.files["vllm/_version.py"])
