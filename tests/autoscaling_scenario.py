@@ -112,6 +112,16 @@ def _replica_nodes(phase: str) -> list[str]:
     return list(_replicas(phase).values())
 
 
+def _running(phase: str) -> int:
+    """How many of the phase's replicas Serve's controller has RUNNING: those its routers send requests to."""
+    from ray import serve
+    from ray.serve._private.common import ReplicaState
+
+    application = serve.status().applications.get(phase)
+    deployment = application.deployments.get(phase) if application else None
+    return deployment.replica_states.get(ReplicaState.RUNNING, 0) if deployment else 0
+
+
 def _wait(what: str, check: Any, timeout: float, log: list[str]) -> bool:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -235,15 +245,20 @@ def run(spec: dict[str, Any]) -> dict[str, Any]:
                 for chunk in handle.options(stream=True, method_name="stream").remote(spec["stream_s"]):
                     chunks.append(chunk)
 
-        # At least one stream on each replica (the router chooses; a few more until both have one), whichever is
-        # removed.
+        # At least one stream on each replica, whichever is removed. The router chooses, and learns of the new replica
+        # only once Serve's controller has it RUNNING: before that every stream goes to the first (a loaded CI machine
+        # sent all 16 there in 1.6 s). So: wait for RUNNING, then add a stream a second, its first chunk naming its
+        # replica, until both have one, within spread_s and no more streams than the target: more would keep both.
+        _wait("both decode replicas running", lambda: _running("decode") == 2, spec["timeout_s"], log)
+        deadline = time.monotonic() + spec["spread_s"]
         while len(streams) < spec["streams"] or (
-            len({c[0] for c in streams if c}) < 2 and len(streams) < 4 * spec["streams"]
+            len({c[0] for c in streams if c}) < 2 and len(streams) < spec["max_streams"] and time.monotonic() < deadline
         ):
             streams.append([])
             readers.append(threading.Thread(target=read, args=(streams[-1],), daemon=True))
             readers[-1].start()
-            time.sleep(0.1)
+            time.sleep(0.1 if len(streams) < spec["streams"] else 1)
+        log.append(f"{len(streams)} streams on {len({c[0] for c in streams if c})} replica(s)")
         stop.set()
         loader.join(timeout=30)
         # The control, meanwhile: a bundle that also asks for Ray's accelerator_type resource, which a new node's

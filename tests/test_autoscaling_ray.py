@@ -100,6 +100,10 @@ def scenario_spec() -> dict[str, Any]:
         # which comes a downscale delay after the load ends, just after they start (10 s more for a loaded machine's
         # slower decisions): with Ray's default they are cut.
         "streams": 4,
+        # Up to the target's worth while they wait for the router to use the new replica: once the load ends they are
+        # the only ongoing requests, and no more than one replica's target lets the scale-down go on.
+        "max_streams": phases["decode"]["autoscaling_config"]["target_ongoing_requests"],
+        "spread_s": 20,
         "stream_s": (
             DEFAULT_GRACEFUL_SHUTDOWN_TIMEOUT_S + phases["decode"]["autoscaling_config"]["downscale_delay_s"] + 10
         ),
