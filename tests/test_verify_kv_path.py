@@ -89,6 +89,16 @@ def test_the_docs_name_every_line_the_kv_path_step_reads() -> None:
     assert [m for m in kv_path.KV_PATH_MARKERS if m not in text] == []
 
 
+def test_the_docs_step_table_gives_the_gates_own_limits() -> None:
+    rows = {
+        line.split("|")[1].strip(" `"): line
+        for line in (REPO / "docs" / "verify.md").read_text().splitlines()
+        if line.startswith("| `")
+    }
+    assert f"within {gate.COMPLETION_TIMEOUT_S} s" in rows["completion"]
+    assert f"waiting up to {TRANSFER_WAIT_S} s" in rows["transfer"]
+
+
 def test_the_worker_log_search_finds_the_kv_path_and_a_failed_transfer(tmp_path: Path) -> None:
     """The kv-path search `make verify` runs in each worker, by a real `sh` and `grep -F` over Ray-style logs."""
     from tools.cluster import worker_kv_paths
