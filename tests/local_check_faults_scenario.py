@@ -62,7 +62,11 @@ def run(spec: dict[str, Any], work: Path) -> dict[str, Any]:
     prompts = parity_prompts([40, matched], VOCAB)
     lone, measured = engine.reference("/m", {}, prompts, work / "reference.log", env)
     noise = noise_floor(*([Answer.from_json(a) for a in lone[k]] for k in ("answers", "batched")))
-    args = argparse.Namespace(ready_timeout=60, bench_rates=[], transfer_timeout=1.0)
+    # A deploy returns once it runs, so a long limit costs a good run nothing: with the suite's peak load and three
+    # more busy loops on 2 cores each case's took 43-52 s (60 s was the limit); four at 180 s still end within the
+    # test's wait. The transfer wait: Ray pushes its metrics once a second at the fastest (transfer.py), so a
+    # transfer's count shows within about 1 s.
+    args = argparse.Namespace(ready_timeout=180, bench_rates=[], transfer_timeout=3.0)
     port = free_port()
     # NIXL's exporter ports of its own: the whole-flow test's local cluster may run at the same time (the default's).
     cluster = LocalCluster(plan, host, extra, env, nixl_port_base=free_port())

@@ -123,6 +123,10 @@ def tls_redis(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, P
         server.wait(timeout=10)
 
 
+# What Ray 2.58 raises when a node it starts has not registered with the GCS within 30 s (ray/_private/node.py).
+RAY_START_TIMED_OUT = "The current node timed out during startup"
+
+
 def _scenario(tmp_path: Path, name: str, spec: dict[str, Any], env: dict[str, str]) -> dict[str, Any]:
     for attempt in (1, 2):
         try:
@@ -133,12 +137,14 @@ def _scenario(tmp_path: Path, name: str, spec: dict[str, Any], env: dict[str, st
                 timeout=300,
                 env={"RAY_USAGE_STATS_ENABLED": "0", **env},
             )
-        except subprocess.TimeoutExpired:
-            if attempt == 2:
+        except (subprocess.TimeoutExpired, AssertionError) as error:
+            if attempt == 2 or (isinstance(error, AssertionError) and RAY_START_TIMED_OUT not in str(error)):
                 raise
-            # A hang, not a failed observation: on a loaded 2-core machine the scenario has hung once in about ten
-            # runs (the process waiting on Ray, no CPU used, in a fresh-clone CI run on 2026-12-01). Once more, on fresh
-            # ports and a fresh store namespace; every assertion below holds for the second run as for the first.
+            # A hang or a start that Ray gave up on, not a failed observation: on a loaded 2-core machine the scenario
+            # has hung once in about ten runs (the process waiting on Ray, no CPU used, in a fresh-clone CI run on
+            # 2026-12-01), and a node missed Ray's own 30 s to register (ray/_private/node.py, not configurable) with
+            # the suite run beside three busy loops. Once more, on fresh ports and a fresh store namespace; every
+            # assertion below holds for the second run as for the first.
             spec = {**spec, "serve_port": free_port()}
             if "RAY_external_storage_namespace" in env:
                 env = {**env, "RAY_external_storage_namespace": env["RAY_external_storage_namespace"] + "-again"}

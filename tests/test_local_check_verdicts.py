@@ -193,6 +193,21 @@ def test_a_request_without_a_transfer_shows_none_within_the_timeout() -> None:
     assert stats.since(before, timeout_s=0.05, settle_s=0.0) == Transfers(0.0, 0.0, 0.0, 0.0, 0.0)
 
 
+def test_a_transfer_counts_once_rays_push_brings_its_count_not_when_nixls_bytes_move() -> None:
+    """NIXL's byte counters move as the blocks arrive; vLLM's count reaches the metrics agent with Ray's next push, up
+    to a second later. Reading while the count lags, a transfer must not be taken for none."""
+    moved = NIXL_TEXT.replace("8388608", "16777216")
+    arrived = RAY_TEXT.replace('_count{WorkerId="a",engine="0"} 2.0', '_count{WorkerId="a",engine="0"} 3.0')
+    # Each totals() reads the Ray page, then NIXL's: the bytes move at once and hold still for two reads (all that the
+    # settling asks), the count comes with the fourth; then all holds.
+    pages = [(RAY_TEXT, NIXL_TEXT), (RAY_TEXT, moved), (RAY_TEXT, moved), (RAY_TEXT, moved), (arrived, moved)]
+    read = iter([page for pair in pages for page in pair])
+    stats = TransferStats(lambda: ["ray"], "nixl", read=lambda url: next(read, {"ray": arrived, "nixl": moved}[url]))
+    before = stats.totals()
+    moved_since = stats.since(before, timeout_s=5, settle_s=0.0)
+    assert (moved_since.count, moved_since.bytes) == (1.0, 8388608.0)
+
+
 def test_an_empty_random_checkpoint_fails_its_step(tmp_path: Path) -> None:
     """The check writes the checkpoint through the engine; one with no tensors would load nothing."""
     import argparse

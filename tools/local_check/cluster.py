@@ -45,8 +45,9 @@ def worker_env(rayservice: dict[str, Any], cache: Path) -> tuple[dict[str, str],
 
 
 # What the check adds to every process of the local cluster, each named in the report, so that it can read the
-# engines' transfer statistics after each request: Ray's metrics pushed to the nodes' agents twice a second instead
-# of every 10 s (Ray reads RAY_<name>), and NIXL's own exporter of its byte counters, on a port of each node's.
+# engines' transfer statistics after each request: Ray's metrics pushed to the nodes' agents once a second (Ray's
+# fastest) instead of every 10 s (Ray reads RAY_<name>), and NIXL's own exporter of its byte counters, on a port of
+# each node's.
 RAY_ENV = {"RAY_metrics_report_interval_ms": str(REPORT_INTERVAL_MS)}
 CLUSTER_ENV = {**RAY_ENV, **NIXL_TELEMETRY_ENV}
 NIXL_PORT_BASE = 30090  # between Ray Serve LLM's NIXL side channels (20000, 22000) and the DP master windows

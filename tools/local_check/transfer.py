@@ -7,7 +7,9 @@ request's):
   exports them as Ray metrics from each node's metrics agent: `ray_vllm_nixl_bytes_transferred_count` is the number
   of transfers, exact. Its `_sum` is not: Ray 2.58's OpenTelemetry export rebuilds a histogram from bucket counts and
   bucket midpoints (`_private/telemetry/open_telemetry_metric_recorder.py`), and vLLM's byte buckets are a factor 4
-  apart. Ray pushes metrics every `metrics_report_interval_ms` (10 s by default); the local cluster lowers it.
+  apart. Ray pushes metrics every `metrics_report_interval_ms` (10 s by default) and never more often than once a
+  second (`SetReportInterval`'s floor in `stats.h`, mirrored in that module's `_resolve_gauge_ttl_seconds`); the local
+  cluster sets it to that second.
 - NIXL 1.3.1's own Prometheus exporter (`libtelemetry_exporter_prometheus.so`, in the image's wheel; turned on with
   `NIXL_TELEMETRY_ENABLE=y`, `NIXL_TELEMETRY_EXPORTER=prometheus`, `NIXL_TELEMETRY_PROMETHEUS_PORT`) counts the bytes
   each agent sent and received (`agent_tx_bytes`, `agent_rx_bytes`), exact: the decode engine's agent reads the
@@ -43,8 +45,9 @@ NIXL_TELEMETRY_ENV = {
     "NIXL_TELEMETRY_PROMETHEUS_LOCAL": "y",  # 127.0.0.1 only: NIXL's default is every address
 }
 NIXL_PORT_ENV = "NIXL_TELEMETRY_PROMETHEUS_PORT"
-# Ray's metrics push interval for the local cluster's processes (RayConfig metrics_report_interval_ms).
-REPORT_INTERVAL_MS = 250
+# Ray's metrics push interval for the local cluster's processes (RayConfig metrics_report_interval_ms): its fastest,
+# Ray 2.58 floors anything lower to 1 s.
+REPORT_INTERVAL_MS = 1000
 # vLLM's attention block size on CUDA when nothing raises it (hybrid models log the raised size).
 DEFAULT_BLOCK_SIZE = 16
 BLOCK_SIZE_PATTERN = r"Setting attention block size to (\d+) tokens"
@@ -170,14 +173,15 @@ class TransferStats:
             now = later
         return now
 
-    def since(self, before: Transfers, *, timeout_s: float = 15.0, settle_s: float = 1.0) -> Transfers:
+    def since(self, before: Transfers, *, timeout_s: float = 15.0, settle_s: float = 1.5) -> Transfers:
         """What was transferred since `before`: once a transfer shows, the totals must hold still for settle_s (a
-        request may take several transfers); nothing within timeout_s is a request served without a transfer."""
+        request may take several transfers; longer than Ray's 1 s push); nothing within timeout_s is a request served
+        without a transfer. A transfer shows in its count (or its failure), which Ray's push brings up to a second
+        after NIXL's own byte counters have moved: waiting for the bytes alone read a count of 0 when that second
+        outlasted the settling."""
         deadline = time.monotonic() + timeout_s
         now = self.totals()
-        while (now.count, now.failed, now.bytes) == (before.count, before.failed, before.bytes) and (
-            time.monotonic() < deadline
-        ):
+        while (now.count, now.failed) == (before.count, before.failed) and time.monotonic() < deadline:
             self.sleep(0.2)
             now = self.totals()
         return self.settled(settle_s, timeout_s=max(0.0, deadline - time.monotonic()) + settle_s).minus(before)
