@@ -29,6 +29,7 @@ from tools.local_check.shape import (
     Target,
     accelerator_resources,
     batch_boundary,
+    cluster_shape,
     patch_serve_config,
     serve_config,
 )
@@ -68,8 +69,10 @@ def run(spec: dict[str, Any], work: Path) -> dict[str, Any]:
     # transfer's count shows within about 1 s.
     args = argparse.Namespace(ready_timeout=180, bench_rates=[], transfer_timeout=3.0)
     port = free_port()
-    # NIXL's exporter ports of its own: the whole-flow test's local cluster may run at the same time (the default's).
-    cluster = LocalCluster(plan, host, extra, env, nixl_port_base=free_port())
+    # NIXL's exporter ports of its own, one a worker node: the whole-flow test's local cluster may run at the same time
+    # (the default's).
+    nixl_ports = free_port(len(cluster_shape(plan["rayservice"]).workers))
+    cluster = LocalCluster(plan, host, extra, env, nixl_port_base=nixl_ports)
     cases = []
     try:
         ray.init(address=cluster.address)

@@ -11,6 +11,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from tools.local_check.cluster import NIXL_PORT_BASE
+
 
 @contextmanager
 def serving(handler: type[http.server.BaseHTTPRequestHandler]) -> Iterator[str]:
@@ -37,21 +39,32 @@ def _ephemeral_ports() -> range:
 # Where free_port looks: above Ray's worker ports (10002-19999 by default) and outside the kernel's ephemeral range,
 # which every bind to port 0 and every outgoing connection draws from: Ray's processes make many of both, and a port
 # picked there was taken before the test's server bound it ("Failed to bind to address '127.0.0.1:43841'", the GCS
-# proof's Serve proxy, in a fresh-clone run on 2026-12-02).
+# proof's Serve proxy, in a fresh-clone run on 2026-12-02). Nor the one-host check's NIXL exporter ports, which the
+# whole-flow test's cluster binds at the check's default (one a worker node).
 _EPHEMERAL = _ephemeral_ports()
-_PORTS = [port for port in range(20000, 65536) if port not in _EPHEMERAL]
+_NIXL_DEFAULTS = range(NIXL_PORT_BASE, NIXL_PORT_BASE + 8)
+_PORTS = [port for port in range(20000, 65536) if port not in _EPHEMERAL and port not in _NIXL_DEFAULTS]
+_ALLOWED = set(_PORTS)
 
 
-def free_port() -> int:
+def _bindable(port: int) -> bool:
+    with socket.socket() as s:
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+        return True
+
+
+def free_port(count: int = 1) -> int:
     """A TCP port on 127.0.0.1 that nothing is bound to now and that no port-0 bind or outgoing connection will take
-    meanwhile (for servers the tests start themselves; see _PORTS)."""
+    meanwhile (for servers the tests start themselves; see _PORTS); with `count`, the first of that many in a row."""
     for port in random.sample(_PORTS, min(len(_PORTS), 200)):
-        with socket.socket() as s:
-            try:
-                s.bind(("127.0.0.1", port))
-            except OSError:
-                continue
+        block = range(port, port + count)
+        if all(p in _ALLOWED and _bindable(p) for p in block):
             return port
+    if count > 1:
+        raise RuntimeError(f"no {count} free ports in a row on 127.0.0.1")
     with socket.socket() as s:  # no such port on this machine: the kernel's choice
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])

@@ -308,6 +308,27 @@ def test_the_whole_flow_on_a_real_ray_cluster_with_a_stand_in_engine(plan: dict[
     assert "VLLM_PORT" not in os.environ  # the raylets' environment was set for their start only
 
 
+def test_the_tests_ports_leave_the_checks_nixl_ports_and_a_block_is_free_throughout(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The whole flow above binds the check's default NIXL exporter ports (one a worker node) while other tests pick
+    theirs; the faults scenario takes a block of its own, one a worker node, none of it bound."""
+    import socket
+
+    from tests import loopback
+    from tools.local_check.cluster import NIXL_PORT_BASE
+
+    spare, good = free_port(), free_port(2)
+    while spare - 2 < good < spare + 2:
+        good = free_port(2)
+    with socket.socket() as held:
+        held.bind(("127.0.0.1", spare + 1))
+        # The candidates in the order free_port draws them: blocks that reach the check's ports or the held one first.
+        candidates = [NIXL_PORT_BASE - 1, NIXL_PORT_BASE, spare, spare + 1, good]
+        monkeypatch.setattr(loopback.random, "sample", lambda ports, k: [p for p in candidates if p in ports])
+        assert free_port(2) == good, (candidates, free_port(2))
+
+
 def test_a_benchmark_whose_requests_failed_fails_the_check() -> None:
     """`vllm bench serve` exits 0 when every request failed: the counts decide."""
     marker = "BENCH_RESULT "
