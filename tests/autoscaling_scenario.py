@@ -227,8 +227,8 @@ def run(spec: dict[str, Any]) -> dict[str, Any]:
 
         loader = threading.Thread(target=load, daemon=True)
         loader.start()
-        load_began = time.monotonic()
-        grown = _wait("decode scaled to 2 replicas", lambda: len(_replica_nodes("decode")) == 2, timeout, log)
+        load_began, most = time.monotonic(), spec["phases"]["decode"]["autoscaling_config"]["max_replicas"]
+        grown = _wait(f"decode scaled to {most} replicas", lambda: len(_replica_nodes("decode")) == most, timeout, log)
         observed["grew"], observed["grow_s"] = grown, round(time.monotonic() - load_began, 1)
         nodes = _worker_nodes(ray, phases)
         observed["nodes_under_load"] = sorted(nodes.values())
@@ -254,10 +254,12 @@ def run(spec: dict[str, Any]) -> dict[str, Any]:
         # only once Serve's controller has it RUNNING: before that every stream goes to the first (a loaded CI machine
         # sent all 16 there in 1.6 s). So: wait for RUNNING, then add a stream a second, its first chunk naming its
         # replica, until both have one, within spread_s and no more streams than the target: more would keep both.
-        observed["both_running"] = _wait("both decode replicas running", lambda: _running("decode") == 2, timeout, log)
+        observed["both_running"] = _wait(
+            "both decode replicas running", lambda: _running("decode") == most, timeout, log
+        )
         deadline = time.monotonic() + spec["spread_s"]
         while len(streams) < spec["streams"] or (
-            len(replica_ids()) < 2 and len(streams) < spec["max_streams"] and time.monotonic() < deadline
+            len(replica_ids()) < most and len(streams) < spec["max_streams"] and time.monotonic() < deadline
         ):
             streams.append([])
             readers.append(threading.Thread(target=read, args=(streams[-1],), daemon=True))
@@ -273,7 +275,7 @@ def run(spec: dict[str, Any]) -> dict[str, Any]:
         draining_from: list[float] = []
 
         def back_to_minimum() -> bool:
-            if not draining_from and _running("decode") < 2:
+            if not draining_from and _running("decode") < most:
                 draining_from.append(time.monotonic())
             return len(_replica_nodes("decode")) == 1 and sorted(_worker_nodes(ray, phases).values()) == expected_min
 

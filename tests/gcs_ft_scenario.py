@@ -46,6 +46,7 @@ def _listeners(port: int) -> set[int]:
 
 
 ERRORS: list[str] = []
+ANSWERS_IN_A_ROW = 5  # serving again after the GCS restart, whichever proxy took each
 PROXY = "ProxyActor"  # Serve's proxy actor class
 
 
@@ -156,7 +157,7 @@ def run(spec: dict[str, Any]) -> dict[str, Any]:
             # table answers 404, as any fresh proxy's does. The restart's claim is that serving comes back: 5 answers
             # in a row say so, whichever proxy took each.
             status, in_a_row = None, 0
-            while time.monotonic() < deadline and in_a_row < 5:
+            while time.monotonic() < deadline and in_a_row < ANSWERS_IN_A_ROW:
                 try:
                     status = serve.status().applications["pd"].status
                 except Exception:
@@ -164,7 +165,7 @@ def run(spec: dict[str, Any]) -> dict[str, Any]:
                 in_a_row = in_a_row + 1 if status == "RUNNING" and _get(url) else 0
                 time.sleep(0.2 if in_a_row else 0.5)
             seen["after_restart_status"] = str(getattr(status, "value", status))
-            seen["after_restart"] = in_a_row == 5
+            seen["after_restart"] = in_a_row == ANSWERS_IN_A_ROW
             seen["worker_alive"] = any(n["Alive"] and n["NodeID"] != head_id for n in ray.nodes())
             ray.shutdown()
     finally:

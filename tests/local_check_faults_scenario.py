@@ -33,6 +33,7 @@ from tools.local_check.shape import (
     patch_serve_config,
     serve_config,
 )
+from tools.local_check.transfer import SETTLE_S
 
 
 def swap_phase_resources(config: dict[str, Any]) -> None:
@@ -64,10 +65,9 @@ def run(spec: dict[str, Any], work: Path) -> dict[str, Any]:
     lone, measured = engine.reference("/m", {}, prompts, work / "reference.log", env)
     noise = noise_floor(*([Answer.from_json(a) for a in lone[k]] for k in ("answers", "batched")))
     # A deploy returns once it runs, so a long limit costs a good run nothing: with the suite's peak load and three
-    # more busy loops on 2 cores each case's took 43-52 s (60 s was the limit); four at 180 s still end within the
-    # test's wait. The transfer wait: Ray pushes its metrics once a second at the fastest (transfer.py), so a
-    # transfer's count shows within about 1 s.
-    args = argparse.Namespace(ready_timeout=180, bench_rates=[], transfer_timeout=3.0)
+    # more busy loops on 2 cores each case's took 43-52 s (60 s was the limit). The transfer wait: a transfer's count
+    # shows within one of Ray's pushes (transfer.py), twice the settling.
+    args = argparse.Namespace(ready_timeout=180, bench_rates=[], transfer_timeout=2 * SETTLE_S)
     port = free_port()
     # NIXL's exporter ports of its own, one a worker node: the whole-flow test's local cluster may run at the same time
     # (the default's).

@@ -42,7 +42,8 @@ def _ephemeral_ports() -> range:
 # proof's Serve proxy, in a fresh-clone run on 2026-12-02). Nor the one-host check's NIXL exporter ports, which the
 # whole-flow test's cluster binds at the check's default (one a worker node).
 _EPHEMERAL = _ephemeral_ports()
-_NIXL_DEFAULTS = range(NIXL_PORT_BASE, NIXL_PORT_BASE + 8)
+_NIXL_NODES = 8  # worker nodes of a test's local cluster, at most (the whole flow's has two)
+_NIXL_DEFAULTS = range(NIXL_PORT_BASE, NIXL_PORT_BASE + _NIXL_NODES)
 _PORTS = [port for port in range(20000, 65536) if port not in _EPHEMERAL and port not in _NIXL_DEFAULTS]
 _ALLOWED = set(_PORTS)
 

@@ -63,7 +63,7 @@ def scenario_spec() -> dict[str, Any]:
     from ray.serve._private.constants import DEFAULT_GRACEFUL_SHUTDOWN_TIMEOUT_S
 
     rs = _ray_service_of({"PREFILL_MAX_REPLICAS": "2", "DECODE_MAX_REPLICAS": "2"})
-    phases, node_types = {}, {}
+    phases, node_types, spread_s = {}, {}, 20
     for phase, llm in _llm_configs(rs).items():
         bundles, strategy = ray_serve_llm_placement(llm)
         scaling = dict(llm["deployment_config"]["autoscaling_config"])
@@ -103,9 +103,9 @@ def scenario_spec() -> dict[str, Any]:
         # Up to the target's worth while they wait for the router to use the new replica: once the load ends they are
         # the only ongoing requests, and no more than one replica's target lets the scale-down go on.
         "max_streams": phases["decode"]["autoscaling_config"]["target_ongoing_requests"],
-        "spread_s": 20,
+        "spread_s": spread_s,
         "stream_s": (
-            DEFAULT_GRACEFUL_SHUTDOWN_TIMEOUT_S + phases["decode"]["autoscaling_config"]["downscale_delay_s"] + 20
+            DEFAULT_GRACEFUL_SHUTDOWN_TIMEOUT_S + phases["decode"]["autoscaling_config"]["downscale_delay_s"] + spread_s
         ),
     }
     return spec

@@ -8,7 +8,12 @@ from pathlib import Path
 from typing import Any
 
 from tools.local_check.shape import Change, Host, cluster_shape, gpu_assignment
-from tools.local_check.transfer import NIXL_PORT_ENV, NIXL_TELEMETRY_ENV, REPORT_INTERVAL_MS
+from tools.local_check.transfer import (
+    NIXL_PORT_ENV,
+    NIXL_TELEMETRY_ENV,
+    RAY_DEFAULT_REPORT_INTERVAL_MS,
+    REPORT_INTERVAL_MS,
+)
 
 # vLLM 0.26's Ray executor takes its torch.distributed store's port from a 32-port window at
 # VLLM_DP_MASTER_PORT + 100 (v1/executor/ray_executor_v2.py _select_tcpstore_port; config/parallel.py reads the
@@ -54,7 +59,7 @@ NIXL_PORT_BASE = 30090  # between Ray Serve LLM's NIXL side channels (20000, 220
 RAY_CHANGES = [
     Change(
         "Ray metrics_report_interval_ms",
-        "10000 (Ray's default)",
+        f"{RAY_DEFAULT_REPORT_INTERVAL_MS} (Ray's default)",
         REPORT_INTERVAL_MS,
         "the check reads vLLM's transfer statistics from the nodes' metrics agents after each request",
     )

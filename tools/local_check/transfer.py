@@ -46,8 +46,11 @@ NIXL_TELEMETRY_ENV = {
 }
 NIXL_PORT_ENV = "NIXL_TELEMETRY_PROMETHEUS_PORT"
 # Ray's metrics push interval for the local cluster's processes (RayConfig metrics_report_interval_ms): its fastest,
-# Ray 2.58 floors anything lower to 1 s.
+# Ray 2.58 floors anything lower to 1 s; Ray's own default is 10 s.
 REPORT_INTERVAL_MS = 1000
+RAY_DEFAULT_REPORT_INTERVAL_MS = 10000
+# How long a request's totals must hold still once its transfer shows: longer than one push.
+SETTLE_S = 1.5 * REPORT_INTERVAL_MS / 1000
 # vLLM's attention block size on CUDA when nothing raises it (hybrid models log the raised size).
 DEFAULT_BLOCK_SIZE = 16
 BLOCK_SIZE_PATTERN = r"Setting attention block size to (\d+) tokens"
@@ -173,9 +176,9 @@ class TransferStats:
             now = later
         return now
 
-    def since(self, before: Transfers, *, timeout_s: float = 15.0, settle_s: float = 1.5) -> Transfers:
+    def since(self, before: Transfers, *, timeout_s: float = 15.0, settle_s: float = SETTLE_S) -> Transfers:
         """What was transferred since `before`: once a transfer shows, the totals must hold still for settle_s (a
-        request may take several transfers; longer than Ray's 1 s push); nothing within timeout_s is a request served
+        request may take several transfers); nothing within timeout_s is a request served
         without a transfer. A transfer shows in its count (or its failure), which Ray's push brings up to a second
         after NIXL's own byte counters have moved: waiting for the bytes alone read a count of 0 when that second
         outlasted the settling."""
