@@ -66,6 +66,8 @@ def main() -> int:
             " index)",
             file=sys.stderr,
         )
+    for notice in settings.chat_parsers.notices:
+        print(notice, file=sys.stderr)
     return synthesize_or_say_why(app, lambda app: build_stacks(app, settings))
 
 

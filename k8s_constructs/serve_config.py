@@ -6,7 +6,8 @@ the result against Ray's own schema at the Ray version inside the image.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final, Literal
 
@@ -73,6 +74,9 @@ class EngineKwargs:
     enforce_eager: bool = True  # no torch.compile, no CUDA graphs: less GPU memory and a faster start (Settings.eager)
     # A multimodal model served as a text-only endpoint: vLLM 0.26 loads no vision tower (more room on an L4).
     language_model_only: bool = False
+    # The same in both phases: Ray's PD orchestrator sends prefill a copy of each request, which it must accept too.
+    chat: Mapping[str, Any] = field(default_factory=dict)  # TOOL_CALL_PARSER, REASONING_PARSER
+    extra: Mapping[str, Any] = field(default_factory=dict)  # ENGINE_ARGS
 
     def to_dict(self) -> dict[str, Any]:
         kwargs = {
@@ -82,6 +86,8 @@ class EngineKwargs:
             "enforce_eager": self.enforce_eager,
             "tensor_parallel_size": self.tensor_parallel_size,
             **({"language_model_only": True} if self.language_model_only else {}),
+            **self.chat,
+            **self.extra,
             "kv_transfer_config": self.kv_transfer.to_dict(),
         }
         check_engine_kwargs(self.kv_transfer.engine_id, kwargs)
@@ -280,6 +286,8 @@ def pd_application(settings: Settings) -> PdApplication:
                 tensor_parallel_size=settings.tensor_parallel_size,
                 enforce_eager=settings.eager(engine_id),
                 language_model_only=settings.language_model_only,
+                chat=chat,
+                extra=settings.extra_engine_kwargs,
             ),
             num_replicas=replicas,
             placement=PlacementConfig(phase_resource=PHASE_RESOURCES[engine_id]),
@@ -293,6 +301,7 @@ def pd_application(settings: Settings) -> PdApplication:
             graceful_shutdown_timeout_s=draining_s if engine_id == "decode" else None,
         )
 
+    chat = settings.chat_parsers.engine_kwargs()
     draining_s = graceful_shutdown_timeout_s(settings.max_model_len)
     endpoint = settings.serve_endpoint
     # The default configuration keeps Ray's default ingress (one replica of 1 CPU); autoscaling and an endpoint

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import json
 import math
 from dataclasses import dataclass, field
+from typing import Any
 
 from settings.addressing import collector_subnet_cidrs
+from settings.chat_parsers import ChatParsers, choose_parsers
 from settings.endpoint import ServeEndpoint
 from settings.instance_types import InstanceFacts
 from settings.model_facts import ModelFacts
@@ -78,6 +81,9 @@ class Settings:
     gcs_store_node_type: str = "cache.t4g.micro"
     prefill_max_replicas: int | None = None  # None: fixed at prefill_replicas; else Serve autoscales up to it
     decode_max_replicas: int | None = None
+    tool_call_parser: str = "auto"  # TOOL_CALL_PARSER: "auto" (the model's own), "off" or a vLLM parser name
+    reasoning_parser: str = "auto"  # REASONING_PARSER: likewise
+    engine_args: str = ""  # ENGINE_ARGS as canonical JSON; "" = none (extra_engine_kwargs reads it)
     serve_endpoint: ServeEndpoint = field(
         default_factory=ServeEndpoint
     )  # SERVE_EXPOSURE and its companions (settings/endpoint.py)
@@ -130,6 +136,22 @@ class Settings:
         model (an S3 prefix or a Hub id without `make lookup`) gets it too: vLLM 0.26 applies it only to a model that
         supports images (config/model.py passes it to the multimodal config alone) and ignores it otherwise."""
         return not self.model_images and (self.model_facts is None or self.model_facts.multimodal)
+
+    @property
+    def chat_parsers(self) -> ChatParsers:
+        """The tool-call and reasoning parsers both engines get, `auto` resolved from the model's facts."""
+        return choose_parsers(
+            self.tool_call_parser,
+            self.reasoning_parser,
+            self.model_facts.architectures if self.model_facts else None,
+            self.model_source,
+        )
+
+    @property
+    def extra_engine_kwargs(self) -> dict[str, Any]:
+        """ENGINE_ARGS, for both engines alike."""
+        extra: dict[str, Any] = json.loads(self.engine_args) if self.engine_args else {}
+        return extra
 
     @property
     def eks_addon_registry(self) -> str:

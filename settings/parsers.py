@@ -9,6 +9,7 @@ import ipaddress
 import re
 from dataclasses import dataclass
 from functools import cache
+from typing import Any, Protocol
 
 from settings.errors import SettingError
 from settings.registries import eks_addon_registry
@@ -222,4 +223,10 @@ class Semver:
         return raw
 
 
-Parser = Integer | DnsLabel | Choice | OptionalInteger | Flag | Pattern | Semver
+class Parser(Protocol):
+    """A setting's parser: what it allows (the docs' "Allowed" column), and the value from the text or SettingError."""
+
+    @property
+    def allowed(self) -> str: ...
+
+    def __call__(self, env: str, raw: str) -> Any: ...

@@ -4,6 +4,7 @@ Part of settings/specs.py's SPECS, in this order."""
 from __future__ import annotations
 
 from settings import versions
+from settings.chat_parsers import REASONING_PARSER, TOOL_CALL_PARSER, EngineArgsJson
 from settings.parsers import Choice, Flag, Integer, OptionalInteger, Pattern
 from settings.spec_base import _RECREATE_HOW, IN_PLACE, RECREATE, SettingSpec, flip
 
@@ -206,5 +207,41 @@ MODEL_SPECS: tuple[SettingSpec, ...] = (
         change=(IN_PLACE, "serveConfigV2: Ray Serve redeploys the application (both engines restart)"),
         lands=("serve:decode", "serve:prefill"),
         flip=flip("true", given={"GPU_NODE_TYPE": "g6e.8xlarge"}),
+    ),
+    SettingSpec(
+        "TOOL_CALL_PARSER",
+        "auto",
+        "How both engines read tool calls out of the model's text (OpenAI `tools`, every `tool_choice`): auto = the"
+        " model's own (Qwen3.5: qwen3_coder, Qwen3: hermes, Llama 3.x: llama3_json; none known: off, said at synth),"
+        " with auto tool choice on; off = tool requests answer 400",
+        "",
+        parser=TOOL_CALL_PARSER,
+        change=(IN_PLACE, "serveConfigV2: Ray Serve redeploys the application (both engines restart)"),
+        lands=("serve:decode", "serve:prefill"),
+        flip=flip("hermes"),
+    ),
+    SettingSpec(
+        "REASONING_PARSER",
+        "auto",
+        "How both engines split a thinking model's reasoning from its answer (the message's `reasoning` field): auto"
+        " = the model's own (Qwen3.5 and Qwen3: qwen3; none known: off, said at synth); off = the thinking stays in"
+        " `content`",
+        "",
+        parser=REASONING_PARSER,
+        change=(IN_PLACE, "serveConfigV2: Ray Serve redeploys the application (both engines restart)"),
+        lands=("serve:decode", "serve:prefill"),
+        flip=flip("off"),
+    ),
+    SettingSpec(
+        "ENGINE_ARGS",
+        "",
+        'More vLLM arguments for both engines alike, as a JSON object (e.g. {"max_num_seqs": 64}): each a field of'
+        f" vLLM {versions.VLLM_MINOR}'s EngineArgs or FrontendArgs, checked at synth",
+        "a key another setting owns (max_model_len, tensor_parallel_size, kv_transfer_config, the parsers, ...) is"
+        " refused with that setting's name",
+        parser=EngineArgsJson(),
+        change=(IN_PLACE, "serveConfigV2: Ray Serve redeploys the application (both engines restart)"),
+        lands=("serve:decode", "serve:prefill"),
+        flip=flip('{"max_num_seqs": 64}'),
     ),
 )

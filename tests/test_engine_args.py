@@ -29,7 +29,7 @@ def test_the_synthesized_engine_kwargs_are_vllms_own_fields() -> None:
     application = pd_application(settings_for())
     for phase in (application.prefill, application.decode):
         kwargs = phase.engine.to_dict()
-        assert set(kwargs) <= set(vendored()["engine_args"])
+        assert set(kwargs) <= set(vendored()["engine_args"]) | set(vendored()["frontend_args"])
         assert set(kwargs["kv_transfer_config"]) <= set(vendored()["kv_transfer_config"])
 
 
@@ -133,6 +133,15 @@ _OTHER = {"NotServed": ()}
 """
 
 
+FRONTEND = """
+class BaseFrontendArgs:
+    tool_call_parser: str | None = None
+    enable_auto_tool_choice: bool = False
+class FrontendArgs(BaseFrontendArgs):
+    port: int = 8000
+"""
+
+
 def _wheel(tmp_path: Path, extra: dict[str, str] | None = None) -> Path:
     wheel = tmp_path / "vllm-0.26.0-cp38-abi3-manylinux_2_28_x86_64.whl"
     with zipfile.ZipFile(wheel, "w") as archive:
@@ -148,6 +157,9 @@ def _wheel(tmp_path: Path, extra: dict[str, str] | None = None) -> Path:
         for name, text in (extra or {}).items():
             archive.writestr(name, text)
         archive.writestr("vllm/model_executor/models/registry.py", REGISTRY)
+        archive.writestr("vllm/entrypoints/openai/cli_args.py", FRONTEND)
+        archive.writestr("vllm/tool_parsers/__init__.py", '_TOOL_PARSERS_TO_REGISTER = {"hermes": ("h", "H")}\n')
+        archive.writestr("vllm/reasoning/__init__.py", '_REASONING_PARSERS_TO_REGISTER = {"qwen3": ("q", "Q")}\n')
         archive.writestr("vllm/_version.py", "__version__ = version = '0.26.0'\n__commit_id__ = commit_id = 'gabc'\n")
     return wheel
 
@@ -173,6 +185,13 @@ def test_the_vendoring_tool_resolves_vllms_aliases_and_unions(tmp_path: Path) ->
     }
     assert document["kv_transfer_config"]["kv_role"]["values"] == ["kv_producer", "kv_consumer", None]
     assert "gabc" in str(document["source"])
+
+
+def test_the_vendoring_tool_reads_the_frontend_args_and_the_parser_registries(tmp_path: Path) -> None:
+    document = engine_args_document(Source(_wheel(tmp_path)))
+    assert sorted(document["frontend_args"]) == ["enable_auto_tool_choice", "port", "tool_call_parser"]
+    assert list(document["frontend_server_args"]) == ["port"]  # FrontendArgs' own: vLLM's HTTP server
+    assert (document["tool_call_parsers"], document["reasoning_parsers"]) == (["hermes"], ["qwen3"])
 
 
 def test_the_vendoring_tool_lists_the_served_architectures(tmp_path: Path) -> None:
