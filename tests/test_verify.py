@@ -81,6 +81,17 @@ FI_READ_FAILED = (
 )
 BOUNCED = LIBFABRIC + NO_GPUDIRECT + HMEM_RAIL
 ANSWER = {"choices": [{"message": {"role": "assistant", "content": "Hello there, how are you?"}}]}
+TOOL_ANSWER = {
+    "choices": [
+        {
+            "message": {
+                "content": None,
+                "tool_calls": [{"function": {"name": "get_weather", "arguments": '{"city": "Lima"}'}}],
+            }
+        }
+    ]
+}
+JSON_ANSWER = {"choices": [{"message": {"content": '{"city": "Lima", "sunny": true}'}}]}
 # Ray 2.58's metrics agent after two NIXL transfers (tests/data/ray_nixl_metrics_recorder.py recorded it).
 RECORDED_METRICS = (REPO / "tests" / "data" / "ray-2.58-nixl-metrics.txt").read_text()
 
@@ -96,8 +107,11 @@ class Cluster:
         logs: dict[str, str],
         answer: dict[str, Any] | None,
         metrics: tuple[str, ...] = ("", RECORDED_METRICS),
+        tool_answer: dict[str, Any] | None = TOOL_ANSWER,
+        json_answer: dict[str, Any] | None = JSON_ANSWER,
     ) -> None:
         self.ray_service, self.nodes, self.logs, self.answer = ray_service, nodes, logs, answer
+        self.tool_answer, self.json_answer = tool_answer, json_answer
         self.metrics, self.metric_reads = metrics, 0  # the decode worker's metrics: before, then after, the completion
 
     def __call__(self, args: list[str], stdin: str | None = None) -> subprocess.CompletedProcess[str]:
@@ -119,9 +133,17 @@ class Cluster:
         if args[0] == "exec" and "ray-worker" in args:
             return out(self.logs[args[3]])
         if args[0] == "exec" and "ray-head" in args:
+            request = json.loads(args[-1])
+            answer = (
+                self.tool_answer
+                if "tools" in request
+                else self.json_answer
+                if "response_format" in request
+                else self.answer
+            )
             return (
-                out(self.answer)
-                if self.answer
+                out(answer)
+                if answer
                 else subprocess.CompletedProcess(args, 1, "", "urllib.error.HTTPError: HTTP Error 503")
             )
         raise AssertionError(args)
@@ -151,7 +173,7 @@ def _run(cluster: Cluster | None = None, sleep: Any = lambda s: None, **kwargs: 
 
 def test_a_working_deploy_passes_and_reports_its_phases() -> None:
     result = _run()
-    names = ["rayservice", "gpu-nodes", "nixl", "completion", "kv-path", "transfer"]
+    names = ["rayservice", "gpu-nodes", "nixl", "completion", "kv-path", "transfer", "tool-call", "strict-json"]
     assert result.ok and [s.name for s in result.steps] == names
     assert result.phases == {
         "cloudformation_done": 1200.0,
@@ -168,7 +190,7 @@ def test_a_working_deploy_passes_and_reports_its_phases() -> None:
     [
         (
             {"ray_service": _ray_service(False)},
-            {"rayservice", "completion", "kv-path", "transfer"},
+            {"rayservice", "completion", "kv-path", "transfer", "tool-call", "strict-json"},
             "Ready=False (Initializing); qwen DEPLOYING",
         ),
         ({"nodes": [_node("a", 1, 1), _node("b", 1, None)]}, {"gpu-nodes"}, "b has 1 GPU / 0 EFA"),
@@ -195,6 +217,30 @@ def test_a_working_deploy_passes_and_reports_its_phases() -> None:
         ({"logs": {"prefill-0": LIBFABRIC + TCP_RAILS, "decode-0": BOUNCED}}, {"kv-path"}, "prefill-0: TCP"),
         ({"answer": None}, {"completion"}, "HTTP Error 503"),
         ({"answer": {"choices": [{"message": {"content": "  "}}]}}, {"completion"}, "no answer"),
+        ({"tool_answer": {"choices": [{"message": {"content": "It is sunny"}}]}}, {"tool-call"}, "no tool call"),
+        (
+            {
+                "tool_answer": {
+                    "choices": [
+                        {
+                            "message": {
+                                "tool_calls": [{"function": {"name": "get_weather", "arguments": '{"town": "Lima"}'}}]
+                            }
+                        }
+                    ]
+                }
+            },
+            {"tool-call"},
+            "keys ['town'], the schema's ['city']",
+        ),
+        ({"tool_answer": None}, {"tool-call"}, "HTTP Error 503"),
+        (
+            {"json_answer": {"choices": [{"message": {"content": '{"city": "Lima", "sunny": "yes"}'}}]}},
+            {"strict-json"},
+            "sunny is a str",
+        ),
+        ({"json_answer": {"choices": [{"message": {"content": '{"city": "Li'}}]}}, {"strict-json"}, "JSONDecodeError"),
+        ({"json_answer": None}, {"strict-json"}, "HTTP Error 503"),
     ],
 )
 def test_each_failure_names_its_step_and_the_command_to_look_closer(
@@ -383,3 +429,9 @@ def test_the_worker_log_search_finds_the_backend_and_a_failed_registration(tmp_p
     assert backends == {
         "prefill-0": "LIBFABRIC, GPU memory registration failed (Unable to register MR; fi_mr_reg failed)"
     }
+
+
+def test_a_thinking_models_answer_of_reasoning_alone_is_an_answer() -> None:
+    # With REASONING_PARSER, Qwen3.5's first 16 tokens are its thinking: content is null, reasoning holds them.
+    result = _run(answer={"choices": [{"message": {"content": None, "reasoning": "The user wants a greeting"}}]})
+    assert next(s for s in result.steps if s.name == "completion").ok

@@ -51,7 +51,9 @@ from tools.entry import one_line_errors, project_settings
 from tools.kv_transfer import KvWatch
 from tools.verify_steps import (
     GCS_STORAGE_LINE,
+    JSON_REQUEST,
     NOT_READY,
+    TOOL_REQUEST,
     Step,
     check_completion,
     check_endpoint,
@@ -60,6 +62,8 @@ from tools.verify_steps import (
     check_gpu_nodes,
     check_metrics_collector,
     check_nixl,
+    check_strict_json,
+    check_tool_call,
     describe_rayservice,
     engine_series_query,
 )
@@ -165,6 +169,11 @@ def phases(
 
 def _completion(settings: Settings, kubectl: Kubectl) -> tuple[dict[str, Any] | None, str]:
     """One chat completion from the head pod (a Ray pod, so the NetworkPolicies let it reach Serve)."""
+    return _chat(settings, kubectl, {"messages": [{"role": "user", "content": PROMPT}], "max_tokens": 16})
+
+
+def _chat(settings: Settings, kubectl: Kubectl, request: dict[str, Any]) -> tuple[dict[str, Any] | None, str]:
+    """One chat request (the model added) sent from the head pod; its answer, or why there is none."""
     head = kubectl(
         [
             "get",
@@ -179,7 +188,7 @@ def _completion(settings: Settings, kubectl: Kubectl) -> tuple[dict[str, Any] | 
     )
     if head.returncode != 0 or not head.stdout.strip():
         return None, "no head pod"
-    body = json.dumps({"model": settings.model_id, "messages": [{"role": "user", "content": PROMPT}], "max_tokens": 16})
+    body = json.dumps({"model": settings.model_id, **request})
     # SERVE_API_KEYS=on: the pod's own key file (the CSI mount), read inside the pod: no key leaves it.
     auth = (
         f"headers['Authorization'] = 'Bearer ' + next(iter(json.load(open('{API_KEYS_DIR}/{KEYS_FILE}')).values())); "
@@ -301,6 +310,10 @@ def verify(
     result.steps.append(check_completion(settings, answer, error))
     result.steps += watch.steps(sleep=sleep)
     result.kv = watch.report
+    # What agent frameworks send: a tool call and a strict JSON schema, each held to its schema.
+    for check, request in ((check_tool_call, TOOL_REQUEST), (check_strict_json, JSON_REQUEST)):
+        answer, error = _chat(settings, kubectl, request) if ready else (None, NOT_READY)
+        result.steps.append(check(settings, answer, error))
     if settings.serve_endpoint.exposed:
         got = (
             (endpoint_probe or (lambda: _probe_endpoint(settings, kubectl)))() if ready else Probe(0, 0, "", NOT_READY)

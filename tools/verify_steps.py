@@ -130,7 +130,9 @@ def check_gcs_store(settings: Settings, head: dict[str, Any] | None, storage_lin
 
 def check_completion(settings: Settings, answer: dict[str, Any] | None, error: str) -> Step:
     try:
-        text = str(answer["choices"][0]["message"]["content"]).strip() if answer else ""
+        message = answer["choices"][0]["message"] if answer else {}
+        # A thinking model's 16 tokens may be reasoning alone (REASONING_PARSER keeps it out of the content).
+        text = str(message.get("content") or message.get("reasoning") or message.get("reasoning_content") or "").strip()
     except (KeyError, IndexError, TypeError):
         text = ""
     ok = bool(text)
@@ -212,3 +214,95 @@ def check_endpoint(settings: Settings, got: Probe) -> Step:
         detail,
         "" if got.ok else f"kubectl describe ingress -n {settings.namespace} {ingress_name(settings)}",
     )
+
+
+# The application requests make verify sends after the completion. Thinking is off where the template knows the switch
+# (Qwen's): a thinking model's grammar starts only once its reasoning ends, and 128 tokens may not reach it.
+WEATHER_TOOL: dict[str, Any] = {
+    "type": "function",
+    "function": {
+        "name": "get_weather",
+        "description": "The current weather in a city",
+        "parameters": {
+            "type": "object",
+            "properties": {"city": {"type": "string"}},
+            "required": ["city"],
+            "additionalProperties": False,
+        },
+    },
+}
+NO_THINKING: dict[str, Any] = {"chat_template_kwargs": {"enable_thinking": False}}
+TOOL_REQUEST: dict[str, Any] = {
+    "messages": [{"role": "user", "content": "What is the weather in Lima?"}],
+    "tools": [WEATHER_TOOL],
+    "tool_choice": {"type": "function", "function": {"name": "get_weather"}},
+    "max_tokens": 128,
+    **NO_THINKING,
+}
+JSON_REQUEST: dict[str, Any] = {
+    "messages": [{"role": "user", "content": "Is it sunny in Lima? Answer as JSON."}],
+    "response_format": {
+        "type": "json_schema",
+        "json_schema": {
+            "name": "weather",
+            "strict": True,
+            "schema": {
+                "type": "object",
+                "properties": {"city": {"type": "string"}, "sunny": {"type": "boolean"}},
+                "required": ["city", "sunny"],
+                "additionalProperties": False,
+            },
+        },
+    },
+    "max_tokens": 128,
+    **NO_THINKING,
+}
+SERVING_API_DOC = "docs/serving-api.md"
+
+
+def _object_with(value: Any, kinds: dict[str, type]) -> str:
+    """ "" when value is a JSON object holding exactly these keys with these types, else what is wrong."""
+    if not isinstance(value, dict):
+        return f"not a JSON object: {json.dumps(value)[:80]}"
+    if set(value) != set(kinds):
+        return f"keys {sorted(value)}, the schema's {sorted(kinds)}"
+    wrong = [key for key, kind in kinds.items() if not isinstance(value[key], kind)]
+    return f"{wrong[0]} is a {type(value[wrong[0]]).__name__}" if wrong else ""
+
+
+def _application_look(settings: Settings) -> str:
+    return (
+        f"{SERVING_API_DOC} (what the endpoint serves through PD, and the engines' settings); the decode worker's"
+        f" log: {worker_logs(settings)} | grep -E 'grammar rejected|Failed to advance FSM|tool'"
+    )
+
+
+def check_tool_call(settings: Settings, answer: dict[str, Any] | None, error: str) -> Step:
+    """A named tool_choice: one call of that tool, its arguments JSON that the tool's schema takes."""
+    call: dict[str, Any] = {}
+    try:
+        calls = (answer["choices"][0]["message"].get("tool_calls") or []) if answer else []
+        call = calls[0]["function"] if calls else {}
+        problem = "" if calls else f"no tool call: {error or json.dumps(answer)[:200]}"
+        if call and call.get("name") != "get_weather":
+            problem = f"a call of {call.get('name')!r}"
+        elif call:
+            problem = _object_with(json.loads(call.get("arguments") or "null"), {"city": str})
+    except (KeyError, IndexError, TypeError, ValueError) as failure:
+        problem = f"an answer of another shape ({type(failure).__name__}): {json.dumps(answer)[:160]}"
+    detail = problem or f"get_weather({call.get('arguments')})"
+    return Step("tool-call", not problem, detail, "" if not problem else _application_look(settings))
+
+
+def check_strict_json(settings: Settings, answer: dict[str, Any] | None, error: str) -> Step:
+    """A strict json_schema response_format: the content is JSON that the schema takes."""
+    content = None
+    try:
+        content = answer["choices"][0]["message"].get("content") if answer else None
+        problem = f"no answer: {error or json.dumps(answer)[:200]}" if content is None else ""
+        if not problem:
+            problem = _object_with(json.loads(str(content)), {"city": str, "sunny": bool})
+    except (KeyError, IndexError, TypeError, ValueError) as failure:
+        problem = f"not the schema's JSON ({type(failure).__name__}): {json.dumps(answer)[:160]}"
+    detail = problem or str(content)[:80]
+    return Step("strict-json", not problem, detail, "" if not problem else _application_look(settings))

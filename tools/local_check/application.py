@@ -9,6 +9,7 @@ import time
 from dataclasses import asdict, replace
 from typing import Any
 
+from tools.local_check import conformance
 from tools.local_check.client import check_routes, nixl_lines, pd_answer, run_bench, wait_ready
 from tools.local_check.cluster import LocalCluster
 from tools.local_check.compare import figure
@@ -91,6 +92,51 @@ def _deploy_failed(name: str) -> str:
     return (message or status) if status == "DEPLOY_FAILED" else ""
 
 
+def deploy(
+    report: Report,
+    prefix: str,
+    mode: str,
+    config: dict[str, Any],
+    plan: dict[str, Any],
+    engine: Engine,
+    base: str,
+    key: str | None,
+    ready_timeout: float,
+) -> bool:
+    """Deploy one application and wait until it answers; a deploy step either way."""
+    from ray import serve
+    from ray._common.utils import import_attr
+    from ray.serve._private.api import call_user_app_builder_with_args_if_necessary
+
+    application = config["applications"][0]
+    import_path = engine.app_import_path(application["import_path"])
+    if import_path != application["import_path"]:
+        report.changes.append(
+            Change(f"{prefix}import_path", application["import_path"], import_path, "the stand-in engine of the tests")
+        )
+    app = call_user_app_builder_with_args_if_necessary(import_attr(import_path), application["args"])
+    started = time.monotonic()
+    # serve.run waits for RUNNING without a limit (Ray 2.58: timeout_s=-1); deploy, then wait with ours.
+    serve._run(app, _blocking=False, name=application["name"], route_prefix=application.get("route_prefix", "/"))
+    try:
+        wait_ready(
+            base,
+            plan["model"]["id"],
+            key,
+            ready_timeout,
+            failed=lambda: _deploy_failed(application["name"]),
+            running=lambda: _app_status(application["name"])[0] == "RUNNING",
+        )
+    except (TimeoutError, RuntimeError) as error:
+        report.add(f"{prefix}deploy", False, str(error))
+        return False
+    report.facts.setdefault("ready_s", {})[mode] = round(time.monotonic() - started, 1)
+    report.add(
+        f"{prefix}deploy", True, f"{application['name']} running {time.monotonic() - started:.0f} s after serve.run"
+    )
+    return True
+
+
 def check_application(
     report: Report,
     mode: str,
@@ -107,37 +153,9 @@ def check_application(
 ) -> None:
     """Deploy one application (PD, or the collocated replicas) and check it: routes, parity, NIXL (PD), the
     benchmark."""
-    from ray import serve
-    from ray._common.utils import import_attr
-    from ray.serve._private.api import call_user_app_builder_with_args_if_necessary
-
     prefix = "" if mode == "pd" else f"{mode}: "
-    application = config["applications"][0]
-    import_path = engine.app_import_path(application["import_path"])
-    if import_path != application["import_path"]:
-        report.changes.append(
-            Change(f"{prefix}import_path", application["import_path"], import_path, "the stand-in engine of the tests")
-        )
-    app = call_user_app_builder_with_args_if_necessary(import_attr(import_path), application["args"])
-    started = time.monotonic()
-    # serve.run waits for RUNNING without a limit (Ray 2.58: timeout_s=-1); deploy, then wait with ours.
-    serve._run(app, _blocking=False, name=application["name"], route_prefix=application.get("route_prefix", "/"))
-    try:
-        wait_ready(
-            base,
-            plan["model"]["id"],
-            key,
-            args.ready_timeout,
-            failed=lambda: _deploy_failed(application["name"]),
-            running=lambda: _app_status(application["name"])[0] == "RUNNING",
-        )
-    except (TimeoutError, RuntimeError) as error:
-        report.add(f"{prefix}deploy", False, str(error))
+    if not deploy(report, prefix, mode, config, plan, engine, base, key, args.ready_timeout):
         return
-    report.facts.setdefault("ready_s", {})[mode] = round(time.monotonic() - started, 1)
-    report.add(
-        f"{prefix}deploy", True, f"{application['name']} running {time.monotonic() - started:.0f} s after serve.run"
-    )
     check_routes(report, base, plan["model"]["id"], key, prefix=prefix)
     if mode == "pd":
         _check_pd(
@@ -264,3 +282,33 @@ def _check_pd(
         + (f"; others: {wrong}" if wrong else "")
         + f"; {len(plans)} transfer plan line(s)",
     )
+
+
+def check_conformance(
+    report: Report,
+    pd_config: dict[str, Any],
+    lone_config: dict[str, Any],
+    plan: dict[str, Any],
+    engine: Engine,
+    cluster: LocalCluster,
+    base: str,
+    key: str | None,
+    ready_timeout: float,
+    vocab: int,
+) -> None:
+    """The requests applications send, through the running PD application, then through the lone engine deployed in
+    its place; a step per row (tools/local_check/conformance.py)."""
+    from ray import serve
+
+    texts = "\n".join(path.read_text(errors="replace") for path in sorted(cluster.log_dir().glob("worker-*")))
+    all_cases = conformance.cases(plan["model"]["id"], block_size(texts), vocab)
+    pd = conformance.observe(base, all_cases, key, conformance.LogWatch(cluster.log_dir()))
+    serve.delete(pd_config["applications"][0]["name"])
+    if not deploy(report, "lone: ", "lone", lone_config, plan, engine, base, key, ready_timeout):
+        return
+    lone = conformance.observe(base, all_cases, key, conformance.LogWatch(cluster.log_dir()))
+    serve.delete(lone_config["applications"][0]["name"])
+    rows = conformance.judge(all_cases, pd, lone)
+    report.facts["conformance"] = [asdict(row) for row in rows]
+    for row in rows:
+        report.add(f"conformance: {row.name}", row.ok, row.detail)

@@ -97,7 +97,9 @@ def check_routes(report: Report, base: str, model_id: str, key: str | None, *, p
         "temperature": 0,
     }
     status, body = http("POST", f"{base}/v1/chat/completions", chat, key=key)
-    content = body["choices"][0]["message"]["content"] if status == 200 and isinstance(body, dict) else ""
+    message = body["choices"][0]["message"] if status == 200 and isinstance(body, dict) else {}
+    # A thinking model's answer may be reasoning alone (REASONING_PARSER moves it out of the content).
+    content = message.get("content") or message.get("reasoning") or message.get("reasoning_content") or ""
     report.add(
         f"{prefix}POST /v1/chat/completions",
         status == 200 and bool(content),

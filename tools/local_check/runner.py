@@ -11,6 +11,8 @@ RayCluster and record whether it works. Steps, each a line of the result:
               decode engine's transfer plan
   bench       the benchmark Job's own `vllm bench serve` runs (long and short streams)
   memory      each phase's memory report against the fit check's prediction
+  conformance what applications send (tools, reasoning, strict JSON, n, shared prefixes, bad requests), through PD
+              and then through the lone engine in its place, a row each (tools/local_check/conformance.py)
 
 One JSON file and one PNG per run (--output-dir); exit 0 only when every step held.
 """
@@ -30,7 +32,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from k8s_constructs.ray_facts import SERVE_PORT
-from tools.local_check.application import check_application
+from tools.local_check.application import check_application, check_conformance
 from tools.local_check.client import parity_prompts
 from tools.local_check.cluster import CLUSTER_CHANGES, RAY_CHANGES, LocalCluster, worker_env
 from tools.local_check.compare import RESULT_FILE, compare_modes, write_outputs
@@ -53,6 +55,7 @@ from tools.local_check.shape import (
     cluster_shape,
     collocated_config,
     gpu_assignment,
+    lone_config,
     patch_api_keys,
     patch_serve_config,
     reference_engine_kwargs,
@@ -240,6 +243,19 @@ def run(args: argparse.Namespace, engine: Engine) -> Report:
             )
             if len(modes) > 1:
                 serve.delete(configs[mode]["applications"][0]["name"])
+        if args.conformance and modes == ("pd",) and any(s.name == "deploy" and s.ok for s in report.steps):
+            check_conformance(
+                report,
+                patched,
+                lone_config(patched, shape),
+                plan,
+                engine,
+                cluster,
+                base,
+                key,
+                args.ready_timeout,
+                vocab,
+            )
         if len(modes) > 1:
             report.facts["comparison"] = compare_modes(report.bench)
     except Exception as error:
@@ -332,6 +348,12 @@ def main(argv: list[str] | None = None) -> int:
         dest="nixl_exporter",
         action="store_false",
         help="leave NIXL's Prometheus exporter off: the transfer step then counts transfers but not their bytes",
+    )
+    parser.add_argument(
+        "--no-conformance",
+        dest="conformance",
+        action="store_false",
+        help="leave out the conformance step (the requests applications send, through PD and the lone engine)",
     )
     parser.add_argument("--engine", default="vllm", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)

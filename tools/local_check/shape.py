@@ -174,6 +174,15 @@ def collocated_config(config: dict[str, Any], shape: ClusterShape) -> dict[str, 
     return {**config, "applications": [{**application, "import_path": COLLOCATED_IMPORT_PATH, "args": args}]}
 
 
+def lone_config(config: dict[str, Any], shape: ClusterShape) -> dict[str, Any]:
+    """One ordinary replica of the decode phase's engine behind the same ingress: the conformance step's lone engine,
+    named apart from the PD application."""
+    lone = collocated_config(config, shape)
+    application = lone["applications"][0]
+    application["args"]["llm_configs"][0]["deployment_config"] = {"num_replicas": 1}
+    return {**lone, "applications": [{**application, "name": f"{application['name']}-lone"}]}
+
+
 def accelerator_resources(config: dict[str, Any], host: Host) -> tuple[dict[str, float], list[Change]]:
     """Ray Serve LLM adds `accelerator_type:<GPU>: 0.001` to every bundle of a phase that names its GPU; a host with
     another GPU lacks that resource, so every worker node advertises the deployed one as well."""

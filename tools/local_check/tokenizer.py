@@ -10,11 +10,26 @@ import json
 from pathlib import Path
 from typing import Any
 
+# ChatML as Qwen3.5's own template writes it where the reasoning and tool-call parsers look: the tools in a system
+# turn, and the assistant's turn opened with <think> (or an empty think block with enable_thinking false), so that
+# vLLM's qwen3 parsers and the structured-output gate see the same token sequences as with the model's tokenizer.
 CHAT_TEMPLATE = (
-    "{% for message in messages %}<|im_start|>{{ message['role'] }}\n{{ message['content'] }}<|im_end|>\n{% endfor %}"
-    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+    "{% if tools %}<|im_start|>system\n"
+    "{% if messages and messages[0]['role'] == 'system' %}{{ messages[0]['content'] }}\n\n{% endif %}"
+    "# Tools\n<tools>\n{% for tool in tools %}{{ tool | tojson }}\n{% endfor %}</tools><|im_end|>\n{% endif %}"
+    "{% for message in messages %}"
+    "{% if not (tools and loop.first and message['role'] == 'system') %}"
+    "<|im_start|>{{ message['role'] }}\n{{ message['content'] if message['content'] is string else '' }}"
+    "{% if message.tool_calls %}{% for call in message.tool_calls %}<tool_call>\n{{ call.function | tojson }}"
+    "\n</tool_call>{% endfor %}{% endif %}<|im_end|>\n"
+    "{% endif %}{% endfor %}"
+    "{% if add_generation_prompt %}<|im_start|>assistant\n"
+    "{% if enable_thinking is defined and enable_thinking is false %}<think>\n\n</think>\n\n"
+    "{% else %}<think>\n{% endif %}{% endif %}"
 )
 SPECIAL = ("<|endoftext|>", "<|im_start|>", "<|im_end|>")
+# Added tokens that are text, not control (Qwen's tokenizer marks them special: false): the parsers find them by id.
+MARKERS = ("<think>", "</think>", "<tool_call>", "</tool_call>")
 
 
 def _byte_alphabet() -> list[str]:
@@ -46,7 +61,7 @@ def tokenizer_files(vocab_size: int) -> dict[str, Any]:
         + [alphabet[b] for b in range(ord("A"), ord("Z") + 1)]
         + [alphabet[ord(" ")]]
     )
-    room = vocab_size - len(SPECIAL)
+    room = vocab_size - len(SPECIAL) - len(MARKERS)
     # Two-symbol then three-symbol tokens over the byte alphabet, in a fixed order, until the vocabulary is full.
     for first in alphabet:
         for second in alphabet:
@@ -64,7 +79,7 @@ def tokenizer_files(vocab_size: int) -> dict[str, Any]:
                 merges.append([pair, third])
     next_id = len(vocab)
     added = []
-    for offset, content in enumerate(SPECIAL):
+    for offset, content in enumerate(SPECIAL + MARKERS):
         added.append(
             {
                 "id": next_id + offset,
@@ -73,7 +88,7 @@ def tokenizer_files(vocab_size: int) -> dict[str, Any]:
                 "lstrip": False,
                 "rstrip": False,
                 "normalized": False,
-                "special": True,
+                "special": content in SPECIAL,
             }
         )
     tokenizer = {
