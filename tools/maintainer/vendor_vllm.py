@@ -2,8 +2,10 @@
 
 Writes, from the wheel's source read as text (no import: vLLM needs torch and a GPU stack):
 - settings/data/vllm_0_26_engine_args.json: every field of `EngineArgs` and `AsyncEngineArgs`
-  (vllm/engine/arg_utils.py) and of `KVTransferConfig` (vllm/config/kv_transfer.py), with the JSON kinds its
-  annotation admits, which settings/engine_args.py checks each phase's engine_kwargs against;
+  (vllm/engine/arg_utils.py), of `BaseFrontendArgs` and `FrontendArgs` (vllm/entrypoints/openai/cli_args.py: Ray
+  Serve LLM hands these to vLLM's OpenAI serving) and of `KVTransferConfig` (vllm/config/kv_transfer.py), with the
+  JSON kinds its annotation admits, which settings/engine_args.py checks each phase's engine_kwargs against; and the
+  names of vLLM's tool-call and reasoning parsers (vllm/tool_parsers/__init__.py, vllm/reasoning/__init__.py);
 - settings/data/vllm_0_26_architectures.txt: the model architectures vLLM serves (the keys of
   _TEXT_GENERATION_MODELS and _MULTIMODAL_MODELS in vllm/model_executor/models/registry.py).
 
@@ -25,7 +27,17 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from settings.engine_args import ANY, ENGINE_ARGS_FILE, ENGINE_TABLE, JSON_KINDS, NESTED, json_kind
+from settings.engine_args import (
+    ANY,
+    ENGINE_ARGS_FILE,
+    ENGINE_TABLE,
+    FRONTEND_SERVER_TABLE,
+    FRONTEND_TABLE,
+    JSON_KINDS,
+    NESTED,
+    PARSER_TABLES,
+    json_kind,
+)
 from settings.model_facts import VLLM_ARCHITECTURES_FILE
 from settings.versions import VLLM_VERSION
 
@@ -34,6 +46,14 @@ KV_TRANSFER = "vllm/config/kv_transfer.py"  # where the nested kv_transfer_confi
 NESTED_TABLE, NESTED_OWNER = NESTED["kv_transfer_config"]
 REGISTRY = "vllm/model_executor/models/registry.py"
 ENGINE_CLASSES = ("EngineArgs", "AsyncEngineArgs")
+FRONTEND_ARGS = "vllm/entrypoints/openai/cli_args.py"
+# BaseFrontendArgs holds what vLLM's OpenAI serving reads; FrontendArgs adds its own HTTP server's options.
+FRONTEND_BASE, FRONTEND_CLASS = "BaseFrontendArgs", "FrontendArgs"
+# Each parser table's module and the module-level dict whose keys are the registered names.
+PARSER_REGISTRIES = {
+    "tool_call_parsers": ("vllm/tool_parsers/__init__.py", "_TOOL_PARSERS_TO_REGISTER"),
+    "reasoning_parsers": ("vllm/reasoning/__init__.py", "_REASONING_PARSERS_TO_REGISTER"),
+}
 ARCHITECTURE_TABLES = ("_TEXT_GENERATION_MODELS", "_MULTIMODAL_MODELS")
 
 # JSON kinds: what a value in a YAML/JSON serve config can be.
@@ -184,6 +204,14 @@ class Source:
             raise SystemExit(f"{path} of {self.wheel.name} has no class {', '.join(sorted(wanted))}")
         return dict(sorted(found.items()))
 
+    def registered(self, path: str, table: str) -> list[str]:
+        """The keys of a module-level dict of names (a parser registry)."""
+        for node in self.module(path).body:
+            assigned = _assigned(node)
+            if assigned and assigned[0] == table and isinstance(assigned[1], ast.Dict):
+                return sorted(str(key.value) for key in assigned[1].keys if isinstance(key, ast.Constant))
+        raise SystemExit(f"{path} of {self.wheel.name} has no {table}")
+
     def architectures(self) -> list[str]:
         names: set[str] = set()
         for node in self.module(REGISTRY).body:
@@ -226,11 +254,16 @@ def engine_args_document(source: Source) -> dict[str, object]:
     return {
         "source": (
             f"{source.wheel.name} (vLLM {source.version()}, commit {source.commit()}): {ARG_UTILS} "
-            f"{' and '.join(ENGINE_CLASSES)}, {KV_TRANSFER} {NESTED_OWNER}; written by `make vendor-vllm`"
+            f"{' and '.join(ENGINE_CLASSES)}, {FRONTEND_ARGS} {FRONTEND_BASE} and {FRONTEND_CLASS}, {KV_TRANSFER}"
+            f" {NESTED_OWNER}, the parser registries of {' and '.join(p for p, _ in PARSER_REGISTRIES.values())};"
+            " written by `make vendor-vllm`"
         ),
         "license": "Apache-2.0 (vLLM); field names and annotations only",
         ENGINE_TABLE: source.fields(ARG_UTILS, ENGINE_CLASSES),
+        FRONTEND_TABLE: source.fields(FRONTEND_ARGS, (FRONTEND_BASE, FRONTEND_CLASS)),
+        FRONTEND_SERVER_TABLE: source.fields(FRONTEND_ARGS, (FRONTEND_CLASS,)),
         NESTED_TABLE: source.fields(KV_TRANSFER, (NESTED_OWNER,)),
+        **{name: source.registered(*PARSER_REGISTRIES[name]) for name in PARSER_TABLES},
     }
 
 
