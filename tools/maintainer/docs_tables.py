@@ -54,6 +54,11 @@ PAGES: tuple[tuple[str, str, str], ...] = (
         "endpoint.md",
         "a load balancer with TLS and API keys (`SERVE_EXPOSURE`), `make endpoint`, `make api-key`",
     ),
+    (
+        "What the endpoint serves",
+        "serving-api.md",
+        "the OpenAI API field by field through PD, tool calls and reasoning, and what PD refuses on this image",
+    ),
     ("Changing a deployed stack", "day2.md", "what each setting does to a deployed stack, and the procedures"),
     ("Settings", "settings.md", "every setting, its default and what is allowed"),
     ("The model", "models.md", "the fit and serveability checks, and what fits each GPU type"),
