@@ -8,9 +8,10 @@ alone. HTTPS only with a TLS 1.3/1.2 policy; the health check is Serve's own /-/
 before any application route (no key); an idle timeout and a deregistration delay as long as the longest response.
 
 The keys: one Secrets Manager secret (a JSON object of name -> key) read by the Secrets Store CSI driver with the
-Ray pods' EKS Pod Identity and mounted as a file on every Ray pod (an ingress replica may run on any of them); the
-ingress module (data/serve_auth_ingress.py) is a ConfigMap mounted beside it. Neither a template nor a manifest holds
-a key: they name the secret.
+Ray pods' EKS Pod Identity and mounted as a file on every Ray pod (an ingress replica may run on any of them). The
+ingress modules (data/serve_pd_guard.py and data/serve_auth_ingress.py) are a ConfigMap mounted on every Ray pod in
+every configuration (the PD guard is always the ingress). Neither a template nor a manifest holds a key: they name
+the secret.
 """
 
 from __future__ import annotations
@@ -36,7 +37,7 @@ from imports.io.ray import (
     RayServiceSpecRayClusterConfigWorkerGroupSpecsTemplateSpecVolumesCsi,
 )
 from k8s_constructs.ray_facts import SERVE_PORT
-from k8s_constructs.serve_config import API_KEYS_DIR, AUTH_MODULE_DIR, AUTH_MODULE_FILE
+from k8s_constructs.serve_config import API_KEYS_DIR, INGRESS_MODULE_DIR, INGRESS_MODULE_FILES
 from k8s_constructs.synced_secrets import CSI_DRIVER
 from settings import Settings
 from settings.endpoint import deregistration_delay_s, idle_timeout_s
@@ -45,7 +46,9 @@ INGRESS_CLASS: Final = "alb"  # the controller chart's IngressClass (stacks/addo
 HEALTH_PATH: Final = "/-/healthz"  # Ray Serve's proxy answers it itself (ray/serve/_private/proxy_request_response.py)
 # A TLS 1.3 and 1.2 policy of Elastic Load Balancing (docs: "Security policies for your Application Load Balancer").
 TLS_POLICY: Final = "ELBSecurityPolicy-TLS13-1-2-Res-PQ-2025-09"
-AUTH_CONFIG_MAP: Final = "serve-auth-ingress"
+# The ingress modules' volume keeps the name it had when the API-key module was their only file; their ConfigMap is
+# one per RayService (it is in the RayService's manifest: a rename adds the new one before it deletes the old one).
+AUTH_CONFIG_MAP_SUFFIX: Final = "serve-ingress"
 KEYS_PROVIDER_CLASS: Final = "serve-api-keys"
 KEYS_FILE: Final = "api-keys.json"
 AUTH_MODULE_VOLUME: Final = "serve-auth-ingress"
@@ -209,9 +212,25 @@ class ServeIngress(Construct):
         )
 
 
+class IngressModules(Construct):
+    """The ingress modules' ConfigMap (INGRESS_MODULE_FILES), in every configuration."""
+
+    def __init__(self, scope: Construct, construct_id: str, *, settings: Settings) -> None:
+        super().__init__(scope, construct_id)
+        self.config_map = kplus.ConfigMap(
+            self,
+            "Module",
+            metadata=cdk8s.ApiObjectMetadata(
+                name=module_config_map(settings.ray_service_name), namespace=settings.namespace
+            ),
+        )
+        for module in INGRESS_MODULE_FILES:
+            self.config_map.add_data(module.name, module.read_text())
+
+
 class ApiKeyObjects(Construct):
-    """The ingress module's ConfigMap and the keys' SecretProviderClass (mounted as files, not synced to a Secret);
-    `head_account`: the head's ServiceAccount (its Pod Identity reads the keys) when nothing else makes it."""
+    """The keys' SecretProviderClass (mounted as files, not synced to a Secret); `head_account`: the head's
+    ServiceAccount (its Pod Identity reads the keys) when nothing else makes it."""
 
     def __init__(
         self,
@@ -223,10 +242,6 @@ class ApiKeyObjects(Construct):
         head_account: str | None = None,
     ) -> None:
         super().__init__(scope, construct_id)
-        self.module = kplus.ConfigMap(
-            self, "Module", metadata=cdk8s.ApiObjectMetadata(name=AUTH_CONFIG_MAP, namespace=settings.namespace)
-        )
-        self.module.add_data(AUTH_MODULE_FILE.name, AUTH_MODULE_FILE.read_text())
         objects = [{"objectName": refs.keys_secret_arn, "objectType": "secretsmanager", "objectAlias": KEYS_FILE}]
         self.provider_class = cdk8s.ApiObject(
             self,
@@ -256,10 +271,18 @@ class ApiKeyObjects(Construct):
             )
 
 
-def pod_volumes() -> list[dict[str, Any]]:
-    """The two volumes every Ray pod mounts with API keys on (as Kubernetes JSON; each group's typed class takes it)."""
+def module_config_map(ray_service_name: str) -> str:
+    return f"{ray_service_name}-{AUTH_CONFIG_MAP_SUFFIX}"
+
+
+def pod_volumes(ray_service_name: str, api_keys: bool) -> list[dict[str, Any]]:
+    """The volumes every Ray pod mounts: the ingress modules, and the keys with API keys on (as Kubernetes JSON; each
+    group's typed class takes it)."""
+    module = {"name": AUTH_MODULE_VOLUME, "configMap": {"name": module_config_map(ray_service_name)}}
+    if not api_keys:
+        return [module]
     return [
-        {"name": AUTH_MODULE_VOLUME, "configMap": {"name": AUTH_CONFIG_MAP}},
+        module,
         {
             "name": KEYS_VOLUME,
             "csi": {
@@ -271,75 +294,67 @@ def pod_volumes() -> list[dict[str, Any]]:
     ]
 
 
-def pod_mounts() -> list[dict[str, Any]]:
-    return [
-        {"name": AUTH_MODULE_VOLUME, "mountPath": AUTH_MODULE_DIR, "readOnly": True},
-        {"name": KEYS_VOLUME, "mountPath": API_KEYS_DIR, "readOnly": True},
-    ]
+def pod_mounts(api_keys: bool) -> list[dict[str, Any]]:
+    module = {"name": AUTH_MODULE_VOLUME, "mountPath": INGRESS_MODULE_DIR, "readOnly": True}
+    return [module, {"name": KEYS_VOLUME, "mountPath": API_KEYS_DIR, "readOnly": True}] if api_keys else [module]
 
 
-# --- SERVE_API_KEYS: the ingress module and the keys on every Ray pod (an ingress replica may run on any) -------------
+# --- The ingress modules (always) and SERVE_API_KEYS' keys on every Ray pod (an ingress replica may run on any) -------
 
 
 def head_key_volumes(s: Settings) -> list[RayServiceSpecRayClusterConfigHeadGroupSpecTemplateSpecVolumes]:
-    if not s.serve_endpoint.api_keys:
-        return []
-    module, keys = pod_volumes()
     return [
         RayServiceSpecRayClusterConfigHeadGroupSpecTemplateSpecVolumes(
-            name=module["name"],
+            name=v["name"],
             config_map=RayServiceSpecRayClusterConfigHeadGroupSpecTemplateSpecVolumesConfigMap(
-                name=module["configMap"]["name"]
+                name=v["configMap"]["name"]
             ),
-        ),
-        RayServiceSpecRayClusterConfigHeadGroupSpecTemplateSpecVolumes(
-            name=keys["name"],
+        )
+        if "configMap" in v
+        else RayServiceSpecRayClusterConfigHeadGroupSpecTemplateSpecVolumes(
+            name=v["name"],
             csi=RayServiceSpecRayClusterConfigHeadGroupSpecTemplateSpecVolumesCsi(
-                driver=keys["csi"]["driver"], read_only=True, volume_attributes=keys["csi"]["volumeAttributes"]
+                driver=v["csi"]["driver"], read_only=True, volume_attributes=v["csi"]["volumeAttributes"]
             ),
-        ),
+        )
+        for v in pod_volumes(s.ray_service_name, s.serve_endpoint.api_keys)
     ]
 
 
 def head_key_mounts(s: Settings) -> list[RayServiceSpecRayClusterConfigHeadGroupSpecTemplateSpecContainersVolumeMounts]:
-    if not s.serve_endpoint.api_keys:
-        return []
     return [
         RayServiceSpecRayClusterConfigHeadGroupSpecTemplateSpecContainersVolumeMounts(
             name=m["name"], mount_path=m["mountPath"], read_only=True
         )
-        for m in pod_mounts()
+        for m in pod_mounts(s.serve_endpoint.api_keys)
     ]
 
 
 def worker_key_volumes(s: Settings) -> list[RayServiceSpecRayClusterConfigWorkerGroupSpecsTemplateSpecVolumes]:
-    if not s.serve_endpoint.api_keys:
-        return []
-    module, keys = pod_volumes()
     return [
         RayServiceSpecRayClusterConfigWorkerGroupSpecsTemplateSpecVolumes(
-            name=module["name"],
+            name=v["name"],
             config_map=RayServiceSpecRayClusterConfigWorkerGroupSpecsTemplateSpecVolumesConfigMap(
-                name=module["configMap"]["name"]
+                name=v["configMap"]["name"]
             ),
-        ),
-        RayServiceSpecRayClusterConfigWorkerGroupSpecsTemplateSpecVolumes(
-            name=keys["name"],
+        )
+        if "configMap" in v
+        else RayServiceSpecRayClusterConfigWorkerGroupSpecsTemplateSpecVolumes(
+            name=v["name"],
             csi=RayServiceSpecRayClusterConfigWorkerGroupSpecsTemplateSpecVolumesCsi(
-                driver=keys["csi"]["driver"], read_only=True, volume_attributes=keys["csi"]["volumeAttributes"]
+                driver=v["csi"]["driver"], read_only=True, volume_attributes=v["csi"]["volumeAttributes"]
             ),
-        ),
+        )
+        for v in pod_volumes(s.ray_service_name, s.serve_endpoint.api_keys)
     ]
 
 
 def worker_key_mounts(
     s: Settings,
 ) -> list[RayServiceSpecRayClusterConfigWorkerGroupSpecsTemplateSpecContainersVolumeMounts]:
-    if not s.serve_endpoint.api_keys:
-        return []
     return [
         RayServiceSpecRayClusterConfigWorkerGroupSpecsTemplateSpecContainersVolumeMounts(
             name=m["name"], mount_path=m["mountPath"], read_only=True
         )
-        for m in pod_mounts()
+        for m in pod_mounts(s.serve_endpoint.api_keys)
     ]

@@ -117,6 +117,9 @@ class PdRayServiceChart(cdk8s.Chart):
             )
             self.gcs_store_objects.node.add_dependency(self.namespace_object)
 
+        # The ingress modules every configuration's ingress imports (the PD guard, and the API-key ingress over it).
+        self.ingress_modules = endpoint.IngressModules(self, "IngressModules", settings=s)
+        self.ingress_modules.node.add_dependency(self.namespace_object)
         if s.serve_endpoint.api_keys:
             # With the GCS store the head's ServiceAccount is among its objects; without, among the keys'.
             head_account = gcs_ft.head_service_account(s.ray_service_name) if store is None else None

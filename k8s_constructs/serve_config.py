@@ -196,12 +196,17 @@ class PhaseConfig:
         return config
 
 
-# The API-key ingress (k8s_constructs/data/serve_auth_ingress.py): a module of its own that reaches the Ray pods as a
-# ConfigMap mounted on AUTH_MODULE_DIR, which the application's runtime_env puts first on PYTHONPATH (Ray expands
-# ${PYTHONPATH} to the image's own); the keys are files in API_KEYS_DIR (the Secrets Store CSI driver's mount).
+# The ingress modules (k8s_constructs/data/): the PD guard (serve_pd_guard.py, always) and the API-key ingress over it
+# (serve_auth_ingress.py, SERVE_API_KEYS), modules of their own that reach the Ray pods as one ConfigMap mounted on
+# INGRESS_MODULE_DIR, which the application's runtime_env puts first on PYTHONPATH (Ray expands ${PYTHONPATH} to the
+# image's own); the keys are files in API_KEYS_DIR (the Secrets Store CSI driver's mount).
+GUARD_MODULE_FILE: Final = Path(__file__).parent / "data" / "serve_pd_guard.py"
 AUTH_MODULE_FILE: Final = Path(__file__).parent / "data" / "serve_auth_ingress.py"
+INGRESS_MODULE_FILES: Final = (GUARD_MODULE_FILE, AUTH_MODULE_FILE)
+GUARD_INGRESS_CLASS: Final = f"{GUARD_MODULE_FILE.stem}:PdGuardIngress"
 AUTH_INGRESS_CLASS: Final = f"{AUTH_MODULE_FILE.stem}:ApiKeyIngress"
-AUTH_MODULE_DIR: Final = "/etc/ray/serve-auth"
+INGRESS_MODULE_DIR: Final = "/etc/ray/serve-auth"
+AUTH_MODULE_DIR: Final = INGRESS_MODULE_DIR  # the name tools/local_check and the tests know it by
 API_KEYS_DIR: Final = "/mnt/serve-api-keys"
 # Two ingress replicas (one survives a node's loss) reserving no CPU: Ray's default ingress takes 1 CPU, and with the
 # head advertising none it lands on a GPU worker, where it keeps an added GPU node from ever being idle.
@@ -210,10 +215,11 @@ INGRESS_REPLICAS: Final = 2
 
 @dataclass(frozen=True)
 class IngressConfig:
-    """PDServingArgs' ingress_cls_config and ingress_deployment_config."""
+    """PDServingArgs' ingress_cls_config and ingress_deployment_config; own_replicas False: Ray's default replica."""
 
     api_keys: bool
     replicas: int = INGRESS_REPLICAS
+    own_replicas: bool = True
 
     def to_args(self) -> dict[str, Any]:
         args: dict[str, Any] = {}
@@ -222,11 +228,14 @@ class IngressConfig:
                 "ingress_cls": AUTH_INGRESS_CLASS,
                 "ingress_extra_kwargs": {"api_keys_dir": API_KEYS_DIR},
             }
-        args["ingress_deployment_config"] = {"num_replicas": self.replicas, "ray_actor_options": {"num_cpus": 0}}
+        else:
+            args["ingress_cls_config"] = {"ingress_cls": GUARD_INGRESS_CLASS}
+        if self.own_replicas:
+            args["ingress_deployment_config"] = {"num_replicas": self.replicas, "ray_actor_options": {"num_cpus": 0}}
         return args
 
-    def runtime_env(self) -> dict[str, Any] | None:
-        return {"env_vars": {"PYTHONPATH": f"{AUTH_MODULE_DIR}:${{PYTHONPATH}}"}} if self.api_keys else None
+    def runtime_env(self) -> dict[str, Any]:
+        return {"env_vars": {"PYTHONPATH": f"{INGRESS_MODULE_DIR}:${{PYTHONPATH}}"}}
 
 
 @dataclass(frozen=True)
@@ -237,7 +246,7 @@ class PdApplication:
     ingress_graceful_shutdown_timeout_s: int | None = None
     name: str = APP_NAME
     route_prefix: str = "/"
-    ingress: IngressConfig | None = None  # None: Ray's default ingress (one replica of 1 CPU)
+    ingress: IngressConfig | None = None  # None: Ray's default ingress class and replica (one of 1 CPU)
 
     def __post_init__(self) -> None:
         # Ray rejects a PD app whose halves serve different models; fail at synth, not after a deploy.
@@ -304,12 +313,12 @@ def pd_application(settings: Settings) -> PdApplication:
     chat = settings.chat_parsers.engine_kwargs()
     draining_s = graceful_shutdown_timeout_s(settings.max_model_len)
     endpoint = settings.serve_endpoint
-    # The default configuration keeps Ray's default ingress (one replica of 1 CPU); autoscaling and an endpoint
-    # beyond the cluster or with keys get the two CPU-free replicas.
+    # The default configuration keeps Ray's default ingress replica (one of 1 CPU); autoscaling and an endpoint
+    # beyond the cluster or with keys get the two CPU-free replicas. Every configuration gets the PD guard.
     own_ingress = settings.autoscaling or endpoint.exposed or endpoint.api_keys
     return PdApplication(
         prefill=phase("prefill", settings.prefill_replicas, settings.prefill_max_replicas),
         decode=phase("decode", settings.decode_replicas, settings.decode_max_replicas),
         ingress_graceful_shutdown_timeout_s=draining_s,
-        ingress=IngressConfig(api_keys=endpoint.api_keys) if own_ingress else None,
+        ingress=IngressConfig(api_keys=endpoint.api_keys, own_replicas=own_ingress),
     )

@@ -96,7 +96,14 @@ SPECS: tuple[SettingSpec, ...] = (
                 " `make destroy STACKS=CLUSTER_NAME-serving` first"
             ),
         ),
-        lands=("k8s:RayService", "stack:serving"),
+        lands=(
+            "head",
+            "k8s:ConfigMap/{RAY_SERVICE_NAME}-serve-ingress",
+            "k8s:RayService",
+            "stack:serving",
+            "workers:decode",
+            "workers:prefill",
+        ),
         flip=flip("llm"),
     ),
     *MODEL_SPECS,

@@ -40,7 +40,6 @@ ENDPOINT_SPECS: tuple[SettingSpec, ...] = (
         ci_variable=True,
         lands=(
             "head",
-            "k8s:ConfigMap/serve-auth-ingress",
             "k8s:Ingress/{RAY_SERVICE_NAME}-serve-internal",
             "k8s:NetworkPolicy/load-balancer-to-serve",
             "k8s:SecretProviderClass/serve-api-keys",
@@ -121,7 +120,6 @@ ENDPOINT_SPECS: tuple[SettingSpec, ...] = (
         ),
         lands=(
             "head",
-            "k8s:ConfigMap/serve-auth-ingress",
             "k8s:SecretProviderClass/serve-api-keys",
             "k8s:ServiceAccount/{RAY_SERVICE_NAME}-head",
             "k8s:ServiceAccount/{RAY_SERVICE_NAME}-worker",

@@ -11,6 +11,8 @@ from settings.spec_base import _RECREATE_HOW, IN_PLACE, NEW, RECREATE, REFUSED, 
 # The NetworkPolicies of the default configuration, which the cluster's name (a label) and the namespace reach.
 _POLICY_NAMES = ("default-deny-ingress", "kuberay-operator-to-head", "metrics-collector", "ray-cluster-internal")
 _NETWORK_POLICIES = tuple(f"k8s:NetworkPolicy/{name}" for name in (*_POLICY_NAMES, "serve-clients"))
+# Every configuration's objects that both reach too: the ingress modules' ConfigMap.
+_NAMED_OBJECTS = (*_NETWORK_POLICIES, "k8s:ConfigMap/{RAY_SERVICE_NAME}-serve-ingress")
 
 INFRA_SPECS: tuple[SettingSpec, ...] = (
     SettingSpec(
@@ -30,7 +32,7 @@ INFRA_SPECS: tuple[SettingSpec, ...] = (
         lands=(
             "k8s:DaemonSet/ray-image-prepull",
             "k8s:Namespace/inference",
-            *_NETWORK_POLICIES,
+            *_NAMED_OBJECTS,
             "k8s:RayService",
             "stack:cluster",
             "stack:gpu",
@@ -88,7 +90,7 @@ INFRA_SPECS: tuple[SettingSpec, ...] = (
         lands=(
             "k8s:Namespace/inference",
             "k8s:Namespace/serving",
-            *_NETWORK_POLICIES,
+            *_NAMED_OBJECTS,
             "k8s:RayService",
             "stack:serving",
         ),

@@ -1,7 +1,7 @@
 """A real Ray 2.58 Serve application behind the API-key ingress, run by tests/test_serve_auth.py in a process of its
 own: `python -m tests.serve_auth_scenario INPUT.json` prints one JSON line of observations.
 
-INPUT holds our serve config (the application as the RayService carries it, API keys on), the ingress module as the
+INPUT holds our serve config (the application as the RayService carries it, API keys on), the ingress modules as the
 ConfigMap carries it, and the pod paths of the module and the key directory. The scenario: write the module and a key
 file (laid out as the Secrets Store CSI driver's atomic writer does) into a temporary directory, point the config's
 paths there, start Ray on a node with no CPU at all (as our head), deploy the config through Serve's config API (the
@@ -78,7 +78,8 @@ def run(spec: dict[str, Any]) -> dict[str, Any]:
         for d in (fake, module_dir, keys_dir):
             d.mkdir()
         write_fake_vllm(fake)
-        (module_dir / spec["module_file"]).write_text(spec["module_source"])
+        for name, source in spec["modules"].items():
+            (module_dir / name).write_text(source)
         first = {"default": secrets.token_urlsafe(32), "ci": secrets.token_urlsafe(32)}
         _write_keys(keys_dir, first, 1)
 

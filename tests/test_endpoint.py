@@ -14,12 +14,13 @@ from typing import Any
 import kubernetes_validate
 import yaml
 
-from k8s_constructs.endpoint import HEALTH_PATH, KEYS_FILE, TLS_POLICY
+from k8s_constructs.endpoint import HEALTH_PATH, KEYS_FILE, TLS_POLICY, module_config_map
 from k8s_constructs.serve_config import (
     API_KEYS_DIR,
     AUTH_INGRESS_CLASS,
     AUTH_MODULE_DIR,
-    AUTH_MODULE_FILE,
+    GUARD_INGRESS_CLASS,
+    INGRESS_MODULE_FILES,
     graceful_shutdown_timeout_s,
 )
 from settings.endpoint import idle_timeout_s
@@ -285,7 +286,7 @@ def test_the_api_keys_come_from_a_secret_generated_at_deploy_and_mounted_on_ever
     )
     assert provider["spec"]["parameters"]["usePodIdentity"] == "true" and "secretObjects" not in provider["spec"]
     (module,) = _objects(endpoint_synth, "ConfigMap")
-    assert module["data"] == {AUTH_MODULE_FILE.name: AUTH_MODULE_FILE.read_text()}
+    assert module["data"] == {m.name: m.read_text() for m in INGRESS_MODULE_FILES}
     (service,) = _objects(endpoint_synth, "RayService")
     cluster = service["spec"]["rayClusterConfig"]
     pods = [cluster["headGroupSpec"]["template"]["spec"], *(g["template"]["spec"] for g in cluster["workerGroupSpecs"])]
@@ -329,9 +330,13 @@ def test_the_new_objects_pass_strict_kubernetes_validation(endpoint_synth: Synth
 
 
 def test_the_default_configuration_has_none_of_it(default_synth: Synth) -> None:
-    kinds = {o["kind"] for o in deployed_manifest(default_synth)}
-    assert not kinds & {"Ingress", "ConfigMap", "SecretProviderClass"}
-    assert "ingress_cls_config" not in _application(default_synth)["args"]
+    objects = deployed_manifest(default_synth)
+    assert not {o["kind"] for o in objects} & {"Ingress", "SecretProviderClass"}
+    # Only the ingress modules' ConfigMap: every configuration's ingress is the PD guard (tests/test_serve_pd_guard.py).
+    assert [o["metadata"]["name"] for o in objects if o["kind"] == "ConfigMap"] == [
+        module_config_map(default_synth.settings.ray_service_name)
+    ]
+    assert _application(default_synth)["args"]["ingress_cls_config"] == {"ingress_cls": GUARD_INGRESS_CLASS}
     assert not default_synth.resources("serving", "AWS::SecretsManager::Secret")
 
 
@@ -390,5 +395,5 @@ def test_with_elastic_capacity_the_ingress_reserves_no_cpu_without_keys() -> Non
         "ray_actor_options": {"num_cpus": 0},
         "graceful_shutdown_timeout_s": graceful_shutdown_timeout_s(settings.max_model_len),
     }
-    assert "ingress_cls_config" not in application["args"] and "runtime_env" not in application
+    assert application["args"]["ingress_cls_config"] == {"ingress_cls": GUARD_INGRESS_CLASS}  # the PD guard, no keys
     assert ray_serve_errors({"applications": [application]}) == []

@@ -11,8 +11,8 @@ from typing import Any
 
 import yaml
 
-from k8s_constructs.endpoint import AUTH_CONFIG_MAP
-from k8s_constructs.serve_config import API_KEYS_DIR, AUTH_MODULE_DIR, AUTH_MODULE_FILE
+from k8s_constructs.endpoint import module_config_map
+from k8s_constructs.serve_config import API_KEYS_DIR, AUTH_MODULE_DIR, INGRESS_MODULE_FILES
 from stacks.serving_stack import build_rayservice_chart
 from tests.conftest import ENDPOINT, SERVE_AUTH_PROOF, scenario_result, settings_for
 
@@ -22,14 +22,16 @@ UNAUTHORIZED = {"message", "type", "param", "code"}
 def scenario_spec() -> dict[str, Any]:
     settings = settings_for(ENDPOINT)
     objects = build_rayservice_chart(settings).to_json()
-    (config_map,) = [o for o in objects if o["kind"] == "ConfigMap" and o["metadata"]["name"] == AUTH_CONFIG_MAP]
+    (config_map,) = [
+        o
+        for o in objects
+        if o["kind"] == "ConfigMap" and o["metadata"]["name"] == module_config_map(settings.ray_service_name)
+    ]
     (service,) = [o for o in objects if o["kind"] == "RayService"]
     (application,) = yaml.safe_load(service["spec"]["serveConfigV2"])["applications"]
-    ((module_file, module_source),) = config_map["data"].items()
     return {
         "application": application,
-        "module_file": module_file,
-        "module_source": module_source,
+        "modules": config_map["data"],
         "module_dir": AUTH_MODULE_DIR,
         "keys_dir": API_KEYS_DIR,
         "model_id": settings.model_id,
@@ -38,7 +40,7 @@ def scenario_spec() -> dict[str, Any]:
 
 def test_keys_are_enforced_rotated_without_a_restart_and_never_logged(tmp_path: Path) -> None:
     spec = scenario_spec()
-    assert spec["module_file"] == AUTH_MODULE_FILE.name
+    assert sorted(spec["modules"]) == sorted(m.name for m in INGRESS_MODULE_FILES)
     seen = scenario_result(SERVE_AUTH_PROOF, spec, tmp_path / "spec.json")
     print(json.dumps({k: v for k, v in seen.items() if k != "calls"}))
     assert seen["app_status"] == "RUNNING", seen.get("app_message")

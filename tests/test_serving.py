@@ -11,7 +11,8 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from k8s_constructs.serve_config import PdApplication, pd_application
+from k8s_constructs.endpoint import AUTH_MODULE_VOLUME
+from k8s_constructs.serve_config import INGRESS_MODULE_DIR, PdApplication, pd_application
 from settings import versions
 from tests.conftest import Synth, settings_for
 from tests.iam_documents import Resolver
@@ -131,7 +132,8 @@ def test_shared_memory_and_model_cache_on_local_nvme(default_synth: Synth) -> No
     assert volumes["dshm"]["emptyDir"] == {"medium": "Memory"}
     assert volumes["model-cache"]["hostPath"] == {"path": "/mnt/k8s-disks/0/model-cache", "type": "DirectoryOrCreate"}
     mounts = {m["name"]: m["mountPath"] for m in pod["containers"][0]["volumeMounts"]}
-    assert mounts == {"dshm": "/dev/shm", "model-cache": "/model-cache"}
+    # And the ingress modules (the PD guard), on every Ray pod of every configuration.
+    assert mounts == {"dshm": "/dev/shm", "model-cache": "/model-cache", AUTH_MODULE_VOLUME: INGRESS_MODULE_DIR}
 
 
 def test_serve_config_has_every_setting_of_the_reference(default_synth: Synth) -> None:
@@ -151,6 +153,10 @@ def test_serve_config_has_every_setting_of_the_reference(default_synth: Synth) -
             "tensor_parallel_size": 1,
             # Qwen3.5-9B is vision-language; the endpoint is text only (MODEL_IMAGES=off): no vision tower.
             "language_model_only": True,
+            # Qwen3.5's own parsers (TOOL_CALL_PARSER, REASONING_PARSER auto), the same in both phases.
+            "enable_auto_tool_choice": True,
+            "tool_call_parser": "qwen3_coder",
+            "reasoning_parser": "qwen3",
             "kv_transfer_config": {
                 "kv_connector": "NixlConnector",
                 # vLLM 0.26 deprecates kv_both for the NixlConnector: each phase its own role (run on a GPU: same
@@ -306,7 +312,7 @@ def test_prefill_and_decode_must_share_the_model() -> None:
 
 def test_builtin_objects_pass_strict_kubernetes_validation(default_synth: Synth) -> None:
     builtin = [o for o in deployed_manifest(default_synth) if o["apiVersion"] in ("v1", "networking.k8s.io/v1")]
-    assert [o["kind"] for o in builtin] == ["Namespace"] + ["NetworkPolicy"] * 5
+    assert [o["kind"] for o in builtin] == ["Namespace"] + ["NetworkPolicy"] * 5 + ["ConfigMap"]  # the ingress modules
     for obj in builtin:
         kubernetes_validate.validate(obj, default_synth.settings.kubernetes_version, strict=True)
 

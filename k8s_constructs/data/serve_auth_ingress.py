@@ -7,7 +7,8 @@ The serve config names the class by import path, as Ray's PDServingArgs takes it
       ingress_extra_kwargs: {api_keys_dir: /mnt/serve-api-keys}
 
 and this file reaches the Ray pods as a ConfigMap mounted on a directory that the application's runtime_env puts on
-PYTHONPATH. It depends on Ray, FastAPI and Starlette only (nothing of the project).
+PYTHONPATH. It depends on Ray, FastAPI and Starlette only (nothing of the project), and on serve_pd_guard.py beside it
+(the ingress that refuses what prefill/decode disaggregation serves wrongly, which this class extends).
 
 How it hooks in (ray/llm/_internal/serve/serving_patterns/prefill_decode/builder.py, core/ingress/ingress.py and
 ray/serve/api.py at 2.58.0): the builder loads the class, wraps it with `make_fastapi_ingress`, which builds a FastAPI
@@ -43,7 +44,7 @@ from collections.abc import Awaitable, Callable, MutableMapping
 from pathlib import Path
 from typing import Any
 
-from ray.llm._internal.serve.core.ingress.ingress import OpenAiIngress
+from serve_pd_guard import PdGuardIngress  # type: ignore[import-not-found]  # beside it on the pods, not a package
 
 API_KEYS_DIR_ENV = "SERVE_API_KEYS_DIR"  # used when the serve config passes no api_keys_dir
 DEFAULT_API_KEYS_DIR = "/mnt/serve-api-keys"
@@ -218,8 +219,8 @@ class ApiKeyMiddleware:
         await self.app(scope, receive, send)
 
 
-class ApiKeyIngress(OpenAiIngress):  # type: ignore[misc]  # Ray's class is untyped here (no vLLM to import it)
-    """Ray Serve LLM's OpenAI ingress with API keys (ingress_cls_config.ingress_cls)."""
+class ApiKeyIngress(PdGuardIngress):  # type: ignore[misc]  # untyped here: its module is not on mypy's path
+    """Ray Serve LLM's OpenAI ingress with API keys (ingress_cls_config.ingress_cls), and the PD guard's refusals."""
 
     def __init__(self, *args: Any, api_keys_dir: str | None = None, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)

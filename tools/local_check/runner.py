@@ -64,7 +64,7 @@ from tools.local_check.shape import (
 )
 from tools.local_check.tokenizer import vocab_size
 
-# The API-key ingress module (SERVE_API_KEYS=on) as the pods get it.
+# The ingress modules (the PD guard, the API keys) as the pods get them.
 AUTH_MODULE_DIR = Path(__file__).resolve().parents[2] / "k8s_constructs" / "data"
 READY_TIMEOUT_S = 1200
 EXIT_MISSING = 2  # no GPU, other versions: the check could not run
@@ -190,10 +190,10 @@ def run(args: argparse.Namespace, engine: Engine) -> Report:
     patched, changes = patch(shared_gpu=shared_gpu, kv_cache_bytes=kv_bytes)
     patched, key_changes = patch_api_keys(patched, str(out / "api-keys"))
     key = args.api_key
+    # The ingress modules, as the pods get them (a ConfigMap on their PYTHONPATH), for the driver and the raylets.
+    sys.path.insert(0, str(AUTH_MODULE_DIR))
+    env["PYTHONPATH"] = f"{AUTH_MODULE_DIR}:{os.environ.get('PYTHONPATH', '')}"
     if key_changes:
-        # The ingress module, as the pods get it (a ConfigMap on their PYTHONPATH), for the driver and the raylets.
-        sys.path.insert(0, str(AUTH_MODULE_DIR))
-        env["PYTHONPATH"] = f"{AUTH_MODULE_DIR}:{os.environ.get('PYTHONPATH', '')}"
         key = key or f"sk-local-{secrets.token_urlsafe(24)}"
         (out / "api-keys").mkdir(exist_ok=True)
         (out / "api-keys" / API_KEYS_FILE).write_text(json.dumps({"local-check": key}))

@@ -13,6 +13,8 @@ from typing import Any
 
 import yaml
 
+from k8s_constructs.serve_config import GUARD_INGRESS_CLASS
+
 GIB = 1024**3
 HEAD_GROUP = "headgroup"  # KubeRay's ray.io/group of the head
 NODE_GROUP_LABEL = "ray.io/node-group"  # the label KubeRay gives every Ray node of a worker group
@@ -180,6 +182,9 @@ def lone_config(config: dict[str, Any], shape: ClusterShape) -> dict[str, Any]:
     lone = collocated_config(config, shape)
     application = lone["applications"][0]
     application["args"]["llm_configs"][0]["deployment_config"] = {"num_replicas": 1}
+    # Without the PD guard: the lone engine shows what one engine serves, which the guard refuses only for PD.
+    if application["args"].get("ingress_cls_config", {}).get("ingress_cls") == GUARD_INGRESS_CLASS:
+        del application["args"]["ingress_cls_config"]
     return {**lone, "applications": [{**application, "name": f"{application['name']}-lone"}]}
 
 
