@@ -105,7 +105,8 @@ def _exposed_run(endpoint_probe: Any) -> gate.Result:
         endpoint_probe=endpoint_probe,
         sleep=lambda s: None,
     )
-    (exec_call,) = [c for c in calls if c[0] == "exec" and "ray-head" in c]
+    # The completion's exec first; the tool-call and strict-json requests reuse its script.
+    exec_call = next(c for c in calls if c[0] == "exec" and "ray-head" in c)
     recording_script = exec_call[exec_call.index("-c", exec_call.index("--")) + 1]
     result.steps.append(gate.Step("script", True, recording_script))
     return result

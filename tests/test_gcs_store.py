@@ -12,6 +12,8 @@ import kubernetes_validate
 import pytest
 
 from k8s_constructs import gcs_ft
+from k8s_constructs.endpoint import AUTH_MODULE_VOLUME
+from k8s_constructs.serve_config import INGRESS_MODULE_DIR
 from tests.conftest import Synth
 from tests.iam_documents import Resolver
 from tests.iam_simulator import Request, decisions
@@ -94,7 +96,12 @@ def test_the_raycluster_takes_the_store_as_kuberay_and_ray_do(gcs_synth: Synth) 
     (container,) = head["containers"]
     assert {"name": "RAY_REDIS_CA_CERT", "value": f"{gcs_ft.CA_MOUNT}/amazon-root-cas.pem"} in container["env"]
     mounts = {m["name"]: m["mountPath"] for m in container["volumeMounts"]}
-    assert mounts == {"gcs-store-ca": gcs_ft.CA_MOUNT, "gcs-store-secret": gcs_ft.SECRET_MOUNT}
+    # Beside the ingress modules, which every Ray pod mounts.
+    assert mounts == {
+        "gcs-store-ca": gcs_ft.CA_MOUNT,
+        "gcs-store-secret": gcs_ft.SECRET_MOUNT,
+        AUTH_MODULE_VOLUME: INGRESS_MODULE_DIR,
+    }
     volumes = {v["name"]: v for v in head["volumes"]}
     assert volumes["gcs-store-secret"]["csi"]["volumeAttributes"] == {"secretProviderClass": "gcs-store"}
     assert volumes["gcs-store-ca"]["configMap"] == {"name": "gcs-store-ca"}
