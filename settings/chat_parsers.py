@@ -50,6 +50,7 @@ class ParserName:
     """TOOL_CALL_PARSER or REASONING_PARSER: auto (the model's own), off, or a name in vLLM's registry."""
 
     table: str
+    env: str
 
     @property
     def allowed(self) -> str:
@@ -67,8 +68,8 @@ class ParserName:
         raise SettingError(env, raw, f"{self.allowed}{closest(value, [AUTO, OFF, *names])}")
 
 
-TOOL_CALL_PARSER: Final = ParserName(TOOL_PARSERS)
-REASONING_PARSER: Final = ParserName(REASONING_PARSERS)
+TOOL_CALL_PARSER: Final = ParserName(TOOL_PARSERS, "TOOL_CALL_PARSER")
+REASONING_PARSER: Final = ParserName(REASONING_PARSERS, "REASONING_PARSER")
 
 
 def model_parsers(architectures: tuple[str, ...], source: str) -> ModelParsers | None:

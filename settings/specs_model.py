@@ -4,7 +4,7 @@ Part of settings/specs.py's SPECS, in this order."""
 from __future__ import annotations
 
 from settings import versions
-from settings.chat_parsers import REASONING_PARSER, TOOL_CALL_PARSER, EngineArgsJson
+from settings.chat_parsers import REASONING_PARSER, TOOL_CALL_PARSER, EngineArgsJson, ParserName
 from settings.parsers import Choice, Flag, Integer, OptionalInteger, Pattern
 from settings.spec_base import _RECREATE_HOW, IN_PLACE, RECREATE, SettingSpec, flip
 
@@ -56,6 +56,22 @@ def _max_replicas(phase: str, change: str) -> SettingSpec:
         change=(RECREATE, change),
         lands=(*_AUTOSCALING_LANDS, f"serve:{phase}"),
         flip=flip("2"),
+    )
+
+
+_ENGINES_RESTART = (IN_PLACE, "serveConfigV2: Ray Serve redeploys the application (both engines restart)")
+
+
+def _chat_parser(parser: ParserName, meaning: str, other: str) -> SettingSpec:
+    """TOOL_CALL_PARSER or REASONING_PARSER: both phases' engine_kwargs alike."""
+    return SettingSpec(
+        parser.env,
+        "auto",
+        meaning,
+        parser=parser,
+        change=_ENGINES_RESTART,
+        lands=("serve:decode", "serve:prefill"),
+        flip=flip(other),
     )
 
 
@@ -208,29 +224,19 @@ MODEL_SPECS: tuple[SettingSpec, ...] = (
         lands=("serve:decode", "serve:prefill"),
         flip=flip("true", given={"GPU_NODE_TYPE": "g6e.8xlarge"}),
     ),
-    SettingSpec(
-        "TOOL_CALL_PARSER",
-        "auto",
+    _chat_parser(
+        TOOL_CALL_PARSER,
         "How both engines read tool calls out of the model's text (OpenAI `tools`, every `tool_choice`): auto = the"
         " model's own (Qwen3.5: qwen3_coder, Qwen3: hermes, Llama 3.x: llama3_json; none known: off, said at synth),"
         " with auto tool choice on; off = tool requests answer 400",
-        "",
-        parser=TOOL_CALL_PARSER,
-        change=(IN_PLACE, "serveConfigV2: Ray Serve redeploys the application (both engines restart)"),
-        lands=("serve:decode", "serve:prefill"),
-        flip=flip("hermes"),
+        "hermes",
     ),
-    SettingSpec(
-        "REASONING_PARSER",
-        "auto",
+    _chat_parser(
+        REASONING_PARSER,
         "How both engines split a thinking model's reasoning from its answer (the message's `reasoning` field): auto"
         " = the model's own (Qwen3.5 and Qwen3: qwen3; none known: off, said at synth); off = the thinking stays in"
         " `content`",
-        "",
-        parser=REASONING_PARSER,
-        change=(IN_PLACE, "serveConfigV2: Ray Serve redeploys the application (both engines restart)"),
-        lands=("serve:decode", "serve:prefill"),
-        flip=flip("off"),
+        "off",
     ),
     SettingSpec(
         "ENGINE_ARGS",
@@ -240,7 +246,7 @@ MODEL_SPECS: tuple[SettingSpec, ...] = (
         "a key another setting owns (max_model_len, tensor_parallel_size, kv_transfer_config, the parsers, ...) is"
         " refused with that setting's name",
         parser=EngineArgsJson(),
-        change=(IN_PLACE, "serveConfigV2: Ray Serve redeploys the application (both engines restart)"),
+        change=_ENGINES_RESTART,
         lands=("serve:decode", "serve:prefill"),
         flip=flip('{"max_num_seqs": 64}'),
     ),
