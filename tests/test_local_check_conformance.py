@@ -195,3 +195,50 @@ def test_a_stream_is_read_up_to_done_and_an_error_in_it_is_its_status() -> None:
         assert (status, got) == (200, events)
         assert BY_NAME["usage in a stream"].check([(status, got)]) == ""
         assert conformance.sse(f"{base}/v1/completions", {"fail": True}, None)[0] == 400
+
+
+FAULT = "ERROR scheduler.py Unexpected: grammar rejected tokens [9152] for request x. Terminating request."
+
+
+def test_the_remedies_are_tried_only_on_grammar_rows_pd_alone_failed_with_a_grammar_fault() -> None:
+    failing = _observed(STRICT, 500, "status 500", faults=[FAULT])
+    pd, lone = _same_everywhere(**{STRICT: failing, "stop sequence": _observed("stop sequence", 500, "status 500")})
+    rows = judge(CASES, pd, lone)
+    assert [case.name for case in conformance.grammar_failures(CASES, rows)] == [STRICT]
+    lone[[c.name for c in CASES].index(STRICT)] = _observed(STRICT, 500, "status 500", faults=[FAULT])
+    assert conformance.grammar_failures(CASES, judge(CASES, pd, lone)) == []  # the lone engine faults too: not PD's
+    pd, lone = _same_everywhere(**{STRICT: _observed(STRICT, 200, "answer 1 of 10 not JSON: '{'")})
+    assert conformance.grammar_failures(CASES, judge(CASES, pd, lone)) == []  # no fault: no engine setting to try
+
+
+def test_a_remedy_holds_only_with_valid_answers_and_no_grammar_fault() -> None:
+    assert conformance.remedy_verdict(_observed(STRICT))[0]
+    assert not conformance.remedy_verdict(_observed(STRICT, faults=[FAULT]))[0]
+    assert not conformance.remedy_verdict(_observed(STRICT, 500, "status 500"))[0]
+    assert all(BY_NAME[name].grammar for name in (STRICT, "tools: named", "tools: required", "json_object"))
+    assert not BY_NAME["tools: auto"].grammar and not BY_NAME["stop sequence"].grammar
+
+
+def test_an_answer_of_another_shape_fails_its_row_and_stops_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(conformance, "LOG_SETTLE_S", 0.0)
+
+    class Odd(http.server.BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            self.rfile.read(int(self.headers["Content-Length"]))
+            body = json.dumps({"choices": "none"}).encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    chosen = [BY_NAME["seed (twice, temperature 0.8)"], BY_NAME["n=2"]]
+    with serving(Odd) as base:
+        observed = conformance.observe(base, chosen, None, conformance.LogWatch(tmp_path))
+    assert [o.statuses for o in observed] == [[200, 200], [200]]
+    assert "not shaped" in observed[0].why and observed[1].why == "4 choices", [o.why for o in observed]

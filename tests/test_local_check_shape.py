@@ -27,6 +27,7 @@ from tools.local_check.shape import (
     reference_engine_kwargs,
     serve_config,
     shared_budget_error,
+    with_engine_kwargs,
 )
 
 H200 = Host(
@@ -226,3 +227,14 @@ def test_collocated_mode_is_the_same_engines_as_ordinary_replicas(plan: dict[str
     from ray.llm._internal.serve.core.configs.llm_config import LLMConfig
 
     LLMConfig.model_validate(llm)  # Ray's own class at the image's version accepts it
+
+
+def test_a_remedy_lands_in_both_phases_and_leaves_the_config_it_came_from(plan: dict[str, Any]) -> None:
+    config = serve_config(plan["rayservice"])
+    before = repr(config)
+    patched = with_engine_kwargs(config, {"structured_outputs_config": {"backend": "guidance"}})
+    args = patched["applications"][0]["args"]
+    for phase in ("prefill_config", "decode_config"):
+        assert args[phase]["engine_kwargs"]["structured_outputs_config"] == {"backend": "guidance"}
+        assert "kv_transfer_config" in args[phase]["engine_kwargs"]
+    assert repr(config) == before

@@ -5,6 +5,7 @@ NIXL's backend and transfer plan (PD), the benchmark Job's runs; each a step of 
 from __future__ import annotations
 
 import argparse
+import json
 import time
 from dataclasses import asdict, replace
 from typing import Any
@@ -26,7 +27,7 @@ from tools.local_check.results import (
     parity_row,
 )
 from tools.local_check.results import memory_report as read_memory
-from tools.local_check.shape import Change
+from tools.local_check.shape import Change, with_engine_kwargs
 from tools.local_check.transfer import TransferStats, TransferVerdict, block_size, judge_transfer, metrics_urls
 
 
@@ -312,3 +313,39 @@ def check_conformance(
     report.facts["conformance"] = [asdict(row) for row in rows]
     for row in rows:
         report.add(f"conformance: {row.name}", row.ok, row.detail)
+    failed = conformance.grammar_failures(all_cases, rows)
+    if failed:
+        _try_remedies(report, pd_config, plan, engine, cluster, base, key, ready_timeout, failed)
+
+
+def _try_remedies(
+    report: Report,
+    pd_config: dict[str, Any],
+    plan: dict[str, Any],
+    engine: Engine,
+    cluster: LocalCluster,
+    base: str,
+    key: str | None,
+    ready_timeout: float,
+    failed: list[conformance.Case],
+) -> None:
+    """PD redeployed with each of conformance.GRAMMAR_REMEDIES in both phases, the failed grammar rows sent again; a
+    step per row and remedy (the default's rows have failed already: these say what would hold)."""
+    from ray import serve
+
+    name = pd_config["applications"][0]["name"]
+    for extra in conformance.GRAMMAR_REMEDIES:
+        label = f"remedy {json.dumps(extra, sort_keys=True)}: "
+        if not deploy(report, label, "remedy", with_engine_kwargs(pd_config, extra), plan, engine, base, key,
+                      ready_timeout):  # fmt: skip
+            continue
+        observed = conformance.observe(base, failed, key, conformance.LogWatch(cluster.log_dir()))
+        serve.delete(name)
+        report.facts.setdefault("remedies", []).append(
+            {"engine_args": extra, "observations": [asdict(o) for o in observed]}
+        )
+        verdicts = [conformance.remedy_verdict(o) for o in observed]
+        for observation, (ok, detail) in zip(observed, verdicts, strict=True):
+            report.add(f"{label}{observation.name}", ok, detail)
+        if all(ok for ok, _ in verdicts):
+            return

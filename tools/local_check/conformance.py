@@ -55,6 +55,17 @@ LOG_SUFFIXES = (".out", ".err", ".log")
 JSON_REPEATS = 10  # strict JSON through PD: valid every time, not once
 CONVERSATIONS = 3  # multi-turn conversations sharing one system prompt
 PREFIX_BLOCKS = (1, 2, 5)  # shared prefixes, in attention blocks
+# Room for a random model to close the JSON (any whitespace is allowed between tokens; uniform walks under the
+# grammar on the stand-in tokenizer end within 80 tokens).
+JSON_MAX_TOKENS = 256
+GRAMMAR_FAULTS = ("Failed to advance FSM", "grammar rejected tokens")
+# Engine-wide settings that change how the first decoded token meets the grammar, tried on PD when a grammar row
+# failed there and not on the lone engine (vLLM 0.26: async scheduling defers the mask only for later steps; the
+# guidance backend is llguidance's own mask and matcher).
+GRAMMAR_REMEDIES: tuple[dict[str, Any], ...] = (
+    {"async_scheduling": False},
+    {"structured_outputs_config": {"backend": "guidance"}},
+)
 
 ANSWER_SCHEMA = {
     "type": "object",
@@ -88,6 +99,7 @@ class Case:
     stream: bool = False
     repeat: int = 1
     steps: Callable[[list[Response]], dict[str, Any] | None] | None = None  # the next request of a conversation
+    grammar: bool = False  # the engine holds the answer to a grammar (xgrammar, or a structural tag for tools)
 
 
 @dataclass
@@ -173,16 +185,16 @@ def cases(model: str, block: int, vocab: int) -> list[Case]:
     prefixes = prefix_prompts(block, vocab)
     return [
         Case("tools: named", "/v1/chat/completions", _chat(model, "Weather?", tool_choice=named, **tools),
-             tool_calls(named="get_weather")),
+             tool_calls(named="get_weather"), grammar=True),
         Case("tools: required", "/v1/chat/completions", _chat(model, "Weather?", tool_choice="required", **tools),
-             tool_calls(required=True)),
+             tool_calls(required=True), grammar=True),
         Case("tools: auto", "/v1/chat/completions", _chat(model, "Weather?", tool_choice="auto", **tools),
              tool_calls()),
         Case("tools: default (no tool_choice)", "/v1/chat/completions", _chat(model, "Weather?", **tools),
              tool_calls()),
         Case("tools: named, streamed", "/v1/chat/completions",
              _chat(model, "Weather?", tool_choice=named, stream=True, **tools), streamed_tool_call("get_weather"),
-             stream=True),
+             stream=True, grammar=True),
         Case("tools: a tool result in the conversation", "/v1/chat/completions",
              {"model": model, "max_tokens": 32, "tools": TOOLS, **NO_THINKING, "messages": [
                  {"role": "user", "content": "Weather in Lima?"},
@@ -193,16 +205,17 @@ def cases(model: str, block: int, vocab: int) -> list[Case]:
         Case("reasoning separated", "/v1/chat/completions", _chat(model, "Think, then answer: 2+2?"),
              reasoning_separated),
         Case(f"strict json_schema x{JSON_REPEATS}", "/v1/chat/completions",
-             _chat(model, "Describe a city as JSON.", response_format=json_schema, max_tokens=128, **NO_THINKING),
-             json_answers(ANSWER_SCHEMA), repeat=JSON_REPEATS),
+             _chat(model, "Describe a city as JSON.", response_format=json_schema, max_tokens=JSON_MAX_TOKENS,
+                   **NO_THINKING), json_answers(ANSWER_SCHEMA), repeat=JSON_REPEATS, grammar=True),
         Case("json_object", "/v1/chat/completions",
-             _chat(model, "JSON please.", response_format={"type": "json_object"}, max_tokens=128, **NO_THINKING),
-             json_answers(None)),
+             _chat(model, "JSON please.", response_format={"type": "json_object"}, max_tokens=JSON_MAX_TOKENS,
+                   **NO_THINKING), json_answers(None), grammar=True),
         Case("structured choice", "/v1/chat/completions",
              _chat(model, "Yes or no?", structured_outputs={"choice": CHOICES}, **NO_THINKING),
-             content_matches("|".join(CHOICES))),
+             content_matches("|".join(CHOICES)), grammar=True),
         Case("structured regex", "/v1/chat/completions",
-             _chat(model, "A code?", structured_outputs={"regex": REGEX}, **NO_THINKING), content_matches(REGEX)),
+             _chat(model, "A code?", structured_outputs={"regex": REGEX}, **NO_THINKING), content_matches(REGEX),
+             grammar=True),
         Case("logprobs (chat, top 3)", "/v1/chat/completions",
              _chat(model, "Hello", logprobs=True, top_logprobs=3, max_tokens=8), logprobs(3)),
         Case("stop sequence", "/v1/completions", {**completion, "stop": ["e"], "max_tokens": 32},
@@ -318,11 +331,15 @@ def observe(base: str, all_cases: Sequence[Case], key: str | None, logs: LogWatc
     for case in all_cases:
         responses = send(base, case, key)
         time.sleep(LOG_SETTLE_S)
+        try:
+            why = case.check(responses)
+        except (KeyError, IndexError, TypeError, AttributeError) as error:  # an answer not shaped as asked
+            why = f"an answer not shaped as vLLM's: {type(error).__name__} {error}"
         observations.append(
             Observation(
                 case.name,
                 [status for status, _ in responses],
-                case.check(responses),
+                why,
                 logs.faults(),
                 json.dumps(responses[0][1])[:240] if not isinstance(responses[0][1], str) else responses[0][1][:240],
             )
@@ -379,3 +396,25 @@ def judge(all_cases: Sequence[Case], pd: list[Observation], lone: list[Observati
         )
         rows.append(Row(case.name, not problems, detail, asdict(p), asdict(lo)))
     return rows
+
+
+def grammar_failures(all_cases: Sequence[Case], rows: Sequence[Row]) -> list[Case]:
+    """The grammar rows PD failed with a grammar fault the lone engine did not log: what GRAMMAR_REMEDIES are tried
+    on."""
+    failed = []
+    for case, row in zip(all_cases, rows, strict=True):
+        pd_faults = [f for f in row.pd["faults"] if any(p in f for p in GRAMMAR_FAULTS)]
+        lone_faults = [f for f in row.lone["faults"] if any(p in f for p in GRAMMAR_FAULTS)]
+        if case.grammar and not row.ok and pd_faults and not lone_faults:
+            failed.append(case)
+    return failed
+
+
+def remedy_verdict(observation: Observation) -> tuple[bool, str]:
+    """Whether PD served a grammar row validly with no grammar fault under a remedy, and how."""
+    faults = [f for f in observation.faults if any(p in f for p in GRAMMAR_FAULTS)]
+    if faults:
+        return False, f"statuses {observation.statuses}; {faults[0][-160:]}"
+    if observation.why:
+        return False, observation.why
+    return True, f"valid x{len(observation.statuses)}, no grammar fault"

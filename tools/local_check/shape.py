@@ -188,6 +188,15 @@ def lone_config(config: dict[str, Any], shape: ClusterShape) -> dict[str, Any]:
     return {**lone, "applications": [{**application, "name": f"{application['name']}-lone"}]}
 
 
+def with_engine_kwargs(config: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
+    """The PD serve config with `extra` in both phases' engine kwargs, as ENGINE_ARGS would land it."""
+    patched = copy.deepcopy(config)
+    args = patched["applications"][0]["args"]
+    for phase in ("prefill_config", "decode_config"):
+        args[phase]["engine_kwargs"].update(copy.deepcopy(extra))
+    return patched
+
+
 def accelerator_resources(config: dict[str, Any], host: Host) -> tuple[dict[str, float], list[Change]]:
     """Ray Serve LLM adds `accelerator_type:<GPU>: 0.001` to every bundle of a phase that names its GPU; a host with
     another GPU lacks that resource, so every worker node advertises the deployed one as well."""
