@@ -303,11 +303,12 @@ def check_conformance(
 
     texts = "\n".join(path.read_text(errors="replace") for path in sorted(cluster.log_dir().glob("worker-*")))
     all_cases = conformance.cases(plan["model"]["id"], block_size(texts), vocab)
-    pd = conformance.observe(base, all_cases, key, conformance.LogWatch(cluster.log_dir()))
+    pd = conformance.observe(base, all_cases, key, conformance.LogWatch(cluster.log_dir()), "PD ")
+    report.facts["conformance_pd"] = [asdict(o) for o in pd]  # kept before the lone engine's deploy
     serve.delete(pd_config["applications"][0]["name"])
     if not deploy(report, "lone: ", "lone", lone_config, plan, engine, base, key, ready_timeout):
         return
-    lone = conformance.observe(base, all_cases, key, conformance.LogWatch(cluster.log_dir()))
+    lone = conformance.observe(base, all_cases, key, conformance.LogWatch(cluster.log_dir()), "lone ")
     serve.delete(lone_config["applications"][0]["name"])
     rows = conformance.judge(all_cases, pd, lone)
     report.facts["conformance"] = [asdict(row) for row in rows]
@@ -339,7 +340,7 @@ def _try_remedies(
         if not deploy(report, label, "remedy", with_engine_kwargs(pd_config, extra), plan, engine, base, key,
                       ready_timeout):  # fmt: skip
             continue
-        observed = conformance.observe(base, failed, key, conformance.LogWatch(cluster.log_dir()))
+        observed = conformance.observe(base, failed, key, conformance.LogWatch(cluster.log_dir()), label)
         serve.delete(name)
         report.facts.setdefault("remedies", []).append(
             {"engine_args": extra, "observations": [asdict(o) for o in observed]}

@@ -323,10 +323,13 @@ def send(base: str, case: Case, key: str | None) -> list[Response]:
 
 
 # How long an engine may take to write a fault to its log after the answer (Ray forwards worker output in batches).
-LOG_SETTLE_S = 2.0
+LOG_SETTLE_S = 1.0
 
 
-def observe(base: str, all_cases: Sequence[Case], key: str | None, logs: LogWatch) -> list[Observation]:
+def observe(
+    base: str, all_cases: Sequence[Case], key: str | None, logs: LogWatch, label: str = ""
+) -> list[Observation]:
+    """Each case sent and observed in turn; a line each as it happens (a run cut short still shows what PD did)."""
     observations = []
     for case in all_cases:
         responses = send(base, case, key)
@@ -344,6 +347,8 @@ def observe(base: str, all_cases: Sequence[Case], key: str | None, logs: LogWatc
                 json.dumps(responses[0][1])[:240] if not isinstance(responses[0][1], str) else responses[0][1][:240],
             )
         )
+        seen = observations[-1]
+        print(f"  {label}{seen.name}: {seen.statuses} {seen.why or 'valid'}; faults {seen.faults[:1]}", flush=True)
     return observations
 
 
