@@ -21,7 +21,7 @@ from settings.model_source import S3_SCHEME
 from settings.sizing import CPUS_PER_GPU_BUNDLE
 
 PD_APP_IMPORT_PATH = "ray.serve.llm:build_pd_openai_app"
-APP_NAME = "qwen"
+APP_NAME = "llm"
 
 Phase = Literal["prefill", "decode"]
 # The custom Ray resource each worker group advertises, one unit per GPU, and each engine's placement

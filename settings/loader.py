@@ -21,7 +21,7 @@ from settings.images import pinned_image
 from settings.instance_types import InstanceFacts
 from settings.model_facts import model_facts, vllm_architectures
 from settings.model_fit import fit, misfit
-from settings.model_source import parse_kms_key_arn, parse_model_source, parse_next_source
+from settings.model_source import parse_kms_key_arn, parse_model_id, parse_model_source, parse_next_source
 from settings.node_types import gpu_node_facts, system_node_facts
 from settings.parsers import cidr, closest, csv, integer, namespaces, region_name
 from settings.sizing import check_engine_cpus, check_head_fits, gpu_worker_resources
@@ -361,6 +361,7 @@ def load_settings(
         dlc_image_source=pinned_image(_image(raw["DLC_IMAGE"], region), context)[1],
         kuberay_version=_kuberay_version(raw["KUBERAY_VERSION"]),
         model_source=model_source,
+        model_id=parse_model_id(raw["MODEL_ID"], model_source),
         tensor_parallel_size=_tensor_parallel_size(raw["TENSOR_PARALLEL_SIZE"], gpu_node),
         serve_client_namespaces=namespaces("SERVE_CLIENT_NAMESPACES", raw["SERVE_CLIENT_NAMESPACES"])
         or (raw["NAMESPACE"],),

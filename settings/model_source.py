@@ -159,3 +159,21 @@ def parse_kms_key_arn(env: str, value: str, model_source: str) -> str:
             env, value, "a KMS key ARN, arn:aws:kms:REGION:ACCOUNT:key/KEY-ID (not an alias: IAM matches the key's ARN)"
         )
     return value
+
+
+MODEL_ID_PATTERN = re.compile(r"(?=.{1,128}$)[A-Za-z0-9][A-Za-z0-9._-]*(/[A-Za-z0-9][A-Za-z0-9._-]*)*")
+MODEL_ID_ALLOWED = (
+    "empty (MODEL_SOURCE's last path segment, lower-cased), or letters, digits, '.', '_', '-' and '/' between"
+    " them (ORG/NAME as vLLM users send it), at most 128 characters"
+)
+
+
+def parse_model_id(value: str, model_source: str) -> str:
+    """MODEL_ID, the name clients send: as given, or MODEL_SOURCE's last path segment lower-cased (Qwen/Qwen3.5-9B and
+    s3://bucket/models/Qwen3.5-9B both serve `qwen3.5-9b`)."""
+    value = value.strip()
+    if not value:
+        return model_source.rstrip("/").rsplit("/", 1)[-1].lower()
+    if not MODEL_ID_PATTERN.fullmatch(value):
+        raise SettingError("MODEL_ID", value, MODEL_ID_ALLOWED)
+    return value

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from settings import versions
 from settings.chat_parsers import REASONING_PARSER, TOOL_CALL_PARSER, EngineArgsJson, ParserName
-from settings.parsers import Choice, Flag, Integer, OptionalInteger, Pattern
+from settings.model_source import MODEL_ID_ALLOWED
+from settings.parsers import Choice, Flag, Integer, OptionalInteger
 from settings.spec_base import _RECREATE_HOW, IN_PLACE, RECREATE, SettingSpec, flip
 
 
@@ -78,11 +79,9 @@ def _chat_parser(parser: ParserName, meaning: str, other: str) -> SettingSpec:
 MODEL_SPECS: tuple[SettingSpec, ...] = (
     SettingSpec(
         "MODEL_ID",
-        "qwen3.5-9b",
+        "",
         "Model name clients send in requests",
-        parser=Pattern(
-            r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}", "letters, digits, '.', '_' and '-', at most 128 characters"
-        ),
+        MODEL_ID_ALLOWED,
         change=(IN_PLACE, "serveConfigV2: Ray Serve redeploys the application"),
         lands=("serve:decode", "serve:prefill"),
         flip=flip("my-model"),

@@ -92,7 +92,7 @@ def test_plan_carries_the_jobs_commands_and_the_images_versions(plan: dict[str, 
     assert short.startswith("vllm bench serve") and BASE_URL in short and TOKENIZER in short
     assert plan["predicted"]["decode"]["eager"] == 1.0  # an L4: no room for CUDA graphs
     rayservice = plan["rayservice"]
-    assert yaml.safe_load(rayservice["spec"]["serveConfigV2"])["applications"][0]["name"] == "qwen"
+    assert yaml.safe_load(rayservice["spec"]["serveConfigV2"])["applications"][0]["name"] == "llm"
 
 
 def test_stand_in_tokenizer_covers_the_vocabulary_exactly() -> None:

@@ -139,7 +139,7 @@ def test_shared_memory_and_model_cache_on_local_nvme(default_synth: Synth) -> No
 def test_serve_config_has_every_setting_of_the_reference(default_synth: Synth) -> None:
     config = yaml.safe_load(_ray_service(default_synth)["spec"]["serveConfigV2"])
     (app,) = config["applications"]
-    assert app["name"] == "qwen"
+    assert app["name"] == "llm"
     assert app["import_path"] == "ray.serve.llm:build_pd_openai_app"
     assert app["route_prefix"] == "/"
     for phase in ("prefill", "decode"):
