@@ -12,8 +12,9 @@ from typing import Any
 import pytest
 
 from tests.loopback import serving
-from tools.local_check import conformance
-from tools.local_check.conformance import Observation, cases, judge
+from tools.local_check import conformance, conformance_verdict
+from tools.local_check.conformance import Observation, cases
+from tools.local_check.conformance_verdict import judge
 
 BLOCK = 528
 CASES = cases("m", BLOCK, 248320)
@@ -204,17 +205,19 @@ def test_the_remedies_are_tried_only_on_grammar_rows_pd_alone_failed_with_a_gram
     failing = _observed(STRICT, 500, "status 500", faults=[FAULT])
     pd, lone = _same_everywhere(**{STRICT: failing, "stop sequence": _observed("stop sequence", 500, "status 500")})
     rows = judge(CASES, pd, lone)
-    assert [case.name for case in conformance.grammar_failures(CASES, rows)] == [STRICT]
+    assert [case.name for case in conformance_verdict.grammar_failures(CASES, rows)] == [STRICT]
     lone[[c.name for c in CASES].index(STRICT)] = _observed(STRICT, 500, "status 500", faults=[FAULT])
-    assert conformance.grammar_failures(CASES, judge(CASES, pd, lone)) == []  # the lone engine faults too: not PD's
+    # the lone engine faults too: not PD's
+    assert conformance_verdict.grammar_failures(CASES, judge(CASES, pd, lone)) == []
     pd, lone = _same_everywhere(**{STRICT: _observed(STRICT, 200, "answer 1 of 10 not JSON: '{'")})
-    assert conformance.grammar_failures(CASES, judge(CASES, pd, lone)) == []  # no fault: no engine setting to try
+    # no fault: no engine setting to try
+    assert conformance_verdict.grammar_failures(CASES, judge(CASES, pd, lone)) == []
 
 
 def test_a_remedy_holds_only_with_valid_answers_and_no_grammar_fault() -> None:
-    assert conformance.remedy_verdict(_observed(STRICT))[0]
-    assert not conformance.remedy_verdict(_observed(STRICT, faults=[FAULT]))[0]
-    assert not conformance.remedy_verdict(_observed(STRICT, 500, "status 500"))[0]
+    assert conformance_verdict.remedy_verdict(_observed(STRICT))[0]
+    assert not conformance_verdict.remedy_verdict(_observed(STRICT, faults=[FAULT]))[0]
+    assert not conformance_verdict.remedy_verdict(_observed(STRICT, 500, "status 500"))[0]
     assert all(BY_NAME[name].grammar for name in (STRICT, "tools: named", "tools: required", "json_object"))
     assert not BY_NAME["tools: auto"].grammar and not BY_NAME["stop sequence"].grammar
 

@@ -1,4 +1,4 @@
-"""MODEL_ID, the name clients send: derived from MODEL_SOURCE unless given, ORG/NAME allowed (settings/model_source.py)."""
+"""MODEL_ID, the name clients send: from MODEL_SOURCE unless given, ORG/NAME allowed (settings/model_source.py)."""
 
 from __future__ import annotations
 
@@ -27,5 +27,5 @@ def test_a_given_model_id_is_kept_and_may_hold_org_slash_name() -> None:
 
 @pytest.mark.parametrize("bad", ["a//b", "/qwen", "qwen/", "qwen 3.5", "x" * 129])
 def test_a_model_id_of_empty_segments_blanks_or_too_long_is_refused(bad: str) -> None:
-    with pytest.raises(SettingError, match="MODEL_ID=.*'/' between them"):
+    with pytest.raises(SettingError, match=r"MODEL_ID=.*'/' between them"):
         settings_for({"MODEL_ID": bad})

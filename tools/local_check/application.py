@@ -10,7 +10,7 @@ import time
 from dataclasses import asdict, replace
 from typing import Any
 
-from tools.local_check import conformance
+from tools.local_check import conformance, conformance_verdict
 from tools.local_check.client import check_routes, nixl_lines, pd_answer, run_bench, wait_ready
 from tools.local_check.cluster import LocalCluster
 from tools.local_check.compare import figure
@@ -310,11 +310,11 @@ def check_conformance(
         return
     lone = conformance.observe(base, all_cases, key, conformance.LogWatch(cluster.log_dir()), "lone ")
     serve.delete(lone_config["applications"][0]["name"])
-    rows = conformance.judge(all_cases, pd, lone)
+    rows = conformance_verdict.judge(all_cases, pd, lone)
     report.facts["conformance"] = [asdict(row) for row in rows]
     for row in rows:
         report.add(f"conformance: {row.name}", row.ok, row.detail)
-    failed = conformance.grammar_failures(all_cases, rows)
+    failed = conformance_verdict.grammar_failures(all_cases, rows)
     if failed:
         _try_remedies(report, pd_config, plan, engine, cluster, base, key, ready_timeout, failed)
 
@@ -330,12 +330,12 @@ def _try_remedies(
     ready_timeout: float,
     failed: list[conformance.Case],
 ) -> None:
-    """PD redeployed with each of conformance.GRAMMAR_REMEDIES in both phases, the failed grammar rows sent again; a
-    step per row and remedy (the default's rows have failed already: these say what would hold)."""
+    """PD redeployed with each of conformance_verdict.GRAMMAR_REMEDIES in both phases, the failed grammar rows sent
+    again; a step per row and remedy (the default's rows have failed already: these say what would hold)."""
     from ray import serve
 
     name = pd_config["applications"][0]["name"]
-    for extra in conformance.GRAMMAR_REMEDIES:
+    for extra in conformance_verdict.GRAMMAR_REMEDIES:
         label = f"remedy {json.dumps(extra, sort_keys=True)}: "
         if not deploy(report, label, "remedy", with_engine_kwargs(pd_config, extra), plan, engine, base, key,
                       ready_timeout):  # fmt: skip
@@ -345,7 +345,7 @@ def _try_remedies(
         report.facts.setdefault("remedies", []).append(
             {"engine_args": extra, "observations": [asdict(o) for o in observed]}
         )
-        verdicts = [conformance.remedy_verdict(o) for o in observed]
+        verdicts = [conformance_verdict.remedy_verdict(o) for o in observed]
         for observation, (ok, detail) in zip(observed, verdicts, strict=True):
             report.add(f"{label}{observation.name}", ok, detail)
         if all(ok for ok, _ in verdicts):

@@ -16,7 +16,7 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -58,14 +58,6 @@ PREFIX_BLOCKS = (1, 2, 5)  # shared prefixes, in attention blocks
 # Room for a random model to close the JSON (any whitespace is allowed between tokens; uniform walks under the
 # grammar on the stand-in tokenizer end within 80 tokens).
 JSON_MAX_TOKENS = 256
-GRAMMAR_FAULTS = ("Failed to advance FSM", "grammar rejected tokens")
-# Engine-wide settings that change how the first decoded token meets the grammar, tried on PD when a grammar row
-# failed there and not on the lone engine (vLLM 0.26: async scheduling defers the mask only for later steps; the
-# guidance backend is llguidance's own mask and matcher).
-GRAMMAR_REMEDIES: tuple[dict[str, Any], ...] = (
-    {"async_scheduling": False},
-    {"structured_outputs_config": {"backend": "guidance"}},
-)
 
 ANSWER_SCHEMA = {
     "type": "object",
@@ -350,76 +342,3 @@ def observe(
         seen = observations[-1]
         print(f"  {label}{seen.name}: {seen.statuses} {seen.why or 'valid'}; faults {seen.faults[:1]}", flush=True)
     return observations
-
-
-# --- the verdict -----------------------------------------------------------------------------------------------------
-
-
-def _guard_refusal(observation: Observation, fld: str) -> str:
-    """ "" when PD refused the field as serve_pd_guard does: 400, the field named as the error's param."""
-    if observation.status != 400:
-        return f"PD answered {observation.status}, not the guard's 400"
-    if f'"param": "{fld}"' not in observation.sample and f"{fld}=" not in observation.sample:
-        return "a 400 that does not name the field"
-    return ""
-
-
-def _pattern_names(lines: list[str]) -> set[str]:
-    return {p for p in FAULT_PATTERNS if any(p in line for line in lines)}
-
-
-def judge(all_cases: Sequence[Case], pd: list[Observation], lone: list[Observation]) -> list[Row]:
-    rows = []
-    for case, p, lo in zip(all_cases, pd, lone, strict=True):
-        pd_only = sorted(_pattern_names(p.faults) - _pattern_names(lo.faults))
-        problems = []
-        if pd_only:
-            problems.append(f"PD logged {', '.join(pd_only)}: {next(f for f in p.faults if pd_only[0] in f)[-160:]}")
-        if case.pd_refuses:
-            problems += [why for why in (_guard_refusal(p, case.pd_refuses),) if why]
-            if lo.why:
-                problems.append(f"the lone engine does not serve it either: {lo.why}")
-        elif case.expect == "same":
-            if p.status != lo.status:
-                problems.append(f"PD {p.status}, the lone engine {lo.status}")
-        else:
-            if p.why:
-                problems.append(f"PD: {p.why}")
-            if lo.why:
-                problems.append(f"lone engine: {lo.why}")
-            if (p.status, bool(p.why)) != (lo.status, bool(lo.why)):
-                problems.append(f"PD {p.status}, the lone engine {lo.status}")
-        detail = (
-            "; ".join(problems)
-            if problems
-            else (
-                f"refused by PD as documented ({case.pd_refuses}), served by the lone engine"
-                if case.pd_refuses
-                else f"PD {p.status} as the lone engine"
-                + (f", valid x{len(p.statuses)}" if case.expect == "served" else "")
-            )
-        )
-        rows.append(Row(case.name, not problems, detail, asdict(p), asdict(lo)))
-    return rows
-
-
-def grammar_failures(all_cases: Sequence[Case], rows: Sequence[Row]) -> list[Case]:
-    """The grammar rows PD failed with a grammar fault the lone engine did not log: what GRAMMAR_REMEDIES are tried
-    on."""
-    failed = []
-    for case, row in zip(all_cases, rows, strict=True):
-        pd_faults = [f for f in row.pd["faults"] if any(p in f for p in GRAMMAR_FAULTS)]
-        lone_faults = [f for f in row.lone["faults"] if any(p in f for p in GRAMMAR_FAULTS)]
-        if case.grammar and not row.ok and pd_faults and not lone_faults:
-            failed.append(case)
-    return failed
-
-
-def remedy_verdict(observation: Observation) -> tuple[bool, str]:
-    """Whether PD served a grammar row validly with no grammar fault under a remedy, and how."""
-    faults = [f for f in observation.faults if any(p in f for p in GRAMMAR_FAULTS)]
-    if faults:
-        return False, f"statuses {observation.statuses}; {faults[0][-160:]}"
-    if observation.why:
-        return False, observation.why
-    return True, f"valid x{len(observation.statuses)}, no grammar fault"
