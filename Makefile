@@ -10,7 +10,7 @@ CDK := node_modules/.bin/cdk
 export JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION := 20
 ARGS ?=
 
-.PHONY: vendor-vllm endpoint api-key api-key-check local-check mirror-model vendor-kuberay docs docs-tables status verify verify-efa bench-serving help install install-dev synth test lint format diff deploy destroy park review stacks kubeconfig kuberay-crds wait-ready bench lookup preflight imports dist settings-table checkov ci-access ci-access-synth clean
+.PHONY: plan vendor-vllm endpoint api-key api-key-check local-check mirror-model vendor-kuberay docs docs-tables status verify verify-efa bench-serving help install install-dev synth test lint format diff deploy destroy park review stacks kubeconfig kuberay-crds wait-ready bench lookup preflight imports dist settings-table checkov ci-access ci-access-synth clean
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-15s %s\n", $$1, $$2}'
@@ -43,6 +43,10 @@ install-dev: $(VENV)/.dev node_modules/.installed ## Everything install does, pl
 synth: install ## Synthesize every stack to cdk.out/ and the golden manifests to dist/ (no AWS credentials needed)
 	$(CDK) synth --quiet $(ARGS)
 	$(PY) -m tools.maintainer.write_dist
+	@$(PY) -m tools.plan
+
+plan: install ## What these settings deploy: nodes and GPUs per phase, the model, the endpoint, $/hour, the next command
+	@$(PY) -m tools.plan
 
 # Bytecode for the project's own modules first: where PYTHONDONTWRITEBYTECODE is set (as on the CI machine), every
 # process of the run (the workers, each app.py, the Ray scenarios) compiled them again, imports/'s 75,000-line KubeRay

@@ -20,25 +20,20 @@ def main() -> int:
     except SettingError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
-    if settings.gpu_az_source == "built-in default":
-        print(
-            f"notice: GPU_AZ={settings.gpu_az} is the built-in default (no GPU_AZ given, no cached look-up); run `make"
-            f" lookup` with AWS credentials to find an AZ of {settings.region} that offers {settings.gpu_node.name}",
-            file=sys.stderr,
+    lookups = [
+        what
+        for what, unresolved in (
+            (f"GPU_AZ={settings.gpu_az} is the built-in default", settings.gpu_az_source == "built-in default"),
+            ("DLC_IMAGE is a tag, not a digest (AWS moves tags)", settings.dlc_image_source == "tag only"),
+            (
+                f"no add-on versions for K8S_VERSION={settings.kubernetes_version} (EKS's default at create time)",
+                bool(settings.unresolved_addons),
+            ),
         )
-    if settings.dlc_image_source == "tag only":
-        print(
-            f"notice: DLC_IMAGE={settings.dlc_image} is a tag, which AWS moves when it patches the image: nodes pulling"
-            " on different days could run different builds; run `make lookup` with AWS credentials to pin its digest",
-            file=sys.stderr,
-        )
-    if settings.unresolved_addons:
-        print(
-            f"notice: no cached add-on versions for K8S_VERSION={settings.kubernetes_version}"
-            f" ({', '.join(settings.unresolved_addons)}): EKS picks its default at create time, and a later K8S_VERSION"
-            " change would not move them; run `make lookup` with AWS credentials",
-            file=sys.stderr,
-        )
+        if unresolved
+    ]
+    if lookups:
+        print(f"notice: {'; '.join(lookups)}: run `make lookup` with AWS credentials to pin them", file=sys.stderr)
     if settings.model_images and settings.model_facts is not None and settings.model_facts.multimodal:
         print(
             "notice: MODEL_IMAGES=on: the fit check counts the vision tower's weights, not the peak of vLLM's profile"
