@@ -19,7 +19,7 @@ from typing import Final
 from settings.decode_rate import longest_response_s
 from settings.errors import SettingError
 from settings.load_balancer_zones import application_load_balancer_zone
-from settings.parsers import csv
+from settings.parsers import csv, host_bits_hint
 
 EXPOSURES: Final = ("cluster", "internal", "internet-facing")
 NO_CERTIFICATE: Final = "none"
@@ -86,7 +86,9 @@ def _cidrs(raw: str) -> tuple[str, ...]:
             cidrs.append(str(ipaddress.IPv4Network(part, strict=True)))
         except ValueError:
             raise SettingError(
-                "SERVE_ALLOWED_CIDRS", raw, f"comma-separated IPv4 CIDRs such as 10.0.0.0/16 ({part!r} is not one)"
+                "SERVE_ALLOWED_CIDRS",
+                raw,
+                f"comma-separated IPv4 CIDRs such as 10.0.0.0/16 ({part!r} is not one{host_bits_hint(part)})",
             ) from None
     return tuple(cidrs)
 

@@ -61,7 +61,12 @@ def _misspelt(environ: Mapping[str, str]) -> list[tuple[str, str]]:
     known = sorted(SPECS_BY_ENV)
     pairs = []
     for name in sorted(environ):
-        if name in SPECS_BY_ENV or not re.fullmatch(r"[A-Z][A-Z0-9_]*", name):
+        if name in SPECS_BY_ENV or not re.fullmatch(r"[A-Za-z][A-Za-z0-9_]*", name):
+            continue
+        if name.upper() in SPECS_BY_ENV:  # gpu_node_type=: a setting's name in the wrong case
+            pairs.append((name, name.upper()))
+            continue
+        if name != name.upper():
             continue
         match = difflib.get_close_matches(name, known, n=1, cutoff=NEAR_MISS_CUTOFF)
         if match:
@@ -120,8 +125,16 @@ def raw_values(
 
 def _principal_arn(raw: str) -> str:
     if not re.fullmatch(r"arn:aws[a-z-]*:iam::\d{12}:(role|user)/[\w+=,.@/-]+", raw):
+        assumed = re.fullmatch(r"arn:(aws[a-z-]*):sts::(\d{12}):assumed-role/([\w+=,.@-]+)/.*", raw)
+        hint = (
+            f" (an assumed-role session, as `aws sts get-caller-identity` prints it: did you mean"
+            f" arn:{assumed[1]}:iam::{assumed[2]}:role/{assumed[3]}? A role with a path needs its path, as"
+            " `aws iam get-role` prints it)"
+            if assumed
+            else ""
+        )
         raise SettingError(
-            "ADMIN_PRINCIPAL_ARNS", raw, "IAM role or user ARNs such as arn:aws:iam::123456789012:role/ci-deploy"
+            "ADMIN_PRINCIPAL_ARNS", raw, f"IAM role or user ARNs such as arn:aws:iam::123456789012:role/ci-deploy{hint}"
         )
     return raw
 

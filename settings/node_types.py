@@ -20,6 +20,8 @@ from settings.parsers import closest, known_instance_types
 def _instance_facts(env: str, name: str, context: Mapping[str, Any], suggestions: tuple[str, ...]) -> InstanceFacts:
     if name in BUILT_IN:
         return BUILT_IN[name]  # known good: skip loading the EC2 API model
+    if name != name.lower() and name.lower() in BUILT_IN:
+        raise SettingError(env, name, f"an EC2 instance type, in lower case (did you mean {name.lower()}?)")
     if not INSTANCE_TYPE_PATTERN.fullmatch(name) or name not in known_instance_types():
         # A suggestion only among the types this setting takes (not g6.xlarge, which has no EFA, for g6.8xlarg); a
         # GPU's name (h100, L4) gets the types that carry it.

@@ -78,6 +78,8 @@ def csv(raw: str) -> tuple[str, ...]:
 
 
 def region_name(raw: str) -> str:
+    if raw not in known_regions() and raw.strip().lower() in known_regions():
+        raise SettingError("REGION", raw, f"an AWS Region, in lower case (did you mean {raw.strip().lower()}?)")
     if raw not in known_regions():
         raise SettingError(
             "REGION", raw, f"an AWS Region{closest(raw, known_regions())}, one of {', '.join(known_regions())}"
@@ -92,12 +94,21 @@ def region_name(raw: str) -> str:
     return raw
 
 
+def host_bits_hint(raw: str) -> str:
+    """ " (did you mean NETWORK?)" for a CIDR with host bits set (203.0.113.7/24), else ""."""
+    try:
+        network = ipaddress.IPv4Network(raw.strip(), strict=False)
+    except ValueError:
+        return ""
+    return f" (host bits set: did you mean {network}?)" if str(network) != raw.strip() else ""
+
+
 def cidr(env: str, raw: str, *, private: bool, prefix: tuple[int, int]) -> str:
     try:
         network = ipaddress.IPv4Network(raw, strict=True)
     except ValueError:
         raise SettingError(
-            env, raw, f"an IPv4 CIDR such as 10.0.0.0/16 (prefix /{prefix[0]} to /{prefix[1]})"
+            env, raw, f"an IPv4 CIDR such as 10.0.0.0/16 (prefix /{prefix[0]} to /{prefix[1]}){host_bits_hint(raw)}"
         ) from None
     if not prefix[0] <= network.prefixlen <= prefix[1] or (private and not network.is_private):
         kind = "a private " if private else "an "
@@ -198,10 +209,14 @@ class Pattern:
     empty_ok: bool = False
     strip: bool = False  # surrounding blanks are not part of the value
 
+    # (regex searched in a refused value, what to say then): the mistake a value of that shape usually is.
+    hints: tuple[tuple[str, str], ...] = ()
+
     def __call__(self, env: str, raw: str) -> str:
         value = raw.strip() if self.strip else raw
         if (value or not self.empty_ok) and not re.fullmatch(self.regex, value):
-            raise SettingError(env, value, self.allowed)
+            hint = next((f" ({text})" for pattern, text in self.hints if re.search(pattern, value)), "")
+            raise SettingError(env, value, self.allowed + hint)
         return value
 
 

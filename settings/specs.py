@@ -194,6 +194,12 @@ SPECS: tuple[SettingSpec, ...] = (
             r"[A-Za-z0-9/_+=.@-]{1,512}",
             "empty, or a Secrets Manager secret name (letters, digits and /_+=.@-)",
             empty_ok=True,
+            hints=(
+                (
+                    r"^arn:aws[a-z-]*:secretsmanager:",
+                    "an ARN: give the name, what follows ':secret:' without the 6-character suffix AWS appends",
+                ),
+            ),
         ),
         ci_variable=True,
         change=(

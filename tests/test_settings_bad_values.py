@@ -242,6 +242,21 @@ def _error(env: dict[str, str] | None = None, context: dict[str, Any] | None = N
         ({"MAX_MODEL_LEN": "128"}, "MAX_MODEL_LEN", "whole number from 256 to 1048576"),
         ({"METRICS_NAMESPACE": "Monitoring"}, "METRICS_NAMESPACE", "DNS label"),
         ({"MODEL_ID": "qwen 3.5"}, "MODEL_ID", "letters, digits"),
+        # The hints: what a value of that shape usually is.
+        ({"VPC_CIDR": "10.0.0.7/16"}, "VPC_CIDR", "host bits set: did you mean 10.0.0.0/16?"),
+        ({"SERVE_ALLOWED_CIDRS": "203.0.113.7/24"}, "SERVE_ALLOWED_CIDRS", "did you mean 203.0.113.0/24?"),
+        (
+            {"HF_TOKEN_SECRET_NAME": "arn:aws:secretsmanager:sa-east-1:123456789012:secret:hf-token-AbCdEf"},
+            "HF_TOKEN_SECRET_NAME",
+            "an ARN: give the name",
+        ),
+        (
+            {"ADMIN_PRINCIPAL_ARNS": "arn:aws:sts::123456789012:assumed-role/Admin/jane"},
+            "ADMIN_PRINCIPAL_ARNS",
+            "did you mean arn:aws:iam::123456789012:role/Admin?",
+        ),
+        ({"REGION": "US-EAST-1"}, "REGION", "in lower case (did you mean us-east-1?)"),
+        ({"GPU_NODE_TYPE": "G6.8xlarge"}, "GPU_NODE_TYPE", "in lower case (did you mean g6.8xlarge?)"),
         ({"OBSERVABILITY": "yes"}, "OBSERVABILITY", "on or off"),
         ({"OBSERVABILITY": "on", "ENDPOINT_ACCESS": "public"}, "OBSERVABILITY", "needs the private endpoint"),
         ({"SYSTEM_NODEGROUP_NAME": "system_nodes"}, "SYSTEM_NODEGROUP_NAME", "DNS label"),
@@ -323,6 +338,8 @@ def test_a_misspelt_environment_setting_is_warned_about_in_one_line(
             "AWS_REGION": "us-east-2",
             "PATH": "/bin",
             "GITHUB_REPOSITORY_OWNER": "o",
+            "gpu_node_type": "g6e.12xlarge",
+            "http_proxy": "http://proxy:3128",
         }
     ) == [
         (
@@ -330,6 +347,7 @@ def test_a_misspelt_environment_setting_is_warned_about_in_one_line(
             " docs/settings.md"
         ),
         "warning: REGON is not a setting and is ignored (did you mean REGION?); see docs/settings.md",
+        "warning: gpu_node_type is not a setting and is ignored (did you mean GPU_NODE_TYPE?); see docs/settings.md",
     ]
     # app.py's main() in this process (the test above runs the real process).
     status, _, stderr = run_entry_point(
