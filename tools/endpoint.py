@@ -203,12 +203,9 @@ def main(argv: list[str] | None = None) -> int:
             return 1
         import boto3
 
+        secret_arn = keys_secret_arn(settings, boto3.session.Session())
         print("# The key generated at deploy (add named keys, or rotate, with put-secret-value: docs/endpoint.md):")
-        print(
-            "export OPENAI_API_KEY=$("
-            + api_key_howto(settings, keys_secret_arn(settings, boto3.session.Session()))
-            + ")"
-        )
+        print("export OPENAI_API_KEY=$(" + api_key_howto(settings, secret_arn) + ")")
         return 0
     if not endpoint.exposed:
         print(

@@ -26,13 +26,46 @@ def project_settings() -> Settings:
     return load_settings(os.environ, read_project_context())
 
 
+# What AWS answers when the caller has no credentials, or ones it no longer takes.
+CREDENTIAL_ERROR_CODES = frozenset(
+    {"ExpiredToken", "ExpiredTokenException", "InvalidClientTokenId", "UnrecognizedClientException",
+     "InvalidAccessKeyId", "SignatureDoesNotMatch", "AuthFailure"}
+)  # fmt: skip
+CREDENTIALS_HOWTO = "set AWS_PROFILE, run `aws sso login` or `aws configure`, then `aws sts get-caller-identity`"
+
+
+def credentials_problem(error: BaseException) -> str:
+    """One line for an AWS error that means "no usable credentials", else "" (botocore, imported only if loaded)."""
+    exceptions = sys.modules.get("botocore.exceptions")
+    if exceptions is None:
+        return ""
+    if isinstance(error, exceptions.NoCredentialsError | exceptions.PartialCredentialsError):
+        return f"no AWS credentials ({error}): {CREDENTIALS_HOWTO}"
+    if isinstance(error, exceptions.NoRegionError):
+        return "no AWS Region: set REGION (or AWS_REGION)"
+    if isinstance(error, exceptions.TokenRetrievalError | exceptions.SSOError):
+        return f"the AWS SSO session has ended ({error}): run `aws sso login`"
+    code = getattr(error, "response", {}).get("Error", {}).get("Code", "")
+    if isinstance(error, exceptions.ClientError) and code in CREDENTIAL_ERROR_CODES:
+        return f"AWS refused the credentials ({code}): {CREDENTIALS_HOWTO}"
+    return ""
+
+
 def one_line_errors(main: Main) -> Main:
+    """A bad setting, or AWS credentials missing or refused, as one line (exit 2) instead of a traceback."""
+
     @functools.wraps(main)
     def run(argv: list[str] | None = None) -> int:
         try:
             return main(argv)
         except SettingError as error:
             print(f"error: {error}", file=sys.stderr)
+            return 2
+        except Exception as error:
+            problem = credentials_problem(error)
+            if not problem:
+                raise
+            print(f"error: {problem}", file=sys.stderr)
             return 2
 
     return run

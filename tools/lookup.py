@@ -20,6 +20,7 @@ from settings.context_files import CDK_CONTEXT_JSON, read_project_context, write
 from settings.loader import raw_values
 from settings.model_facts import model_facts_context_key
 from settings.model_source import parse_model_source, s3_source
+from tools.entry import credentials_problem
 
 
 def _hub_token(secret_name: str, region: str) -> str:
@@ -44,8 +45,9 @@ def main() -> int:
             image=image,
         )
     except (BotoCoreError, ClientError, LookupError) as error:
-        print(f"error: the look-up in {region} failed: {error}", file=sys.stderr)
-        return 1
+        problem = credentials_problem(error)
+        print(f"error: {problem or f'the look-up in {region} failed: {error}'}", file=sys.stderr)
+        return 2 if problem else 1
     try:
         source = s3_source(parse_model_source(raw["MODEL_SOURCE"]))
         if source is not None:

@@ -26,7 +26,7 @@ from settings import SettingError, Settings
 from settings.ci_access import CDK_TOOLKIT_STACK
 from settings.context_files import REPO
 from stacks.addons import chart_pins
-from tools.entry import project_settings
+from tools.entry import one_line_errors, project_settings
 
 ASSEMBLY = REPO / "cdk.out"
 
@@ -92,6 +92,7 @@ def preflight_input(
     return PreflightInput(**inputs)
 
 
+@one_line_errors
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument(
