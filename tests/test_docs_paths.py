@@ -52,7 +52,8 @@ LINK = re.compile(r"\]\(([^)\s]+)(?:\s+\"[^\"]*\")?\)")
 # A path: a segment, then at least one /segment (a trailing / names a folder). Placeholders (<name>, *, …) allowed.
 PATH = re.compile(r"(?<![\w./:<>*…${}-])\.?[\w<>*…-][\w.<>*…${}-]*(?:/[\w.<>*…${}-]*)+")
 DOTTED = re.compile(r"(?<![\w./-])[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)+")
-PLACEHOLDER = re.compile(r"<[^>/]+>|\$\{[^}]*\}|\$\w+|…|\.\.\.|\b[A-Z][A-Z0-9_]*\b")
+# Placeholders: <name>, ${var}, $var, …, and words in capitals (X.Y, CLUSTER_NAME, vllm_X_Y_*).
+PLACEHOLDER = re.compile(r"<[^>/]+>|\$\{[^}]*\}|\$\w+|…|\.\.\.|(?<![A-Za-z0-9])[A-Z][A-Z0-9]*(?![A-Za-z0-9])")
 # Line breaks in a mermaid label (`settings/<br/>load_settings`) are no part of a path.
 LINE_BREAK = re.compile(r"<br\s*/?>")
 
@@ -154,6 +155,7 @@ def test_the_check_sees_paths_modules_and_links_and_not_prose() -> None:
     assert LINK.findall(prose) == ["deploy.md"]
     assert path_exists("settings/versions.py") and path_exists("tools/local_check/")
     assert path_exists("docs/upgrading/X.Y.md") and path_exists("preflight/context.setting")
+    assert path_exists("settings/data/vllm_X_Y_*") and not path_exists("settings/data/vllm_X_Y_nothing")
     assert not path_exists("preflight/changes.plan") and not path_exists("settings/no_such_module.py")
     assert not path_exists("docs/upgrading.md/")
     assert module_exists("tools.maintainer.write_dist") and module_exists("tools.maintainer.docs_tables.PAGES")
