@@ -238,3 +238,15 @@ def test_a_remedy_lands_in_both_phases_and_leaves_the_config_it_came_from(plan: 
         assert args[phase]["engine_kwargs"]["structured_outputs_config"] == {"backend": "guidance"}
         assert "kv_transfer_config" in args[phase]["engine_kwargs"]
     assert repr(config) == before
+
+
+def test_the_lone_engine_gets_only_what_vllm_engine_args_take(plan: dict[str, Any]) -> None:
+    """vllm.LLM(**kwargs) refuses FrontendArgs' keys (TypeError: enable_auto_tool_choice), which Ray hands the OpenAI
+    frontend: the first GPU run with the chat parsers on failed so."""
+    from settings.engine_args import ENGINE_TABLE, vendored
+
+    phase = serve_config(plan["rayservice"])["applications"][0]["args"]["decode_config"]
+    assert {"enable_auto_tool_choice", "tool_call_parser"} <= set(phase["engine_kwargs"])  # the case this is about
+    kwargs = reference_engine_kwargs(phase)
+    assert set(kwargs) <= set(vendored()[ENGINE_TABLE]), set(kwargs) - set(vendored()[ENGINE_TABLE])
+    assert kwargs["reasoning_parser"] == phase["engine_kwargs"]["reasoning_parser"]  # an engine field: kept

@@ -14,6 +14,7 @@ from typing import Any
 import yaml
 
 from k8s_constructs.serve_config import GUARD_INGRESS_CLASS
+from settings.engine_args import field_owner
 
 GIB = 1024**3
 HEAD_GROUP = "headgroup"  # KubeRay's ray.io/group of the head
@@ -378,7 +379,13 @@ def batch_boundary(config: dict[str, Any], target: Target) -> int:
 
 
 def reference_engine_kwargs(phase: dict[str, Any]) -> dict[str, Any]:
-    """One non-disaggregated engine with a phase's engine kwargs: no KV connector, the same everything else."""
-    kwargs = {key: value for key, value in phase.get("engine_kwargs", {}).items() if key != "kv_transfer_config"}
+    """One non-disaggregated engine with a phase's engine kwargs: no KV connector, the same everything else. The
+    keys Ray 2.58 hands vLLM's OpenAI frontend rather than the engine (the tool-call parser) are left out: the
+    lone engine is vLLM's LLM class, which takes EngineArgs only."""
+    kwargs = {
+        key: value
+        for key, value in phase.get("engine_kwargs", {}).items()
+        if key != "kv_transfer_config" and field_owner(key) != "FrontendArgs"
+    }
     kwargs.pop("kv_cache_memory_bytes", None)  # the lone engine profiles: its figures are the ones compared
     return kwargs
