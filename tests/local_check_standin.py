@@ -272,6 +272,12 @@ class StandInEngine:
         from tools.local_check.results import Answer, memory_report
 
         assert env["VLLM_SSM_CONV_STATE_LAYOUT"] == "DS"  # the pods' environment, as the raylets get it
+        from settings.engine_args import ENGINE_TABLE, vendored
+
+        # vllm.LLM(**engine_kwargs) takes EngineArgs' fields only: a TypeError on the GPU host otherwise.
+        unknown = sorted(set(engine_kwargs) - set(vendored()[ENGINE_TABLE]))
+        if unknown:
+            raise TypeError(f"EngineArgs.__init__() got an unexpected keyword argument {unknown[0]!r}")
         log.write_text(MEMORY_LOG)
 
         def answer(prompt: list[int]) -> dict[str, Any]:
