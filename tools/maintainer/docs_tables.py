@@ -91,7 +91,11 @@ PAGES: tuple[tuple[str, str, str], ...] = (
     ),
     ("CI", "ci.md", "the GitHub workflows, the CI access stack, the scoped execution policies"),
     ("Troubleshooting", "troubleshooting.md", "when a deploy or a destroy fails"),
-    ("Upgrading", "upgrading.md", "Kubernetes, KubeRay, earlier versions of this project, what is pinned"),
+    (
+        "Upgrading",
+        "upgrading.md",
+        "Kubernetes, KubeRay, a new Ray LLM image, earlier versions of this project, what is pinned",
+    ),
     ("Tests", "testing.md", "what `make test` and `make checkov` check"),
     ("Contributing", "contributing.md", "the recipes: a setting, a chart, a preflight check, a KubeRay upgrade"),
     ("Changelog", "changelog.md", "what changed, version by version"),
