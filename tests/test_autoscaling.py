@@ -336,3 +336,12 @@ def test_new_gpu_nodes_carry_the_cluster_autoscalers_gpu_label(autoscaling_synth
     assert nodegroup["Properties"]["Labels"]["k8s.amazonaws.com/accelerator"] == "l4"
     (fixed,) = default_synth.resources("gpu", "AWS::EKS::Nodegroup").values()
     assert "k8s.amazonaws.com/accelerator" not in fixed["Properties"]["Labels"]
+
+
+def test_parked_with_maxima_no_autoscaler_runs_so_no_gpu_node_can_start() -> None:
+    """GPU_NODE_COUNT=0 with DECODE_MAX_REPLICAS: the worker pods stay Pending and EKS keeps the group's max at 1, so a
+    running Cluster Autoscaler would start a GPU node for them; parked, it runs no pod, and unparked it runs again."""
+    parked = settings_for({"GPU_NODE_COUNT": "0", "DECODE_MAX_REPLICAS": "3"})
+    assert parked.autoscaling and parked.gpu_node_max == 0
+    assert cluster_autoscaler.values(parked)["replicaCount"] == 0
+    assert "replicaCount" not in cluster_autoscaler.values(settings_for({"DECODE_MAX_REPLICAS": "3"}))  # chart's 1

@@ -48,7 +48,11 @@ MAX_NODE_PROVISION_TIME = "20m"
 
 def values(settings: Settings) -> dict[str, Any]:
     cpu, memory = f"{CLUSTER_AUTOSCALER_CPU_MILLI}m", f"{CLUSTER_AUTOSCALER_MEMORY_MIB}Mi"
+    # Parked (GPU_NODE_COUNT=0): no autoscaler runs, so the worker pods still Pending start no GPU node (EKS keeps the
+    # group's max at 1 or more); the release stays, and an unpark only scales it back.
+    parked = {"replicaCount": 0} if settings.gpu_node_count == 0 else {}
     return {
+        **parked,
         "cloudProvider": "aws",
         "awsRegion": settings.region,
         # EKS tags a managed nodegroup's Auto Scaling group with these; the nodegroup name narrows discovery to
