@@ -8,6 +8,7 @@ import sys
 
 from settings import SettingError, load_settings
 from settings.loader import misspelt_settings
+from settings.notices import synth_notices
 from stacks.application import build_stacks, new_app, synthesize_or_say_why
 
 
@@ -61,7 +62,7 @@ def main() -> int:
             " index)",
             file=sys.stderr,
         )
-    for notice in settings.chat_parsers.notices:
+    for notice in [*settings.chat_parsers.notices, *synth_notices(settings)]:
         print(notice, file=sys.stderr)
     return synthesize_or_say_why(app, lambda app: build_stacks(app, settings))
 

@@ -67,6 +67,7 @@ class Settings:
     # as `make lookup` cached it, else None (EKS's default at create time; it does not follow upgrades).
     eks_addon_versions: tuple[tuple[str, str | None], ...] = ()
     dlc_image_source: str = "digest given"  # "digest given", "cached look-up" or "tag only"
+    dlc_image_given: str = ""  # DLC_IMAGE as set (${REGION} replaced), before a cached digest replaced its tag
     gpu_placement_group: str = "on"  # "on" (the GPU stack's own cluster group), "off", or an existing group's name
     gpu_capacity_reservation_id: str = ""  # "" = none
     gpu_capacity_reservation_type: str = "on-demand"  # "on-demand" (ODCR) | "capacity-block"

@@ -372,6 +372,7 @@ def load_settings(
         gpu_az_source=zones.source,
         dlc_image=pinned_image(_image(raw["DLC_IMAGE"], region), context)[0],
         dlc_image_source=pinned_image(_image(raw["DLC_IMAGE"], region), context)[1],
+        dlc_image_given=_image(raw["DLC_IMAGE"], region),
         kuberay_version=_kuberay_version(raw["KUBERAY_VERSION"]),
         model_source=model_source,
         model_id=parse_model_id(raw["MODEL_ID"], model_source),

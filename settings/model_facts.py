@@ -37,6 +37,7 @@ class ModelFacts:
     # Weights vLLM does not load for a text-only endpoint (a vision tower with language_model_only, an MTP head).
     text_only_skipped_bytes: int = 0
     where: str = ""  # where the figures come from
+    gated: bool = False  # the Hub asks for an accepted licence: the workers need HF_TOKEN_SECRET_NAME's token
 
     @property
     def linear_layers(self) -> int:
@@ -123,6 +124,7 @@ BUILT_IN_MODELS: Mapping[str, ModelFacts] = {
             native_context=131_072,
             multimodal=False,
             where="config.json and model.safetensors.index.json of meta-llama/Llama-3.1-8B-Instruct at 0e9e39f2",
+            gated=True,  # Meta's licence, accepted on the Hub
         ),
         ModelFacts(
             source="meta-llama/Llama-3.3-70B-Instruct",
@@ -139,6 +141,7 @@ BUILT_IN_MODELS: Mapping[str, ModelFacts] = {
                 "meta-llama/Llama-3.3-70B-Instruct at 6f6073b4: 70,553,706,496 BF16 parameters (the Hub's count) x 2"
                 " bytes"
             ),
+            gated=True,
         ),
     )
 }
