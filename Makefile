@@ -11,7 +11,7 @@ CDK := node_modules/.bin/cdk
 export JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION := 20
 ARGS ?=
 
-.PHONY: plan vendor-vllm endpoint api-key api-key-check local-check mirror-model vendor-kuberay docs docs-tables status verify verify-efa bench-serving help install install-dev synth test lint format diff deploy destroy park review stacks kubeconfig kuberay-crds wait-ready bench lookup preflight imports dist settings-table checkov ci-access ci-access-synth clean
+.PHONY: plan manifests vendor-vllm endpoint api-key api-key-check local-check mirror-model vendor-kuberay docs docs-tables status verify verify-efa bench-serving help install install-dev synth test lint format diff deploy destroy park review stacks kubeconfig kuberay-crds wait-ready bench lookup preflight imports dist settings-table checkov ci-access ci-access-synth clean
 
 # `make help` prints the targets by group: each target's `## [GROUP] description`, under the titles of the `##@ GROUP
 # Title` lines below, in their order. A target with no group, or one not listed here, is printed last, under "Other".
@@ -63,6 +63,9 @@ synth: install ## [first-time] Synthesize every stack to cdk.out/ and the golden
 
 plan: install ## [first-time] What these settings deploy: nodes and GPUs per phase, the model, the endpoint, $/hour, the next command
 	@$(PY) -m tools.plan
+
+manifests: install ## [first-time] The Kubernetes objects and Helm values of your settings -> manifests/ (dist/: the defaults')
+	$(PY) -m tools.manifests
 
 # Bytecode for the project's own modules first: where PYTHONDONTWRITEBYTECODE is set (as on the CI machine), every
 # process of the run (the workers, each app.py, the Ray scenarios) compiled them again, imports/'s 75,000-line KubeRay
