@@ -11,7 +11,7 @@ CDK := node_modules/.bin/cdk
 export JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION := 20
 ARGS ?=
 
-.PHONY: plan manifests vendor-vllm endpoint api-key api-key-check local-check mirror-model vendor-kuberay docs docs-tables status verify verify-efa bench-serving help install install-dev synth test lint format diff deploy destroy park review stacks kubeconfig kuberay-crds wait-ready bench lookup preflight imports dist settings-table checkov ci-access ci-access-synth clean
+.PHONY: plan manifests test-fast vendor-vllm endpoint api-key api-key-check local-check mirror-model vendor-kuberay docs docs-tables status verify verify-efa bench-serving help install install-dev synth test lint format diff deploy destroy park review stacks kubeconfig kuberay-crds wait-ready bench lookup preflight imports dist settings-table checkov ci-access ci-access-synth clean
 
 # `make help` prints the targets by group: each target's `## [GROUP] description`, under the titles of the `##@ GROUP
 # Title` lines below, in their order. A target with no group, or one not listed here, is printed last, under "Other".
@@ -73,6 +73,9 @@ manifests: install ## [first-time] The Kubernetes objects and Helm values of you
 test: install-dev ## [maintainers] Run the test suite on every core (validators, cdk-nag, cfn-lint, parliament, schemas, moto, local Ray)
 	$(PY) -m compileall -q -j 0 app.py ci_app.py imports settings k8s_constructs preflight stacks tools tests
 	$(PY) -m pytest -q -n auto --dist loadfile $(ARGS)
+
+test-fast: install-dev ## [maintainers] The tests that need neither a full synth nor a Ray cluster: the inner loop (CI runs make test)
+	$(PY) -m pytest -q -n auto -m "not slow" $(ARGS)
 
 lint: install-dev ## [maintainers] ruff and mypy (strict)
 	$(PY) -m ruff check .

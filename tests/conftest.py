@@ -105,7 +105,44 @@ LONGEST_FIRST = (
 )
 
 
+# `make test-fast` leaves these out (marker `slow`): a test that synthesizes the whole app (a *_synth fixture, or
+# app.py run as the synth runs it), starts a real Ray cluster, or waits on a background scenario. CI runs them all.
+SLOW_FIXTURES = frozenset({"ray_cluster"})
+SLOW_MODULES = frozenset(
+    {
+        "test_topology", "test_gcs_fault_tolerance", "test_autoscaling_ray", "test_serve_auth",
+        "test_local_check_faults", "test_head_security", "test_setting_landing", "test_pinned",
+        "test_review", "test_examples",
+    }
+)  # fmt: skip
+# Single tests of that kind in modules that are otherwise quick.
+SLOW_TESTS = frozenset(
+    {
+        "tests/test_local_check.py::test_the_whole_flow_on_a_real_ray_cluster_with_a_stand_in_engine",
+        "tests/test_self_contained.py::test_a_copy_of_the_repository_alone_validates_its_manifests",
+        "tests/test_cloudformation_checks.py::test_two_synths_are_byte_identical",
+        "tests/test_ci_access_settings.py::test_two_synths_are_byte_identical",
+    }
+)
+
+
+def _slow(item: pytest.Item) -> bool:
+    fixtures = set(getattr(item, "fixturenames", ()))
+    return (
+        item.path.stem in SLOW_MODULES
+        or any(name.endswith("_synth") for name in fixtures)
+        or bool(fixtures & SLOW_FIXTURES)
+        or item.get_closest_marker("own_process") is not None
+        or item.nodeid in BACKGROUND
+        or item.nodeid.split("[")[0] in SLOW_TESTS
+        or "synth" in item.nodeid.split("[", 1)[-1]  # parametrized over synth fixtures by name
+    )
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if _slow(item):
+            item.add_marker(pytest.mark.slow)
     # Last: the files whose long scenario runs in the background from the session's start (BACKGROUND below); by the
     # time a worker reaches them it has finished.
     last = {Path(nodeid.split("::")[0]).stem for nodeid in BACKGROUND}
