@@ -26,7 +26,8 @@ from tools.local_check.results import (
     noise_floor,
     parity_row,
 )
-from tools.local_check.transfer import Transfers, TransferStats, judge_transfer, prometheus_totals
+from tools.local_check.transfer import Transfers, TransferStats, judge_transfer
+from tools.nixl_metrics import prometheus_totals
 
 RUNS = Path(__file__).resolve().parent.parent / "docs" / "local-check-runs"
 QWEN = "2026-12-05-h100-qwen3.5-9b.json"

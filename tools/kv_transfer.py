@@ -20,7 +20,7 @@ from k8s_constructs.serve_config import Phase
 from preflight.cluster_access import Kubectl
 from settings import Settings
 from tools.cluster import worker_exec, worker_kv_paths
-from tools.local_check.transfer import BYTES, FAILED, METRIC_PREFIX, SECONDS, samples
+from tools.nixl_metrics import BYTES, FAILED, METRIC_PREFIX, SECONDS, samples
 from tools.verify_steps import NOT_READY, Step, check_kv_path, describe_rayservice, kv_path_advice
 
 MB = 1e6  # bytes in the MB of MB/s

@@ -27,17 +27,19 @@ import math
 import re
 import time
 import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-METRIC_PREFIX = "ray_vllm_nixl_"
-BYTES = "ray_vllm_nixl_bytes_transferred"
-SECONDS = "ray_vllm_nixl_xfer_time_seconds"
-FAILED = "ray_vllm_nixl_num_failed_transfers"
-# NIXL's exporter: the agent's byte counters (prometheus-cpp may add _total).
-NIXL_PREFIX = "agent_"
-NIXL_BYTES = ("agent_rx_bytes", "agent_tx_bytes")
+from tools.nixl_metrics import (
+    BYTES,
+    FAILED,
+    NIXL_BYTES,
+    NIXL_PREFIX,
+    SECONDS,
+    prometheus_totals,
+)
+
 # What turns NIXL's exporter on in an engine's environment; the port is the node's (one agent per engine).
 NIXL_TELEMETRY_ENV = {
     "NIXL_TELEMETRY_ENABLE": "y",
@@ -59,28 +61,6 @@ BLOCK_SIZE_PATTERN = r"Setting attention block size to (\d+) tokens"
 # (2026-12-05) NIXL moved exactly the prediction for every prompt of Qwen3.5-9B and Llama-3.1-8B.
 TOLERANCE_BLOCKS = 0.5
 TOLERANCE_SHARE = 0.02
-_SAMPLE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(.*)\})?\s+([-+0-9.eEinfINFNa]+)\s*$")
-_LABEL = re.compile(r'(\w+)="((?:[^"\\]|\\.)*)"')
-
-
-def samples(text: str, prefix: str = "") -> Iterator[tuple[str, dict[str, str], float]]:
-    """Each sample of a Prometheus text exposition under `prefix`: its name, its labels and its value."""
-    for line in text.splitlines():
-        if not line.startswith(prefix) or line.startswith("#"):
-            continue
-        match = _SAMPLE.match(line.strip())
-        if match is not None:
-            yield match.group(1), dict(_LABEL.findall(match.group(2) or "")), float(match.group(3))
-
-
-def prometheus_totals(text: str, prefix: str = METRIC_PREFIX) -> dict[str, float]:
-    """Each sample name under `prefix` summed over its series (workers, engines, nodes): histograms give
-    `<name>_sum` and `<name>_count`, counters `<name>` or `<name>_total`."""
-    totals: dict[str, float] = {}
-    for name, _, value in samples(text, prefix):
-        if not name.endswith("_bucket"):
-            totals[name] = totals.get(name, 0.0) + value
-    return totals
 
 
 @dataclass(frozen=True)
