@@ -20,6 +20,7 @@ import cdk8s
 import cdk8s_plus_28 as kplus
 from constructs import Construct
 
+from settings import Settings
 from settings.scheduling import GPU_NODE_LABELS, GPU_TAINT_KEY, SYSTEM_NODE_LABELS
 
 NAME = "ray-image-prepull"
@@ -79,3 +80,8 @@ class ImagePrepullChart(cdk8s.Chart):
         placement.tolerate(
             kplus.Node.tainted(kplus.NodeTaintQuery.exists(GPU_TAINT_KEY, effect=kplus.TaintEffect.NO_SCHEDULE))
         )
+
+
+def build_image_prepull_chart(settings: Settings) -> ImagePrepullChart:
+    """The pre-pull DaemonSet in a cdk8s app of its own; `make synth` writes it to dist/."""
+    return ImagePrepullChart(cdk8s.App(), "image-prepull", props=ImagePrepullProps(image=settings.dlc_image))

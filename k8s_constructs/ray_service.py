@@ -170,3 +170,15 @@ class PdRayServiceChart(cdk8s.Chart):
         if "gcsFaultToleranceOptions" in spec:  # the store's address is a token of another stack: its presence counts
             spec["gcsFaultToleranceOptions"]["redisAddress"] = gcs_ft.PLACEHOLDER_ADDRESS
         return hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def build_rayservice_chart(
+    settings: Settings,
+    gcs_store: gcs_ft.GcsStoreRef | None = None,
+    endpoint_refs: endpoint.EndpointRefs | None = None,
+) -> PdRayServiceChart:
+    """The cdk8s chart in a cdk8s app of its own (``cdk8s.App.of(chart)``); `make synth` writes it to dist/."""
+    props = RayServiceProps(
+        settings=settings, gcs_store=gcs_store, endpoint_refs=endpoint_refs or endpoint.EndpointRefs()
+    )
+    return PdRayServiceChart(cdk8s.App(), "rayservice", props=props)

@@ -2,22 +2,16 @@
 
 from __future__ import annotations
 
-import cdk8s
 from aws_cdk import CfnOutput, Environment, Stack
 from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_eks_v2 as eks
 from constructs import Construct
 
-from k8s_constructs.image_prepull import ImagePrepullChart, ImagePrepullProps
+from k8s_constructs.image_prepull import build_image_prepull_chart
 from settings import Settings
 from stacks.addons import cluster_autoscaler
 from stacks.device_plugins import DevicePlugins
 from stacks.efa_nodegroup import EfaNodegroup, EfaNodegroupProps
-
-
-def build_image_prepull_chart(settings: Settings) -> ImagePrepullChart:
-    """The pre-pull DaemonSet in a cdk8s app of its own; `make synth` writes it to dist/."""
-    return ImagePrepullChart(cdk8s.App(), "image-prepull", props=ImagePrepullProps(image=settings.dlc_image))
 
 
 class GpuCapacityStack(Stack):

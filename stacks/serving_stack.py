@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 from typing import Any
 
-import cdk8s
 from aws_cdk import Aws, CfnOutput, Environment, Stack
 from aws_cdk import aws_eks_v2 as eks
 from aws_cdk import aws_iam as iam
@@ -19,7 +18,7 @@ from k8s_constructs.endpoint import EndpointRefs
 from k8s_constructs.gcs_ft import GcsStoreRef, head_service_account
 from k8s_constructs.ray_cluster_groups import head_identity_needed, worker_identity_needed
 from k8s_constructs.ray_facts import SERVE_PORT, worker_service_account
-from k8s_constructs.ray_service import PdRayServiceChart, RayServiceProps
+from k8s_constructs.ray_service import build_rayservice_chart
 from k8s_constructs.synced_secrets import HfToken, hf_token_of
 from settings import Settings
 from settings.configuration import RAY_CLUSTER_FINGERPRINT_OUTPUT
@@ -46,14 +45,6 @@ def namespace_scoped(obj: dict[str, Any], settings: Settings) -> bool:
     return obj["kind"] in NAMESPACE_KINDS or (
         settings.gcs_redis and ((obj["kind"], name) in GCS_STORE_OBJECTS or (obj["kind"], name) == head)
     )
-
-
-def build_rayservice_chart(
-    settings: Settings, gcs_store: GcsStoreRef | None = None, endpoint_refs: EndpointRefs | None = None
-) -> PdRayServiceChart:
-    """The cdk8s chart in a cdk8s app of its own (``cdk8s.App.of(chart)``); `make synth` writes it to dist/."""
-    props = RayServiceProps(settings=settings, gcs_store=gcs_store, endpoint_refs=endpoint_refs or EndpointRefs())
-    return PdRayServiceChart(cdk8s.App(), "rayservice", props=props)
 
 
 class ServingStack(Stack):

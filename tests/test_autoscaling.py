@@ -17,9 +17,9 @@ import pytest
 import yaml
 
 from k8s_constructs.ray_autoscaling import SERVICE_ACCOUNT_MOUNT
+from k8s_constructs.ray_service import build_rayservice_chart
 from settings import SettingError
 from stacks.addons import cluster_autoscaler
-from stacks.serving_stack import build_rayservice_chart
 from tests.conftest import Synth, settings_for
 from tests.iam_documents import Resolver
 from tests.iam_simulator import Request, decisions

@@ -11,7 +11,7 @@ from typing import Any
 
 import yaml
 
-from stacks.serving_stack import build_rayservice_chart
+from k8s_constructs.ray_service import build_rayservice_chart
 from tests.conftest import AUTOSCALER_PROOF, scenario_result, settings_for
 from tests.ray_local import OBJECT_STORE_BYTES
 from tests.test_autoscaling import ELASTIC, _llm_configs

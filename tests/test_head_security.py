@@ -63,7 +63,7 @@ def _ray_processes(temp_dir: Path) -> list[int]:
 
 
 def test_the_head_container_drops_every_capability() -> None:
-    from stacks.serving_stack import build_rayservice_chart
+    from k8s_constructs.ray_service import build_rayservice_chart
     from tests.conftest import settings_for
 
     ray_service = build_rayservice_chart(settings_for()).ray_service.to_json()

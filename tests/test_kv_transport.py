@@ -68,7 +68,7 @@ def test_libfabric_by_default_and_ucx_when_asked_in_both_phases_and_the_workers(
 
 
 def test_a_transport_change_is_a_ray_cluster_change() -> None:
-    from stacks.serving_stack import build_rayservice_chart
+    from k8s_constructs.ray_service import build_rayservice_chart
 
     fingerprints = {build_rayservice_chart(settings_for(env)).ray_cluster_fingerprint for env in ({}, UCX)}
     assert len(fingerprints) == 2  # the preflight's ray-cluster-change refuses it over a running RayService

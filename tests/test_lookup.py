@@ -129,8 +129,8 @@ def test_preflight_input_comes_from_the_settings() -> None:
 
 def test_the_image_tag_is_resolved_to_its_digest_and_the_pods_use_it(aws: boto3.session.Session) -> None:
     """ECR BatchGetImage on moto: the tag's digest is cached, and the synth pins head and workers to it."""
+    from k8s_constructs.ray_service import build_rayservice_chart
     from settings.images import image_digest_context_key
-    from stacks.serving_stack import build_rayservice_chart
 
     image = "123456789012.dkr.ecr.sa-east-1.amazonaws.com/ray:serve-llm-cuda-v1.0"
     ecr = boto3.client("ecr", region_name="sa-east-1")

@@ -117,7 +117,7 @@ def test_the_registry_data_is_vllm_026s() -> None:
 
 
 def _serve_engine(settings_env: dict[str, str]) -> dict[str, object]:
-    from stacks.serving_stack import build_rayservice_chart
+    from k8s_constructs.ray_service import build_rayservice_chart
 
     ray_service = build_rayservice_chart(settings_for(settings_env)).ray_service.to_json()
     engine: dict[str, object] = yaml.safe_load(ray_service["spec"]["serveConfigV2"])["applications"][0]["args"][

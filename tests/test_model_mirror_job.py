@@ -148,7 +148,7 @@ class ClusterKubectl:
 
 
 def test_the_tool_tells_the_job_when_the_running_engines_read_the_prefix() -> None:
-    from stacks.serving_stack import build_rayservice_chart
+    from k8s_constructs.ray_service import build_rayservice_chart
 
     settings = settings_for({"MODEL_SOURCE": "s3://example-models/q"})
     deployed = build_rayservice_chart(settings).serve_config_yaml

@@ -148,7 +148,7 @@ def test_the_tool_fills_the_next_prefix_and_says_so_first() -> None:
     assert mirror_model.target_line(settings).startswith(first)
     assert mirror_model.target_line(served) == f"mirror-model: writing MODEL_SOURCE={SOURCE}"
     # The deployed RayService reads MODEL_SOURCE while its workers run: the check does not stop the next prefix.
-    from stacks.serving_stack import build_rayservice_chart
+    from k8s_constructs.ray_service import build_rayservice_chart
 
     deployed = build_rayservice_chart(settings).serve_config_yaml
     assert mirror_model.served_now(settings, SOURCE, ClusterKubectl(deployed, ["pod/ray-llm-decode-x"]))

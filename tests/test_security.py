@@ -343,7 +343,7 @@ def test_nca_does_catch_an_open_namespace(default_synth: Synth, tmp_path: Path) 
 
 
 def test_serve_clients_follow_the_setting() -> None:
-    from stacks.serving_stack import build_rayservice_chart
+    from k8s_constructs.ray_service import build_rayservice_chart
 
     chart = build_rayservice_chart(settings_for({"SERVE_CLIENT_NAMESPACES": "apps,gateway"}))
     import cdk8s

@@ -12,8 +12,8 @@ from typing import Any
 import yaml
 
 from k8s_constructs.endpoint import module_config_map
+from k8s_constructs.ray_service import build_rayservice_chart
 from k8s_constructs.serve_config import API_KEYS_DIR, AUTH_MODULE_DIR, INGRESS_MODULE_FILES
-from stacks.serving_stack import build_rayservice_chart
 from tests.conftest import ENDPOINT, SERVE_AUTH_PROOF, scenario_result, settings_for
 
 UNAUTHORIZED = {"message", "type", "param", "code"}

@@ -18,6 +18,7 @@ import pytest
 import yaml
 
 from k8s_constructs.endpoint import AUTH_MODULE_VOLUME, module_config_map
+from k8s_constructs.ray_service import build_rayservice_chart
 from k8s_constructs.serve_config import (
     AUTH_INGRESS_CLASS,
     GUARD_INGRESS_CLASS,
@@ -26,7 +27,6 @@ from k8s_constructs.serve_config import (
     INGRESS_MODULE_FILES,
     pd_application,
 )
-from stacks.serving_stack import build_rayservice_chart
 from tests.conftest import ENDPOINT, REPO, settings_for
 
 RAY_MODULES = ("ray.llm._internal.serve.core.configs.openai_api_models", "ray.llm._internal.serve.core.ingress.ingress")

@@ -240,7 +240,7 @@ def test_the_gpu_nodes_do_not_wait_for_the_system_nodes_coredns_or_kuberay(defau
 
 
 def test_cluster_fingerprint_output_changes_only_with_the_cluster(default_synth: Synth, p5_synth: Synth) -> None:
-    from stacks.serving_stack import build_rayservice_chart
+    from k8s_constructs.ray_service import build_rayservice_chart
 
     fingerprint = default_synth.templates["serving"]["Outputs"]["RayClusterConfigFingerprint"]["Value"]
     assert len(fingerprint) == 16

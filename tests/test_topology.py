@@ -15,10 +15,10 @@ from typing import Any
 import pytest
 import yaml
 
+from k8s_constructs.ray_service import build_rayservice_chart
 from k8s_constructs.serve_config import PHASE_RESOURCES
 from settings import Settings
 from settings.sizing import gpu_worker_resources
-from stacks.serving_stack import build_rayservice_chart
 from tests.conftest import Synth, settings_for
 from tests.ray_local import OBJECT_STORE_BYTES, QUIET_HEAD
 from tests.test_serving import _ray_service

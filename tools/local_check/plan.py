@@ -17,11 +17,11 @@ import cdk8s
 import yaml
 
 from k8s_constructs.bench_job import LONG, RESULT_MARKER, SHORT, BenchJobProps, bench_command, concurrent_runs
+from k8s_constructs.ray_service import build_rayservice_chart
 from k8s_constructs.serve_config import Phase
 from settings import Settings
 from settings.context_files import REPO
 from settings.model_fit import CUDA_TOTAL_MIB, GIB, fit
-from stacks.serving_stack import build_rayservice_chart
 from tools.entry import one_line_errors, project_settings
 from tools.local_check.client import BASE_URL, SCRATCH, TOKENIZER
 

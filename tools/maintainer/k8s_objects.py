@@ -152,8 +152,8 @@ def endpoint_example() -> dict[str, str]:
 
 
 def endpoint_objects() -> Iterator[tuple[str, dict[str, Any]]]:
+    from k8s_constructs.ray_service import build_rayservice_chart
     from settings import load_settings
-    from stacks.serving_stack import build_rayservice_chart
 
     for obj in build_rayservice_chart(load_settings(endpoint_example(), {})).to_json():
         yield "the SERVE_EXPOSURE=internal chart", obj
