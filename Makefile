@@ -67,9 +67,7 @@ plan: install ## [first-time] What these settings deploy: nodes and GPUs per pha
 manifests: install ## [first-time] The Kubernetes objects and Helm values of your settings -> manifests/ (dist/: the defaults')
 	$(PY) -m tools.manifests
 
-# Bytecode for the project's own modules first: where PYTHONDONTWRITEBYTECODE is set (as on the CI machine), every
-# process of the run (the workers, each app.py, the Ray scenarios) compiled them again, imports/'s 75,000-line KubeRay
-# bindings alone 0.5 s each. On a fresh clone, 2 cores: 162 s without, 150 s with.
+# Bytecode first: where PYTHONDONTWRITEBYTECODE is set, every process of the run would compile the modules again.
 test: install-dev ## [maintainers] Run the test suite on every core (validators, cdk-nag, cfn-lint, parliament, schemas, moto, local Ray)
 	$(PY) -m compileall -q -j 0 app.py ci_app.py imports settings k8s_constructs preflight stacks tools tests
 	$(PY) -m pytest -q -n auto --dist loadfile $(ARGS)

@@ -91,9 +91,8 @@ def settings_for(env: Mapping[str, str] | None = None, context: Mapping[str, Any
     return load_settings(env or {}, context or {}, PINNED)
 
 
-# The longest files first, longest first (make test on 2 cores, 2026-12-02): xdist hands out whole files in
-# collection order (--no-loadscope-reorder in pyproject.toml; its default order, most tests first, started the
-# files with one or two long tests last, and one worker ran them alone at the end). The others keep their order.
+# The longest files first: xdist hands out whole files in collection order (--no-loadscope-reorder), and a long file
+# started last would run alone at the end.
 LONGEST_FIRST = (
     "test_gcs_fault_tolerance",
     "test_topology",
