@@ -134,7 +134,7 @@ def _slow(item: pytest.Item) -> bool:
         or item.get_closest_marker("own_process") is not None
         or item.nodeid in BACKGROUND
         or item.nodeid.split("[")[0] in SLOW_TESTS
-        or "synth" in item.nodeid.split("[", 1)[-1]  # parametrized over synth fixtures by name
+        or "_synth" in item.nodeid.partition("[")[2]  # parametrized over synth fixtures by name
     )
 
 

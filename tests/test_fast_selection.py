@@ -21,6 +21,7 @@ def _item(nodeid: str, fixtures: tuple[str, ...] = (), marker: str = "") -> Any:
 
 def test_a_plain_test_is_fast_and_each_kind_of_slow_one_is_not() -> None:
     assert not _slow(_item("tests/test_plan.py::test_x", ("tmp_path", "monkeypatch")))
+    assert not _slow(_item("tests/test_synth_notices.py::test_two_synths"))  # "synth" in a name is not one
     assert _slow(_item("tests/test_autoscaling.py::test_x", ("autoscaling_synth",)))  # a full synth
     assert _slow(_item("tests/test_autoscaling.py::test_x[default_synth]", ("request",)))  # one, named
     assert _slow(_item("tests/test_other.py::test_x", ("ray_cluster",)))  # a real Ray cluster
