@@ -173,7 +173,12 @@ def parse_model_id(value: str, model_source: str) -> str:
     s3://bucket/models/Qwen3.5-9B both serve `qwen3.5-9b`)."""
     value = value.strip()
     if not value:
-        return model_source.rstrip("/").rsplit("/", 1)[-1].lower()
+        derived = model_source.rstrip("/").rsplit("/", 1)[-1].lower()
+        if not MODEL_ID_PATTERN.fullmatch(derived):
+            raise SettingError(
+                "MODEL_ID", "", f"set, since MODEL_SOURCE's last segment {derived!r} is not a name: {MODEL_ID_ALLOWED}"
+            )
+        return derived
     if not MODEL_ID_PATTERN.fullmatch(value):
         raise SettingError("MODEL_ID", value, MODEL_ID_ALLOWED)
     return value

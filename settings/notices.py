@@ -14,6 +14,8 @@ CONTEXT_HEADROOM = 16
 
 
 def idle_gpus(settings: Settings) -> list[str]:
+    if settings.gpu_node_count == 0:  # parked: no GPU is paid for
+        return []
     notices = []
     for phase, replicas, nodes in (
         ("prefill", settings.prefill_replicas, settings.prefill_nodes),

@@ -60,3 +60,11 @@ def test_make_api_key_without_credentials_is_one_line(
     captured = capsys.readouterr()
     assert captured.out == "" and captured.err.startswith("error: no AWS credentials"), captured
     assert captured.err.count("\n") == 1
+
+
+def test_a_network_error_is_not_a_credentials_one_and_does_not_break_the_check() -> None:
+    from botocore.exceptions import ReadTimeoutError
+
+    from tools.entry import credentials_problem
+
+    assert credentials_problem(ReadTimeoutError(endpoint_url="https://eks", error="slow")) == ""

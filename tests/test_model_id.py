@@ -29,3 +29,8 @@ def test_a_given_model_id_is_kept_and_may_hold_org_slash_name() -> None:
 def test_a_model_id_of_empty_segments_blanks_or_too_long_is_refused(bad: str) -> None:
     with pytest.raises(SettingError, match=r"MODEL_ID=.*'/' between them"):
         settings_for({"MODEL_ID": bad})
+
+
+def test_a_source_whose_last_segment_is_no_name_asks_for_model_id() -> None:
+    with pytest.raises(SettingError, match=r"MODEL_ID='' is not allowed: set, since MODEL_SOURCE's last segment"):
+        settings_for({"MODEL_SOURCE": "s3://example-models/copies/_private", "MODEL_ID": ""})

@@ -7,7 +7,7 @@ import json
 import pytest
 
 from settings.list_prices import PRICES_FILE, hourly_cost
-from tests.conftest import settings_for
+from tests.conftest import CERTIFICATE_ARN, settings_for
 from tools import plan
 
 PRICES = json.loads(PRICES_FILE.read_text())["regions"]["us-east-1"]
@@ -59,3 +59,15 @@ def test_make_plan_says_a_bad_setting_in_one_line(
     assert plan.main([]) == 2
     err = capsys.readouterr().err
     assert err.startswith("error: GPU_NODE_TYPE='g6.9xlarge'") and err.count("\n") == 1, err
+
+
+def test_an_exposed_endpoint_is_its_url_with_the_protocol() -> None:
+    https = {
+        "SERVE_EXPOSURE": "internal",
+        "SERVE_CERTIFICATE_ARN": CERTIFICATE_ARN,
+        "SERVE_HOSTNAME": "llm.example.com",
+        "SERVE_HOSTED_ZONE_ID": "Z0123456789ABCDEFGHIJ",
+    }
+    assert "internal load balancer, https://llm.example.com/v1" in _text(https)
+    plain = _text({"SERVE_EXPOSURE": "internal", "SERVE_CERTIFICATE_ARN": "none"})
+    assert "internal load balancer, http on the DNS name `make endpoint` prints" in plain

@@ -45,8 +45,12 @@ def credentials_problem(error: BaseException) -> str:
         return "no AWS Region: set REGION (or AWS_REGION)"
     if isinstance(error, exceptions.TokenRetrievalError | exceptions.SSOError):
         return f"the AWS SSO session has ended ({error}): run `aws sso login`"
-    code = getattr(error, "response", {}).get("Error", {}).get("Code", "")
-    if isinstance(error, exceptions.ClientError) and code in CREDENTIAL_ERROR_CODES:
+    if isinstance(error, exceptions.ProfileNotFound):
+        return f"{error}: set AWS_PROFILE to a profile of ~/.aws/config (`aws configure list-profiles`)"
+    if not isinstance(error, exceptions.ClientError):
+        return ""
+    code = (error.response or {}).get("Error", {}).get("Code", "")
+    if code in CREDENTIAL_ERROR_CODES:
         return f"AWS refused the credentials ({code}): {CREDENTIALS_HOWTO}"
     return ""
 

@@ -4,7 +4,6 @@ look-ups), written to manifests/ — dist/ holds the built-in defaults' for revi
 from __future__ import annotations
 
 import argparse
-import shutil
 import sys
 from pathlib import Path
 
@@ -21,7 +20,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--output", type=Path, default=OUTPUT)
     args = parser.parse_args(argv)
     files = render(project_settings())
-    shutil.rmtree(args.output, ignore_errors=True)  # a file of an add-on no longer installed must not linger
+    # A file of an add-on no longer installed must not linger; only files this command wrote are removed.
+    for old in sorted(args.output.rglob("*.yaml")) if args.output.is_dir() else ():
+        if old.read_text(errors="replace").startswith(OWN_HEADER):
+            old.unlink()
     for name, text in sorted(files.items()):
         path = args.output / name
         path.parent.mkdir(parents=True, exist_ok=True)

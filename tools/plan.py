@@ -30,8 +30,13 @@ def _endpoint(settings: Settings) -> str:
     service = f"Service {settings.serve_service_name}.{settings.namespace}:{SERVE_PORT}"
     if not endpoint.exposed:
         return f"{service}, inside the cluster only (SERVE_EXPOSURE=cluster; `make endpoint` forwards a port); {auth}"
-    where = endpoint.hostname or "the load balancer's DNS name (`make endpoint` prints it)"
-    return f"{endpoint.exposure} load balancer, {endpoint.scheme}://{where}/v1, in front of the {service}; {auth}"
+    protocol = "https" if endpoint.https else "http"
+    url = (
+        f"{protocol}://{endpoint.hostname}/v1"
+        if endpoint.hostname
+        else f"{protocol} on the DNS name `make endpoint` prints"
+    )
+    return f"{endpoint.exposure} load balancer, {url}, in front of the {service}; {auth}"
 
 
 def plan_lines(settings: Settings) -> list[str]:
