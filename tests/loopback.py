@@ -4,14 +4,26 @@ GitHub, CloudWatch's Prometheus API): started on a free port, stopped after."""
 from __future__ import annotations
 
 import http.server
+import json
 import random
 import socket
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 from tools.local_check.cluster import NIXL_PORT_BASE
+
+
+def answer_json(handler: http.server.BaseHTTPRequestHandler, body: Any, status: int = 200) -> None:
+    """Answer the handler's request with `body` as JSON."""
+    data = json.dumps(body).encode()
+    handler.send_response(status)
+    handler.send_header("Content-Type", "application/json")
+    handler.send_header("Content-Length", str(len(data)))
+    handler.end_headers()
+    handler.wfile.write(data)
 
 
 @contextmanager

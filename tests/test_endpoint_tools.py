@@ -4,7 +4,6 @@ benchmark Job's key, and what `make endpoint` / `make api-key` print (never a ke
 
 from __future__ import annotations
 
-import json
 import threading
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -14,6 +13,7 @@ import pytest
 import yaml
 
 from tests.conftest import ENDPOINT, settings_for
+from tests.loopback import answer_json
 from tests.test_verify import ANSWER, Cluster, _node, _ray_service
 from tools import verify as gate
 from tools.endpoint import NOT_SENT, Probe, api_key_howto, base_url, probe, sdk_example
@@ -38,12 +38,7 @@ class _Ingress(BaseHTTPRequestHandler):
                 }
             }
         )
-        data = json.dumps(body).encode()
-        self.send_response(200 if ok else 401)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
+        answer_json(self, body, 200 if ok else 401)
 
     def log_message(self, *_: Any) -> None:
         pass

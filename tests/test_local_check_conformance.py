@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from tests.loopback import serving
+from tests.loopback import answer_json, serving
 from tools.local_check import conformance, conformance_verdict
 from tools.local_check.conformance import Observation, cases
 from tools.local_check.conformance_verdict import judge
@@ -230,12 +230,7 @@ def test_an_answer_of_another_shape_fails_its_row_and_stops_nothing(
     class Odd(http.server.BaseHTTPRequestHandler):
         def do_POST(self) -> None:
             self.rfile.read(int(self.headers["Content-Length"]))
-            body = json.dumps({"choices": "none"}).encode()
-            self.send_response(200)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
+            answer_json(self, {"choices": "none"})
 
         def log_message(self, *args: Any) -> None:
             pass

@@ -20,7 +20,7 @@ from k8s_constructs.serve_config import pd_application
 from settings import SettingError
 from settings.model_source import S3Prefix
 from tests.conftest import settings_for
-from tests.loopback import serving
+from tests.loopback import answer_json, serving
 from tests.test_model_s3 import BUCKET, PREFIX, SOURCE
 
 # --- Ray's own downloader, with Pod Identity's container credentials ---------------------------------------------
@@ -37,19 +37,15 @@ def pod_identity_agent(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Itera
     class Agent(http.server.BaseHTTPRequestHandler):
         def do_GET(self) -> None:
             seen.append(self.headers.get("Authorization", ""))
-            body = json.dumps(
+            answer_json(
+                self,
                 {
                     "AccessKeyId": "ASIAPODIDENTITY",
                     "SecretAccessKey": "secret",
                     "Token": "session",
                     "Expiration": "2099-01-01T00:00:00Z",
-                }
-            ).encode()
-            self.send_response(200)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
+                },
+            )
 
         def log_message(self, *args: Any) -> None:
             pass
