@@ -11,7 +11,7 @@ CDK := node_modules/.bin/cdk
 export JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION := 20
 ARGS ?=
 
-.PHONY: plan manifests test-fast vendor-vllm endpoint api-key api-key-check local-check mirror-model vendor-kuberay docs docs-tables status verify verify-efa bench-serving help install install-dev synth test lint format diff deploy destroy park review stacks kubeconfig kuberay-crds wait-ready bench lookup preflight imports dist settings-table checkov ci-access ci-access-synth clean
+.PHONY: plan manifests test-fast vendor-vllm endpoint api-key api-key-check local-check mirror-model vendor-kuberay docs docs-tables status verify verify-efa bench-serving help install install-dev synth test lint format diff deploy destroy park park-now unpark-now review stacks kubeconfig kuberay-crds wait-ready bench lookup preflight imports dist settings-table checkov ci-access ci-access-synth clean
 
 # `make help` prints the targets by group: each target's `## [GROUP] description`, under the titles of the `##@ GROUP
 # Title` lines below, in their order. A target with no group, or one not listed here, is printed last, under "Other".
@@ -99,6 +99,12 @@ deploy: preflight ## [deploy] synth, preflight, then cdk deploy --all of that as
 
 park: ## [day-2] Park the GPUs: the GPU_NODE_COUNT=0 deploy (unpark: make deploy)
 	GPU_NODE_COUNT=0 $(MAKE) --no-print-directory deploy ARGS="$(ARGS)"
+
+park-now: install ## [day-2] Park the GPUs now through the EKS API, as the scheduled park does (no deploy)
+	$(PY) -m tools.park_schedule park
+
+unpark-now: install ## [day-2] Unpark now to the GPU node count the last deploy approved (EKS API, no deploy)
+	$(PY) -m tools.park_schedule unpark
 
 # Everything: what Kubernetes created in AWS first, then the stacks in reverse order, then a leftovers check.
 # STACKS=name destroys only those stacks (and the ones that depend on them), e.g. STACKS=ray-llm-multinode-serving.

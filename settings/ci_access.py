@@ -43,6 +43,7 @@ CI_SPECS: tuple[SettingSpec, ...] = (
     ),
     _MAIN_SPECS["REGION"],
     _MAIN_SPECS["CLUSTER_NAME"],
+    _MAIN_SPECS["GPU_NODEGROUP_NAME"],
     _MAIN_SPECS["HF_TOKEN_SECRET_NAME"],
     _MAIN_SPECS["MODEL_SOURCE"],
     SettingSpec(
@@ -84,6 +85,7 @@ class CiAccessSettings:
     hf_token_secret_name: str = ""  # the preflight may read this one secret (a gated model's Hub check)
     model_source: str = ""  # an s3:// MODEL_SOURCE: the preflight reads that bucket's Region and the prefix
     model_next_source: str = ""  # MODEL_NEXT_SOURCE (same bucket): the preflight reads its `hash`
+    gpu_nodegroup_name: str = "gpu-workers"  # the one nodegroup the schedule role may scale
 
     @property
     def model_s3(self) -> S3Prefix | None:
@@ -112,6 +114,19 @@ class CiAccessSettings:
     @property
     def diff_role_name(self) -> str:
         return f"{self.cluster_name}-ci-diff-{self.region}"
+
+    @property
+    def schedule_role_name(self) -> str:
+        return f"{self.cluster_name}-ci-park-{self.region}"
+
+    @property
+    def gpu_stack_name(self) -> str:
+        return f"{self.service_stack_prefix}-gpu"
+
+    @property
+    def schedule_subject(self) -> str:
+        """The OIDC `sub` of the park workflow's scheduled job, in the GitHub environment `schedule` (no reviewers)."""
+        return f"repo:{self.github_repository}:environment:schedule"
 
     @property
     def session_seconds(self) -> int:
@@ -191,8 +206,9 @@ def load_ci_access_settings(
         hf_token_secret_name=main_raw["HF_TOKEN_SECRET_NAME"].strip(),
         model_source=parse_model_source(main_raw["MODEL_SOURCE"]),
         model_next_source=model_next_source,
+        gpu_nodegroup_name=_MAIN_SPECS["GPU_NODEGROUP_NAME"].parse(main_raw["GPU_NODEGROUP_NAME"]),
     )
-    longest = max(settings.deploy_role_name, settings.diff_role_name, key=len)
+    longest = max(settings.deploy_role_name, settings.diff_role_name, settings.schedule_role_name, key=len)
     if len(longest) > IAM_ROLE_NAME_MAX:
         raise SettingError(
             "CLUSTER_NAME",

@@ -85,6 +85,10 @@ class Settings:
     tool_call_parser: str = "auto"  # TOOL_CALL_PARSER: "auto" (the model's own), "off" or a vLLM parser name
     reasoning_parser: str = "auto"  # REASONING_PARSER: likewise
     engine_args: str = ""  # ENGINE_ARGS as canonical JSON; "" = none (extra_engine_kwargs reads it)
+    park_at: str = "02:00"  # PARK_AT: HH:00 in park_time_zone; "" = no scheduled park (settings/park_schedule.py)
+    unpark_at: str = ""  # UNPARK_AT: likewise; "" = no scheduled unpark
+    unpark_days: tuple[int, ...] = (0, 1, 2, 3, 4)  # UNPARK_DAYS: Monday 0
+    park_time_zone: str = "UTC"
     serve_endpoint: ServeEndpoint = field(
         default_factory=ServeEndpoint
     )  # SERVE_EXPOSURE and its companions (settings/endpoint.py)

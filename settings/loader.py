@@ -403,6 +403,8 @@ def load_settings(
         )
     _check_maxima(settings, raw)
     _check_model(settings, raw)
+    if settings.unpark_at and settings.unpark_at == settings.park_at:
+        raise SettingError("UNPARK_AT", raw["UNPARK_AT"], f"another hour than PARK_AT ({settings.park_at}), or empty")
     check_head_fits(settings.system_node, observability=settings.observability, autoscaling=settings.autoscaling)
     gpu_worker_resources(settings.gpu_node, observability=settings.observability)
     check_engine_cpus(

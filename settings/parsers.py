@@ -238,6 +238,67 @@ class Semver:
         return raw
 
 
+@dataclass(frozen=True)
+class WholeHour:
+    """Empty (off) or HH:00 on a 24-hour clock: the park workflow runs once an hour."""
+
+    @property
+    def allowed(self) -> str:
+        return "empty (off), or a whole hour HH:00 from 00:00 to 23:00 (the park workflow runs hourly)"
+
+    def __call__(self, env: str, raw: str) -> str:
+        value = raw.strip()
+        if value and not re.fullmatch(r"([01]\d|2[0-3]):00", value):
+            raise SettingError(env, raw, self.allowed)
+        return value
+
+
+WEEKDAYS = ("mon", "tue", "wed", "thu", "fri", "sat", "sun")
+
+
+@dataclass(frozen=True)
+class Weekdays:
+    """Days of the week as comma-separated names or ranges (mon-fri,sun): their numbers, Monday 0."""
+
+    @property
+    def allowed(self) -> str:
+        return "comma-separated days or ranges of " + "/".join(WEEKDAYS) + ", e.g. mon-fri"
+
+    def __call__(self, env: str, raw: str) -> tuple[int, ...]:
+        days: set[int] = set()
+        for part in csv(raw.lower()):
+            first, _, last = part.partition("-")
+            if first.strip() not in WEEKDAYS or (last and last.strip() not in WEEKDAYS):
+                raise SettingError(env, raw, self.allowed)
+            start, end = WEEKDAYS.index(first.strip()), WEEKDAYS.index((last or first).strip())
+            days.update(range(start, end + 1) if start <= end else [*range(start, 7), *range(end + 1)])
+        if not days:
+            raise SettingError(env, raw, self.allowed)
+        return tuple(sorted(days))
+
+
+@dataclass(frozen=True)
+class TimeZone:
+    """An IANA time zone name, as Python's zoneinfo (the runner's tz database) knows it."""
+
+    @property
+    def allowed(self) -> str:
+        return "an IANA time zone name such as UTC, Europe/Berlin or America/Sao_Paulo"
+
+    def __call__(self, env: str, raw: str) -> str:
+        import zoneinfo
+
+        value = raw.strip()
+        try:
+            zoneinfo.ZoneInfo(value)
+        except (ValueError, zoneinfo.ZoneInfoNotFoundError):
+            names = sorted(zoneinfo.available_timezones())
+            same = [n for n in names if n.lower() == value.lower()]
+            hint = f" (did you mean {same[0]}?)" if same else closest(value, names)
+            raise SettingError(env, raw, self.allowed + hint) from None
+        return value
+
+
 class Parser(Protocol):
     """A setting's parser: what it allows (the docs' "Allowed" column), and the value from the text or SettingError."""
 

@@ -11,6 +11,9 @@ GPU_NODE_LABELS: Final = {
     # The NVIDIA device plugin chart's default node affinity selects nodes with this label (or NFD's).
     "nvidia.com/gpu.present": "true",
 }
+# The Cluster Autoscaler's GPU label on AWS (cloudprovider/aws/aws_cloud_provider.go's GPULabel): a node with it is a
+# GPU node before its GPUs are allocatable. Only an autoscaled GPU nodegroup carries it.
+AUTOSCALER_GPU_LABEL: Final = "k8s.amazonaws.com/accelerator"
 # Only pods that ask for GPUs land on the GPU nodes: CoreDNS and the like stay on the system nodes.
 GPU_TAINT_KEY: Final = "nvidia.com/gpu"
 GPU_TAINT_VALUE: Final = "true"

@@ -5,14 +5,28 @@ from __future__ import annotations
 
 from settings import versions
 from settings.instance_types import BUILT_IN_GPU_TYPES
-from settings.parsers import Choice, DnsLabel, Integer
-from settings.spec_base import _RECREATE_HOW, IN_PLACE, NEW, RECREATE, REFUSED, REPLACEMENT, ROLLING, SettingSpec, flip
+from settings.parsers import Choice, DnsLabel, Integer, TimeZone, Weekdays, WholeHour
+from settings.spec_base import (
+    _RECREATE_HOW,
+    IN_PLACE,
+    NEW,
+    PREFLIGHT_ONLY,
+    RECREATE,
+    REFUSED,
+    REPLACEMENT,
+    ROLLING,
+    SettingSpec,
+    flip,
+)
 
 # The NetworkPolicies of the default configuration, which the cluster's name (a label) and the namespace reach.
 _POLICY_NAMES = ("default-deny-ingress", "kuberay-operator-to-head", "metrics-collector", "ray-cluster-internal")
 _NETWORK_POLICIES = tuple(f"k8s:NetworkPolicy/{name}" for name in (*_POLICY_NAMES, "serve-clients"))
 # Every configuration's objects that both reach too: the ingress modules' ConfigMap.
 _NAMED_OBJECTS = (*_NETWORK_POLICIES, "k8s:ConfigMap/{RAY_SERVICE_NAME}-serve-ingress")
+
+# The schedule settings are read by the park workflow's decision (tools/park_schedule.py), on the default branch.
+_SCHEDULE_HOW = "the park workflow reads it from the default branch at its next hourly run"
 
 INFRA_SPECS: tuple[SettingSpec, ...] = (
     SettingSpec(
@@ -224,6 +238,43 @@ INFRA_SPECS: tuple[SettingSpec, ...] = (
         change=(IN_PLACE, "nodegroup scaling; 0 parks the GPUs, empty (or the count the replicas need) unparks"),
         lands=("stack:gpu",),
         flip=flip("0"),
+    ),
+    SettingSpec(
+        "PARK_AT",
+        "02:00",
+        "When the park workflow parks the GPUs each day (PARK_TIME_ZONE); empty = no scheduled park",
+        parser=WholeHour(),
+        ci_variable=True,
+        change=(PREFLIGHT_ONLY, _SCHEDULE_HOW),
+        flip=flip("22:00"),
+    ),
+    SettingSpec(
+        "UNPARK_AT",
+        "",
+        "When the park workflow unparks the GPUs on UNPARK_DAYS (PARK_TIME_ZONE), to the approved GPU_NODE_COUNT; about"
+        " 20 minutes before the first request can be answered; empty = no scheduled unpark",
+        parser=WholeHour(),
+        ci_variable=True,
+        change=(PREFLIGHT_ONLY, _SCHEDULE_HOW),
+        flip=flip("07:00"),
+    ),
+    SettingSpec(
+        "UNPARK_DAYS",
+        "mon-fri",
+        "The days UNPARK_AT unparks on (in PARK_TIME_ZONE)",
+        parser=Weekdays(),
+        ci_variable=True,
+        change=(PREFLIGHT_ONLY, _SCHEDULE_HOW),
+        flip=flip("mon-sun", given={"UNPARK_AT": "07:00"}),
+    ),
+    SettingSpec(
+        "PARK_TIME_ZONE",
+        "UTC",
+        "The time zone of PARK_AT, UNPARK_AT, UNPARK_DAYS and the KEEP_GPUS_UNTIL date",
+        parser=TimeZone(),
+        ci_variable=True,
+        change=(PREFLIGHT_ONLY, _SCHEDULE_HOW),
+        flip=flip("Europe/Berlin"),
     ),
     SettingSpec(
         "GPU_UPDATE_STRATEGY",

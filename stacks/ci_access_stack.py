@@ -9,7 +9,10 @@ the deploy role may assume, so a CI run cannot widen its own access by deploying
 - deploy role (jobs in the GitHub environments `deploy` and `destroy`): may assume only the four CDK
   bootstrap roles (deploy, file-publishing, image-publishing, lookup) of this account and Region, plus
   the read-only calls that `make preflight`, the destroy leftovers check and `aws eks update-kubeconfig`
-  make with the caller's own credentials. Its Kubernetes access comes from ADMIN_PRINCIPAL_ARNS.
+  make with the caller's own credentials. Its Kubernetes access comes from ADMIN_PRINCIPAL_ARNS;
+- park role (the park workflow's job in the GitHub environment `schedule`, which has no reviewers): may only read
+  and change the scaling of the one GPU nodegroup, and read the GPU stack's outputs (tools/park_schedule.py), so
+  the scheduled park and unpark can only move between what a reviewed deploy approved and zero.
 """
 
 from __future__ import annotations
@@ -290,6 +293,8 @@ class CiAccessStack(Stack):
             ],
         )
 
+        self.park_role = self._park_role(settings)
+
         CfnOutput(
             self,
             "DeployRoleArn",
@@ -304,12 +309,69 @@ class CiAccessStack(Stack):
         )
         CfnOutput(
             self,
+            "ParkRoleArn",
+            value=self.park_role.role_arn,
+            description="role-to-assume of the park workflow's scheduled job (repository variable AWS_PARK_ROLE_ARN)",
+        )
+        CfnOutput(
+            self,
             "OidcProviderArn",
             value=self.oidc_provider.oidc_provider_arn,
             description="GitHub Actions OIDC provider of the account",
         )
         Tags.of(self).add("project", PROJECT_TAG)
         Tags.of(self).add("cluster", settings.cluster_name)
+
+    def _park_role(self, settings: CiAccessSettings) -> iam.Role:
+        """The scheduled park's role: the GPU nodegroup's scaling and the GPU stack's outputs, nothing else."""
+        role = iam.Role(
+            self,
+            "ParkRole",
+            role_name=settings.schedule_role_name,
+            description=(
+                f"scheduled park/unpark of {settings.cluster_name}'s GPU nodegroup from the schedule environment of"
+                f" {settings.github_repository}"
+            ),
+            assumed_by=self._github_principal([settings.schedule_subject]),
+            max_session_duration=Duration.hours(1),
+        )
+        nodegroup = f"{settings.cluster_name}/{settings.gpu_nodegroup_name}/*"
+        policy = iam.Policy(
+            self,
+            "ParkPolicy",
+            roles=[role],
+            statements=[
+                # IAM has no condition key for the fields of UpdateNodegroupConfig: it may also change this
+                # nodegroup's labels, taints and update settings (tools/park_schedule.py sends scalingConfig only).
+                iam.PolicyStatement(
+                    sid="ScaleTheGpuNodegroup",
+                    actions=["eks:DescribeNodegroup", "eks:UpdateNodegroupConfig"],
+                    resources=[self._eks_arn("nodegroup", nodegroup)],
+                ),
+                # DescribeUpdate authorizes on the cluster and the nodegroup (Service Authorization Reference).
+                iam.PolicyStatement(
+                    sid="FollowTheUpdate",
+                    actions=["eks:DescribeUpdate"],
+                    resources=[self._cluster_arn(), self._eks_arn("nodegroup", nodegroup)],
+                ),
+                iam.PolicyStatement(
+                    sid="ReadTheApprovedCount",
+                    actions=["cloudformation:DescribeStacks"],
+                    resources=[self._stack_arn(settings.gpu_stack_name)],
+                ),
+            ],
+        )
+        nag.acknowledge(
+            policy,
+            "AwsSolutions-IAM5",
+            "The GPU nodegroup's ARN ends in its generated ID, and a stack's ARN in its stack ID: unknown before they"
+            " exist, so the name is given and the ID is '*'.",
+            applies_to=[
+                self._nag_resource(self._eks_arn("nodegroup", nodegroup, account=_NAG_ACCOUNT)),
+                self._nag_resource(self._stack_arn(settings.gpu_stack_name, account=_NAG_ACCOUNT)),
+            ],
+        )
+        return role
 
     def _github_principal(self, subjects: Sequence[str]) -> iam.OpenIdConnectPrincipal:
         """Web identity from GitHub Actions: our audience and exactly these subjects (StringEquals, no wildcard)."""

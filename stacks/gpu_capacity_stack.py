@@ -9,7 +9,8 @@ from constructs import Construct
 
 from k8s_constructs.image_prepull import build_image_prepull_chart
 from settings import Settings
-from stacks.addons import cluster_autoscaler
+from settings.park_schedule import GPU_NODE_COUNT_OUTPUT
+from settings.scheduling import AUTOSCALER_GPU_LABEL
 from stacks.device_plugins import DevicePlugins
 from stacks.efa_nodegroup import EfaNodegroup, EfaNodegroupProps
 
@@ -48,7 +49,7 @@ class GpuCapacityStack(Stack):
                 # advertised nvidia.com/gpu counts as a GPU node still starting, not as one the pod cannot use (which
                 # would make it launch another).
                 extra_labels=(
-                    {cluster_autoscaler.GPU_LABEL: settings.gpu_node.gpu_model.lower()} if settings.autoscaling else {}
+                    {AUTOSCALER_GPU_LABEL: settings.gpu_node.gpu_model.lower()} if settings.autoscaling else {}
                 ),
                 root_volume_gib=settings.gpu_root_volume_gib,
                 update_strategy=settings.gpu_update_strategy,
@@ -71,3 +72,5 @@ class GpuCapacityStack(Stack):
         )
         CfnOutput(self, "GpuAvailabilityZone", value=settings.gpu_az)
         CfnOutput(self, "GpuNodegroupName", value=settings.gpu_nodegroup_name)
+        # What a scheduled unpark restores (tools/park_schedule.py): the count this deploy approved, 0 when parked.
+        CfnOutput(self, GPU_NODE_COUNT_OUTPUT, value=str(settings.gpu_node_count))

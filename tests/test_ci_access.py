@@ -6,92 +6,31 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
+from collections.abc import Iterator
 from functools import cache
 from pathlib import Path
 from typing import Any
 
 import cfnlint
 import pytest
-from aws_cdk import Environment, Validations
+from aws_cdk import Environment
 from aws_cdk.assertions import Match, Template
-from cdk_nag import AwsSolutionsChecks
 
 from preflight.registry import read_only_actions
-from settings.ci_access import CiAccessSettings, load_ci_access_settings
+from settings.ci_access import load_ci_access_settings
 from stacks.application import new_app
 from stacks.ci_access_stack import DEPLOY_READ_ONLY_UNSCOPED, PROMQL_QUERY_ACTIONS, SCOPED_READS, CiAccessStack
-from tests.conftest import REPO
+from tests.ci_access_synth import (
+    ACCOUNT,
+    EXISTING_PROVIDER,
+    REPOSITORY,
+    CiSynth,
+    _as_list,
+    _render,
+    _synthesize,
+    _trust,
+)
 from tests.pinned import PINNED
-
-REPOSITORY = "octo-org/ray-llm"
-EXISTING_PROVIDER = "arn:aws:iam::123456789012:oidc-provider/token.actions.githubusercontent.com"
-HOST = "token.actions.githubusercontent.com"
-ACCOUNT = "${AWS::AccountId}"  # how _render writes the account pseudo parameter
-
-
-@dataclass
-class CiSynth:
-    settings: CiAccessSettings
-    stack: CiAccessStack
-    outdir: Path
-    template_json: dict[str, Any]
-    nag_error: str
-
-    @property
-    def template(self) -> Template:
-        return Template.from_json(self.template_json)
-
-    def resources(self, resource_type: str) -> dict[str, dict[str, Any]]:
-        return {k: v for k, v in self.template_json["Resources"].items() if v["Type"] == resource_type}
-
-    def role_id(self, role_name: str) -> str:
-        (logical_id,) = [
-            k for k, v in self.resources("AWS::IAM::Role").items() if v["Properties"]["RoleName"] == role_name
-        ]
-        return logical_id
-
-    def statements_of(self, role_name: str) -> list[dict[str, Any]]:
-        """Every statement of every identity policy of the role (inline in the role or an AWS::IAM::Policy)."""
-        role_id = self.role_id(role_name)
-        role = self.template_json["Resources"][role_id]["Properties"]
-        statements = [s for p in role.get("Policies", []) for s in p["PolicyDocument"]["Statement"]]
-        for policy in self.resources("AWS::IAM::Policy").values():
-            if {"Ref": role_id} in policy["Properties"]["Roles"]:
-                statements += policy["Properties"]["PolicyDocument"]["Statement"]
-        return statements
-
-
-def _render(value: Any) -> Any:
-    """Fn::Join / Ref of pseudo parameters as plain strings, so ARNs compare as text."""
-    if isinstance(value, dict) and set(value) == {"Fn::Join"}:
-        separator, parts = value["Fn::Join"]
-        return separator.join(str(_render(p)) for p in parts)
-    if isinstance(value, dict) and set(value) == {"Ref"} and str(value["Ref"]).startswith("AWS::"):
-        return "${" + value["Ref"] + "}"
-    return value
-
-
-def _as_list(value: Any) -> list[Any]:
-    return value if isinstance(value, list) else [value]
-
-
-def _synthesize(env: Mapping[str, str], outdir: Path) -> CiSynth:
-    app = new_app(str(outdir))
-    # What the CDK CLI passes to `ci_app.py`: cdk.json's context (feature flags).
-    for key, value in json.loads((REPO / "cdk.json").read_text())["context"].items():
-        app.node.set_context(key, value)
-    Validations.of(app).add_plugins(AwsSolutionsChecks(app))
-    settings = load_ci_access_settings(env, app.node.get_all_context(), PINNED)
-    stack = CiAccessStack(app, settings.stack_name, settings=settings, env=Environment(region=settings.region))
-    nag_error = ""
-    try:
-        app.synth()
-    except Exception as error:  # cdk-nag findings fail the synth; the nag test reports them
-        nag_error = str(error)
-    template = json.loads((outdir / f"{settings.stack_name}.template.json").read_text())
-    return CiSynth(settings=settings, stack=stack, outdir=outdir, template_json=template, nag_error=nag_error)
 
 
 @pytest.fixture(scope="module")
@@ -125,20 +64,6 @@ def test_creates_the_github_oidc_provider_natively(ci: CiSynth) -> None:
     assert "Parameters" not in ci.template_json  # CLI credentials: no bootstrap version check
 
 
-def _trust(subjects: str | list[str], provider: Any) -> dict[str, Any]:
-    return {
-        "Version": "2012-10-17",
-        "Statement": [
-            {
-                "Action": "sts:AssumeRoleWithWebIdentity",
-                "Effect": "Allow",
-                "Principal": {"Federated": provider},
-                "Condition": {"StringEquals": {f"{HOST}:aud": "sts.amazonaws.com", f"{HOST}:sub": subjects}},
-            }
-        ],
-    }
-
-
 def test_diff_role_trusts_only_pull_requests_of_the_repository(ci: CiSynth) -> None:
     provider = {"Ref": next(iter(ci.resources("AWS::IAM::OIDCProvider")))}
     ci.template.has_resource_properties(
@@ -163,6 +88,48 @@ def test_deploy_role_trusts_only_the_deploy_and_destroy_environments(ci: CiSynth
             "MaxSessionDuration": 7200,
         },
     )
+
+
+def test_the_park_role_trusts_only_the_schedule_environment(ci: CiSynth) -> None:
+    provider = {"Ref": next(iter(ci.resources("AWS::IAM::OIDCProvider")))}
+    ci.template.has_resource_properties(
+        "AWS::IAM::Role",
+        {
+            "RoleName": "ray-llm-multinode-ci-park-sa-east-1",
+            "AssumeRolePolicyDocument": Match.object_equals(
+                _trust("repo:octo-org/ray-llm:environment:schedule", provider)
+            ),
+            "MaxSessionDuration": 3600,
+        },
+    )
+
+
+def test_the_park_role_may_only_scale_the_gpu_nodegroup_and_read_the_gpu_stack(ci: CiSynth) -> None:
+    """A job no one approves: nothing but the GPU nodegroup's scaling (tools/park_schedule.py's calls) and the
+    GPU stack's outputs, the count a reviewed deploy approved."""
+    granted = {
+        (action, _render(resource))
+        for statement in ci.statements_of(ci.settings.schedule_role_name)
+        for action in _as_list(statement["Action"])
+        for resource in _as_list(statement["Resource"])
+    }
+    nodegroup = f"arn:aws:eks:sa-east-1:{ACCOUNT}:nodegroup/ray-llm-multinode/gpu-workers/*"
+    assert granted == {
+        ("eks:DescribeNodegroup", nodegroup),
+        ("eks:UpdateNodegroupConfig", nodegroup),
+        ("eks:DescribeUpdate", nodegroup),
+        ("eks:DescribeUpdate", f"arn:aws:eks:sa-east-1:{ACCOUNT}:cluster/ray-llm-multinode"),
+        ("cloudformation:DescribeStacks", f"arn:aws:cloudformation:sa-east-1:{ACCOUNT}:stack/ray-llm-multinode-gpu/*"),
+    }
+    assert ci.template_json["Outputs"]["ParkRoleArn"]["Value"] == {
+        "Fn::GetAtt": [ci.role_id(ci.settings.schedule_role_name), "Arn"]
+    }
+
+
+def test_the_park_role_follows_gpu_nodegroup_name(tmp_path: Path) -> None:
+    ci = _synthesize({"GITHUB_REPOSITORY": REPOSITORY, "GPU_NODEGROUP_NAME": "gpu-b"}, tmp_path)
+    resources = {_render(r) for s in ci.statements_of(ci.settings.schedule_role_name) for r in _as_list(s["Resource"])}
+    assert f"arn:aws:eks:sa-east-1:{ACCOUNT}:nodegroup/ray-llm-multinode/gpu-b/*" in resources
 
 
 def _cdk_role(kind: str) -> str:
@@ -272,7 +239,7 @@ def _resource_types(action: str) -> list[str]:
 
 
 def test_resource_star_only_where_no_resource_level_permission_exists(ci: CiSynth) -> None:
-    for role_name in (ci.settings.deploy_role_name, ci.settings.diff_role_name):
+    for role_name in (ci.settings.deploy_role_name, ci.settings.diff_role_name, ci.settings.schedule_role_name):
         for statement in ci.statements_of(role_name):
             actions = _as_list(statement["Action"])
             for action in actions:
@@ -300,7 +267,7 @@ def test_diff_role_only_reads_the_cluster_stacks(ci: CiSynth) -> None:
 
 
 def test_no_wildcard_action_and_no_managed_policy(ci: CiSynth) -> None:
-    for name in (ci.settings.deploy_role_name, ci.settings.diff_role_name):
+    for name in (ci.settings.deploy_role_name, ci.settings.diff_role_name, ci.settings.schedule_role_name):
         statements = ci.statements_of(name)
         assert statements
         for statement in statements:
@@ -358,9 +325,16 @@ def test_cdk_nag_aws_solutions_has_no_unacknowledged_finding(ci: CiSynth) -> Non
         for entry in entries:
             if entry["type"] == "aws:cdk:acknowledged-rules":
                 acknowledged.update({f"{path} {rule}": reason for rule, reason in entry["data"].items()})
-    # Only IAM5 (wildcard resources of read-only calls), only on the two read-only policies, each with its reason.
+    # Only IAM5: wildcard resources of the two read-only policies, and the park policy's generated IDs; with reasons.
     assert acknowledged, "the read-only policies' wildcards are expected to be acknowledged"
-    assert all("AwsSolutions-IAM5" in key and "ReadOnlyPolicy" in key for key in acknowledged), sorted(acknowledged)
+    assert all(
+        "AwsSolutions-IAM5" in key and ("ReadOnlyPolicy" in key or "ParkPolicy" in key) for key in acknowledged
+    ), sorted(acknowledged)
+    park = {key.split("[", 1)[1] for key in acknowledged if "ParkPolicy" in key}
+    assert park == {
+        "Resource::arn:aws:eks:sa-east-1:<AWS::AccountId>:nodegroup/ray-llm-multinode/gpu-workers/*]",
+        "Resource::arn:aws:cloudformation:sa-east-1:<AWS::AccountId>:stack/ray-llm-multinode-gpu/*]",
+    }
     assert all(len(reason) > 40 for reason in acknowledged.values())
 
 

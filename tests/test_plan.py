@@ -71,3 +71,11 @@ def test_an_exposed_endpoint_is_its_url_with_the_protocol() -> None:
     assert "internal load balancer, https://llm.example.com/v1" in _text(https)
     plain = _text({"SERVE_EXPOSURE": "internal", "SERVE_CERTIFICATE_ARN": "none"})
     assert "internal load balancer, http on the DNS name `make endpoint` prints" in plain
+
+
+def test_the_plan_states_the_parking_schedule() -> None:
+    assert "parking: the park workflow parks daily at 02:00 UTC, no scheduled unpark (UNPARK_AT empty)" in _text(
+        {"PARK_AT": "02:00", "UNPARK_AT": "", "PARK_TIME_ZONE": "UTC"}
+    )
+    text = _text({"PARK_AT": "", "UNPARK_AT": "07:00", "UNPARK_DAYS": "sat,mon-wed", "PARK_TIME_ZONE": "Asia/Tokyo"})
+    assert "no scheduled park (PARK_AT empty), unparks at 07:00 Asia/Tokyo on mon,tue,wed,sat" in text

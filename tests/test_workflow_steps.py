@@ -3,7 +3,6 @@ nightly park, the review comment, the settings export; and what the deploy, park
 
 from __future__ import annotations
 
-import datetime as dt
 import json
 import os
 import re
@@ -120,41 +119,75 @@ def test_deploy_steps() -> None:
     assert "VERIFY_TIMEOUT=" in scripts[gate]
 
 
-def test_park_deploys_zero_gpus_only_for_an_existing_cluster() -> None:
-    job = jobs("park")["park"]
-    assert job["needs"] == "decide"
-    assert job["if"] == "needs.decide.outputs.park == 'true'"
-    park = [s for s in job["steps"] if "make park" in str(s.get("run", ""))]
-    assert len(park) == 1
-    assert "--require-approval never" in script_of(park[0])
-    assert park[0]["if"] == "steps.cluster.outputs.exists == 'true'", "a park after a destroy would build a new cluster"
-    decide = jobs("park")["decide"]
-    assert decide["permissions"] == {} and environment_name(decide) is None
+def test_the_park_jobs() -> None:
+    park_jobs = jobs("park")
+    assert "0 * * * *" in [c["cron"] for c in triggers(load("park"))["schedule"]]
+    decide = park_jobs["decide"]
+    # No credentials, no environment, no install: an hour with nothing due asks nobody.
+    assert decide["permissions"] == {"contents": "read"} and environment_name(decide) is None
+    assert aws_step(decide) is None and not [s for s in decide["steps"] if uses(s) == "actions/setup-python"]
+    scale = park_jobs["scale"]
+    assert scale["needs"] == "decide"
+    assert scale["if"] == "needs.decide.outputs.action == 'park' || needs.decide.outputs.action == 'unpark'"
+    assert [s for s in run_scripts(scale) if "make " in s] == [], "the EKS API only: nothing is synthesized"
+    park = park_jobs["park"]
+    assert park["needs"] == ["decide", "scale"] and park["if"] == "needs.scale.outputs.autoscaled == 'true'"
+    deploys = [s for s in park["steps"] if re.match(r"make (park|deploy) ", str(s.get("run", "")))]
+    assert [(script_of(s).split()[1], s["if"]) for s in deploys] == [
+        ("park", "steps.cluster.outputs.exists == 'true' && needs.decide.outputs.action == 'park'"),
+        ("deploy", "steps.cluster.outputs.exists == 'true' && needs.decide.outputs.action == 'unpark'"),
+    ], "a park or unpark after a destroy would build a new cluster"
+    assert all("--require-approval never" in script_of(s) for s in deploys)
 
 
-def today_plus(days: int) -> str:
-    return (dt.datetime.now(dt.UTC).date() + dt.timedelta(days=days)).isoformat()
+def _decide_step(tmp_path: Path, env: dict[str, str]) -> dict[str, str]:
+    step = step_named(jobs("park")["decide"], "What falls due this hour?")
+    assert step["env"] == {"KEEP_GPUS_UNTIL": "${{ vars.KEEP_GPUS_UNTIL }}", "REQUESTED": "${{ inputs.action }}"}
+    script = tmp_path / "step.sh"
+    script.write_text(script_of(step))
+    (tmp_path / "out").write_text("")
+    base = {"PATH": os.environ["PATH"], "GITHUB_OUTPUT": str(tmp_path / "out")}
+    result = subprocess.run(
+        ["bash", "--noprofile", "--norc", "-eo", "pipefail", str(script)],
+        env={**base, **env},
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    return outputs(tmp_path, "out")
 
 
 @pytest.mark.parametrize(
-    ("event", "keep_until", "parks"),
+    ("requested", "schedule", "action"),
     [
-        ("schedule", "", True),
-        ("schedule", today_plus(-1), True),
-        ("schedule", today_plus(0), False),  # kept through the named day (UTC)
-        ("schedule", today_plus(3), False),
-        ("schedule", "next friday", True),  # not a date: a typo must not keep the GPUs up
-        ("schedule", "2026-1-5", True),
-        ("workflow_dispatch", today_plus(3), True),  # asked by hand: park
-        ("workflow_dispatch", "", True),
+        ("", {"PARK_AT": "", "UNPARK_AT": ""}, "nothing"),  # a scheduled run with nothing ever due
+        ("park", {"PARK_AT": ""}, "park"),  # a manual run does what it was asked
+        ("unpark", {}, "unpark"),
     ],
 )
-def test_the_park_decision(tmp_path: Path, event: str, keep_until: str, parks: bool) -> None:
-    step = step_named(jobs("park")["decide"], "Park tonight?")
-    assert step["env"] == {"KEEP_GPUS_UNTIL": "${{ vars.KEEP_GPUS_UNTIL }}", "EVENT_NAME": "${{ github.event_name }}"}
-    result = run_step(step, tmp_path, {"KEEP_GPUS_UNTIL": keep_until, "EVENT_NAME": event})
-    assert result.returncode == 0, result.stdout + result.stderr
-    assert outputs(tmp_path) == {"park": "true" if parks else "false"}, result.stdout
+def test_the_decide_step(tmp_path: Path, requested: str, schedule: dict[str, str], action: str) -> None:
+    """The step as the runner runs it (the decision itself: tests/test_park_schedule.py)."""
+    assert _decide_step(tmp_path, {"KEEP_GPUS_UNTIL": "", "REQUESTED": requested, **schedule}) == {"action": action}
+
+
+def _fake_python(tmp_path: Path, code: int) -> dict[str, str]:
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir(exist_ok=True)
+    fake = bin_dir / "python"
+    fake.write_text(f'#!/bin/sh\necho "python $*"\nexit {code}\n')
+    fake.chmod(0o755)
+    return {"PATH": f"{bin_dir}:{os.environ['PATH']}", "ACTION": "park"}
+
+
+@pytest.mark.parametrize(("code", "passes"), [(0, True), (3, True), (1, False), (2, False)])
+def test_the_scale_step_leaves_an_autoscaled_nodegroup_to_the_deploy(tmp_path: Path, code: int, passes: bool) -> None:
+    step = step_named(jobs("park")["scale"], "Park or unpark")
+    assert step["env"] == {"ACTION": "${{ needs.decide.outputs.action }}"}
+    result = run_step(step, tmp_path, _fake_python(tmp_path, code))
+    assert "python -m tools.park_schedule park" in result.stdout
+    assert (result.returncode == 0) is passes, result.stdout + result.stderr
 
 
 # --- ci: lint, test, checkov and the review ---------------------------------------------------------------------------
@@ -286,7 +319,15 @@ SETTINGS_ACTION = REPO / ".github" / "actions" / "settings-from-variables"
 def test_every_job_that_synthesizes_the_deployed_app_reads_the_same_settings() -> None:
     """One composite action, the same in every job, after the checkout (a local action needs the repository)."""
     found = dict(settings_steps())
-    assert set(found) == {"ci.review", "diff.diff", "deploy.deploy", "park.park", "destroy.destroy"}
+    assert set(found) == {
+        "ci.review",
+        "diff.diff",
+        "deploy.deploy",
+        "park.decide",
+        "park.scale",
+        "park.park",
+        "destroy.destroy",
+    }
     for where, step in found.items():
         assert step == {
             "name": SETTINGS_STEP,
@@ -359,3 +400,11 @@ def test_required_variables_are_checked_before_deploying(tmp_path: Path) -> None
         assert run_step(step, tmp_path, good).returncode == 0
         for missing in ("CLUSTER_NAME", "REGION", "AWS_DEPLOY_ROLE_ARN"):
             assert run_step(step, tmp_path, {**good, missing: ""}).returncode == 1, f"{name}: {missing}"
+    # The scheduled park's job needs its own role, not the deploy role.
+    step = step_named(jobs("park")["scale"], "Required repository variables")
+    good = {"CLUSTER_NAME": "c", "REGION": "us-east-2", "AWS_PARK_ROLE_ARN": "arn:aws:iam::1:role/p"}
+    result = run_step(step, tmp_path, good)
+    assert result.returncode == 0 and "ADMIN_PRINCIPAL_ARNS" not in result.stdout, result.stdout
+    for missing in ("CLUSTER_NAME", "REGION", "AWS_PARK_ROLE_ARN"):
+        result = run_step(step, tmp_path, {**good, missing: ""})
+        assert result.returncode == 1 and f"set the repository variable {missing}" in result.stdout, missing

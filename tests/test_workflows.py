@@ -21,6 +21,7 @@ from tests.workflow_helpers import (
     DEPLOY_ROLE,
     DIFF_ROLE,
     EXPECTED,
+    PARK_ROLE,
     REPO,
     WORKFLOWS,
     all_jobs,
@@ -186,15 +187,21 @@ def test_aws_roles_environments_and_session_length() -> None:
             assert job["timeout-minutes"] * 60 <= duration, (
                 f"{name}.{job_id}: the job must end before its credentials do"
             )
+        if with_["role-to-assume"] == PARK_ROLE:
+            # No role-duration-seconds: the park role's hour outlasts the job.
+            assert "role-duration-seconds" not in with_ and job["timeout-minutes"] <= 60, f"{name}.{job_id}"
     assert roles == {
         ("deploy", "deploy"): DEPLOY_ROLE,
         ("park", "park"): DEPLOY_ROLE,
+        ("park", "scale"): PARK_ROLE,
         ("destroy", "destroy"): DEPLOY_ROLE,
         ("diff", "diff"): DIFF_ROLE,
     }
     # The OIDC subjects the roles trust: environment:deploy, environment:destroy, and pull_request for the diff.
     assert environment_name(jobs("deploy")["deploy"]) == "deploy"
     assert environment_name(jobs("park")["park"]) == "deploy"
+    # The one environment without reviewers: its role may only scale the GPU nodegroup (tests/test_ci_access.py).
+    assert environment_name(jobs("park")["scale"]) == "schedule"
     assert environment_name(jobs("destroy")["destroy"]) == "destroy"
     assert environment_name(jobs("diff")["diff"]) is None, (
         "an environment would change the OIDC subject from pull_request"
@@ -225,7 +232,7 @@ def test_no_aws_work_before_the_credentials() -> None:
 
 
 def test_deploy_destroy_and_park_share_one_queue_that_never_cancels() -> None:
-    """Every job that assumes the deploy role is in one group that never cancels a running member."""
+    """Every job that assumes the deploy (or park) role is in one group that never cancels a running member."""
     groups = set()
     queued = set()
     others = []
@@ -235,7 +242,7 @@ def test_deploy_destroy_and_park_share_one_queue_that_never_cancels() -> None:
             assert "concurrency" not in load(name), (
                 f"{name}: on the job, so a declined confirmation or a kept night stays out"
             )
-        if not (found and found[1]["with"]["role-to-assume"] == DEPLOY_ROLE):
+        if not (found and found[1]["with"]["role-to-assume"] in (DEPLOY_ROLE, PARK_ROLE)):
             others.append(job.get("concurrency", {}).get("group"))
             continue
         concurrency = job["concurrency"]

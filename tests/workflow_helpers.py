@@ -22,6 +22,7 @@ BIN = Path(sys.executable).parent  # the venv's bin: check-jsonschema and zizmor
 EXPECTED = {"ci", "diff", "deploy", "destroy", "park"}
 DEPLOY_ROLE = "${{ vars.AWS_DEPLOY_ROLE_ARN }}"
 DIFF_ROLE = "${{ vars.AWS_DIFF_ROLE_ARN }}"
+PARK_ROLE = "${{ vars.AWS_PARK_ROLE_ARN }}"
 AWS_CREDENTIALS = "aws-actions/configure-aws-credentials"
 # Make targets that need AWS credentials: none may run before the credentials step of its job.
 AWS_TARGETS = {"preflight", "deploy", "park", "destroy", "diff", "kubeconfig", "wait-ready", "verify", "status"}
@@ -84,14 +85,17 @@ def environment_name(job: dict[str, Any]) -> str | None:
 
 
 SCRIPTS = REPO / ".github" / "scripts"
-SCRIPT_CALL = re.compile(r"^bash \.github/scripts/(?P<file>[\w.-]+\.sh)$")
+SCRIPT_CALL = re.compile(r"^bash \.github/scripts/(?P<file>[\w.-]+\.sh)(?: (?P<args>[A-Z_][A-Z0-9_ ]*))?$")
 
 
 def script_of(step: dict[str, Any]) -> str:
     """What a step runs: its `run:` text, or the text of the .github/scripts/ file it runs."""
     run = str(step["run"]).strip()
     match = SCRIPT_CALL.fullmatch(run)
-    return (SCRIPTS / match["file"]).read_text() if match else str(step["run"])
+    if not match:
+        return str(step["run"])
+    # The file's text, its arguments (plain words) given as the call gives them.
+    return (f"set -- {match['args']}\n" if match["args"] else "") + (SCRIPTS / match["file"]).read_text()
 
 
 def run_scripts(job: dict[str, Any]) -> list[str]:

@@ -8,6 +8,7 @@ import sys
 
 from settings import Settings
 from settings.list_prices import hourly_cost
+from settings.parsers import WEEKDAYS
 from tools.entry import one_line_errors, project_settings
 
 SERVE_PORT = 8000  # Ray Serve's HTTP port (k8s_constructs.ray_facts.SERVE_PORT, which imports cdk8s)
@@ -83,6 +84,7 @@ def plan_lines(settings: Settings) -> list[str]:
         f"  cost: {running}, ~${cost.parked:.2f}/hour parked ({priced}; EKS, NAT gateway, nodes"
         f"{', load balancer' if settings.serve_endpoint.exposed else ''}; not data, storage or logs{missing})",
     ]
+    lines.append(f"  parking: {_schedule(settings)}")
     if lookups:
         lines.append(f"  defaults, not looked up: {', '.join(lookups)}: `make lookup` with AWS credentials pins them")
     lines.append(
@@ -91,6 +93,16 @@ def plan_lines(settings: Settings) -> list[str]:
         else "  next: `make deploy` parks the GPU nodes (no GPU runs); unset GPU_NODE_COUNT to unpark"
     )
     return lines
+
+
+def _schedule(settings: Settings) -> str:
+    """The park workflow's schedule in words (settings/park_schedule.py decides it)."""
+    zone = settings.park_time_zone
+    park = f"parks daily at {settings.park_at} {zone}" if settings.park_at else "no scheduled park (PARK_AT empty)"
+    if not settings.unpark_at:
+        return f"the park workflow {park}, no scheduled unpark (UNPARK_AT empty)"
+    days = ",".join(WEEKDAYS[d] for d in settings.unpark_days)
+    return f"the park workflow {park}, unparks at {settings.unpark_at} {zone} on {days}"
 
 
 @one_line_errors

@@ -23,8 +23,6 @@ from stacks import nag
 from stacks.addons.base import DeployTimeRefs, HelmAddon, PodIdentityGrant
 
 NAMESPACE = "kube-system"
-# cloudprovider/aws/aws_cloud_provider.go's GPULabel: a node with it is a GPU node before its GPUs are allocatable.
-GPU_LABEL: Final = "k8s.amazonaws.com/accelerator"
 SERVICE_ACCOUNT = "cluster-autoscaler"
 # Chart 9.59.0 (kubernetes/autoscaler tag cluster-autoscaler-chart-9.59.0, appVersion 1.35.0). The image must match the
 # cluster's Kubernetes minor version: the newest patch of each (tags cluster-autoscaler-1.34.5, -1.35.2, -1.36.1).
