@@ -59,10 +59,10 @@ install-dev: $(VENV)/.dev node_modules/.installed ## [maintainers] Everything in
 synth: install ## [first-time] Synthesize every stack to cdk.out/ and the golden manifests to dist/ (no AWS credentials needed)
 	$(CDK) synth --quiet $(ARGS)
 	$(PY) -m tools.maintainer.write_dist
-	@$(PY) -m tools.plan
+	@$(PY) -m tools.plan $(ARGS)
 
 plan: install ## [first-time] What these settings deploy: nodes and GPUs per phase, the model, the endpoint, $/hour, the next command
-	@$(PY) -m tools.plan
+	@$(PY) -m tools.plan $(ARGS)
 
 manifests: install ## [first-time] The Kubernetes objects and Helm values of your settings -> manifests/ (dist/: the defaults')
 	$(PY) -m tools.manifests

@@ -79,7 +79,8 @@ def csv(raw: str) -> tuple[str, ...]:
 
 def region_name(raw: str) -> str:
     if raw not in known_regions() and raw.strip().lower() in known_regions():
-        raise SettingError("REGION", raw, f"an AWS Region, in lower case (did you mean {raw.strip().lower()}?)")
+        how = "in lower case" if raw.strip() != raw.strip().lower() else "without blanks"
+        raise SettingError("REGION", raw, f"an AWS Region, {how} (did you mean {raw.strip().lower()}?)")
     if raw not in known_regions():
         raise SettingError(
             "REGION", raw, f"an AWS Region{closest(raw, known_regions())}, one of {', '.join(known_regions())}"

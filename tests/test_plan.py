@@ -48,6 +48,7 @@ def test_idle_gpus_of_a_phase_are_counted() -> None:
 def test_parked_with_autoscaling_plans_no_gpu_node_and_prices_the_maxima_running() -> None:
     parked = _text({"GPU_NODE_COUNT": "0", "DECODE_MAX_REPLICAS": "3"})
     assert "GPU nodes: none (parked: GPU_NODE_COUNT=0)" in parked and "unset GPU_NODE_COUNT to unpark" in parked
+    assert "decode 1 engine(s) of 1 GPU(s) once unparked: none runs parked" in parked and " idle" not in parked
     cost = hourly_cost(settings_for({"DECODE_MAX_REPLICAS": "3"}))
     assert cost.running_max == pytest.approx(cost.running + 2 * PRICES["g6.8xlarge"])
 
@@ -79,3 +80,17 @@ def test_the_plan_states_the_parking_schedule() -> None:
     )
     text = _text({"PARK_AT": "", "UNPARK_AT": "07:00", "UNPARK_DAYS": "sat,mon-wed", "PARK_TIME_ZONE": "Asia/Tokyo"})
     assert "no scheduled park (PARK_AT empty), unparks at 07:00 Asia/Tokyo on mon,tue,wed,sat" in text
+
+
+def test_the_gcs_store_is_named_as_not_priced() -> None:
+    assert "not data, storage or logs" in _text({"GCS_FAULT_TOLERANCE": "off"})
+    text = _text({"GCS_FAULT_TOLERANCE": "redis", "GCS_STORE_NODE_TYPE": "cache.t4g.small"})
+    assert "not data, storage, the GCS store's cache.t4g.small or logs" in text
+
+
+def test_the_plan_reads_the_context_given_to_the_cdk_cli() -> None:
+    """`make synth ARGS="-c decode_replicas=2"`: the plan sees what the synth saw; the CLI's own flags are left."""
+    assert plan.cli_context(["--quiet", "-c", "decode_replicas=2", "--context=max_model_len=2048", "-c"]) == {
+        "decode_replicas": "2",
+        "max_model_len": "2048",
+    }

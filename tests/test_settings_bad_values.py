@@ -64,6 +64,7 @@ def _error(env: dict[str, str] | None = None, context: dict[str, Any] | None = N
         ({"GPU_AZ": "us-east-1a"}, "GPU_AZ", "availability zone of REGION=sa-east-1"),
         ({"REGION": "sa-east-3"}, "REGION", "an AWS Region"),
         ({"REGION": "sa-eastt-1"}, "REGION", "did you mean sa-east-1"),
+        ({"REGION": " us-east-2"}, "REGION", "an AWS Region, without blanks (did you mean us-east-2?)"),
         ({"CLUSTER_NAME": "Ray_LLM"}, "CLUSTER_NAME", "DNS label"),
         ({"NAMESPACE": "-inference"}, "NAMESPACE", "DNS label"),
         ({"RAY_SERVICE_NAME": "r" * 54}, "RAY_SERVICE_NAME", "at most 53 characters"),

@@ -4,9 +4,11 @@ and its auth, what it costs an hour running and parked, and the next command."""
 
 from __future__ import annotations
 
+import os
 import sys
 
-from settings import Settings
+from settings import Settings, load_settings
+from settings.context_files import read_project_context
 from settings.list_prices import hourly_cost
 from settings.parsers import WEEKDAYS
 from tools.entry import one_line_errors, project_settings
@@ -19,6 +21,8 @@ def _phase(settings: Settings, name: str, replicas: int, nodes: int, maximum: in
     used = replicas * settings.tensor_parallel_size
     grown = f", up to {maximum} with autoscaling" if maximum is not None else ""
     idle = f" ({nodes * node.gpus - used} idle)" if nodes * node.gpus > used else ""
+    if settings.gpu_node_count == 0:
+        return f"{name} {replicas} engine(s) of {settings.tensor_parallel_size} GPU(s) once unparked: none runs parked"
     return (
         f"{name} {replicas} engine(s) of {settings.tensor_parallel_size} GPU(s) on {nodes} node(s): {used} of"
         f" {nodes * node.gpus} GPU(s){idle}{grown}"
@@ -82,7 +86,8 @@ def plan_lines(settings: Settings) -> list[str]:
         " a request",
         f"  endpoint: {_endpoint(settings)}",
         f"  cost: {running}, ~${cost.parked:.2f}/hour parked ({priced}; EKS, NAT gateway, nodes"
-        f"{', load balancer' if settings.serve_endpoint.exposed else ''}; not data, storage or logs{missing})",
+        f"{', load balancer' if settings.serve_endpoint.exposed else ''}; not data, storage{_gcs_store(settings)} or"
+        f" logs{missing})",
     ]
     lines.append(f"  parking: {_schedule(settings)}")
     if lookups:
@@ -95,6 +100,11 @@ def plan_lines(settings: Settings) -> list[str]:
     return lines
 
 
+def _gcs_store(settings: Settings) -> str:
+    """The GCS store's node, which the price table does not hold."""
+    return f", the GCS store's {settings.gcs_store_node_type}" if settings.gcs_fault_tolerance == "redis" else ""
+
+
 def _schedule(settings: Settings) -> str:
     """The park workflow's schedule in words (settings/park_schedule.py decides it)."""
     zone = settings.park_time_zone
@@ -105,9 +115,25 @@ def _schedule(settings: Settings) -> str:
     return f"the park workflow {park}, unparks at {settings.unpark_at} {zone} on {days}"
 
 
+def cli_context(argv: list[str]) -> dict[str, str]:
+    """The `-c KEY=VALUE` / `--context KEY=VALUE` pairs of `make synth ARGS=...`, which the CDK CLI gives the app over
+    cdk.json; every other argument is the CLI's."""
+    pairs: dict[str, str] = {}
+    for index, arg in enumerate(argv):
+        value = argv[index + 1] if arg in ("-c", "--context") and index + 1 < len(argv) else None
+        if arg.startswith("--context="):
+            value = arg.removeprefix("--context=")
+        if value is not None and "=" in value:
+            key, _, text = value.partition("=")
+            pairs[key] = text
+    return pairs
+
+
 @one_line_errors
 def main(argv: list[str] | None = None) -> int:
-    print("\n".join(plan_lines(project_settings())), file=sys.stderr)
+    given = cli_context(sys.argv[1:] if argv is None else argv)
+    settings = project_settings() if not given else load_settings(os.environ, {**read_project_context(), **given})
+    print("\n".join(plan_lines(settings)), file=sys.stderr)
     return 0
 
 
